@@ -1,0 +1,34 @@
+# The two commands a new user runs: `make demo` and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install test test-deep demo lint diagrams bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip setuptools wheel
+	$(BIN)/pip install -q -e '.[test,bench]' --config-settings editable_mode=strict
+	touch $(STAMP)
+
+install: $(STAMP)
+	@# strict editable installs link files one by one: refresh so new modules are seen
+	@$(BIN)/pip install -q --no-deps --no-build-isolation -e . --config-settings editable_mode=strict
+
+test: install
+	$(BIN)/python -m pytest
+
+test-deep: install
+	TURNFSM_DEEP=1 $(BIN)/python -m pytest -m deep
+
+lint: install
+	$(BIN)/ruff check fsm adapters tests examples benchmarks
+	$(BIN)/ruff format --check fsm adapters tests examples benchmarks
+	$(BIN)/mypy
+
+diagrams: install
+	$(BIN)/python -m turnfsm diagrams --out diagrams
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,1 @@
+"""LiveKit adapters: the only part of turnfsm that imports livekit."""

@@ -1,0 +1,1 @@
+"""Offline simulated calls: recorded speech, real-time audio IO and scripted models."""

@@ -1,0 +1,1 @@
+"""turnfsm: explicit, checked, drawable turn-taking for LiveKit Agents voice agents."""
