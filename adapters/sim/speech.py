@@ -1,0 +1,376 @@
+"""Recorded callee speech, the call script, and the ledger of what was actually delivered.
+
+The simulated callee speaks recorded lines (16 kHz mono 16-bit WAVs made by
+:mod:`turnfsm.adapters.sim.make_audio`). :class:`ScriptedAudioInput` plays them at their
+scripted times and writes every frame it *delivers* to the session into a
+:class:`SpeechLedger`. The scripted STT reads the same ledger to learn which part of which
+line each frame it receives belongs to, so it transcribes only the words it really heard:
+a line whose head was dropped (input detached) or silenced (locked agent speech) yields
+only its tail, which is how "fragment" turns are produced and detected.
+
+This module does not import livekit.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import wave
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+SAMPLE_RATE = 16000
+"""Sample rate of every recorded line, in Hz (mono, 16-bit)."""
+
+AUDIO_DIR = Path(__file__).resolve().with_name("audio")
+"""Directory holding the recorded lines (``<name>.wav``)."""
+
+VOICED_RMS = 200.0
+"""RMS (int16 units) above which a 20 ms stretch of a recording counts as voiced."""
+
+
+@dataclass(frozen=True)
+class WordTiming:
+    """Where one word of a recorded line sits in its audio.
+
+    Attributes:
+        index: Position of the word in the line (0-based).
+        text: The word as written, punctuation included.
+        start: Start offset in the line's audio, in seconds.
+        end: End offset in the line's audio, in seconds.
+    """
+
+    index: int
+    text: str
+    start: float
+    end: float
+
+    @property
+    def midpoint(self) -> float:
+        """Offset of the middle of the word, in seconds."""
+        return (self.start + self.end) / 2
+
+
+@dataclass(frozen=True)
+class SpeechLine:
+    """One recorded line of the callee.
+
+    Attributes:
+        name: Identifier, also the WAV file stem.
+        text: What is said, exactly as the STT will transcribe it.
+        espeak_speed: Words per minute used by ``make_audio`` to record it.
+    """
+
+    name: str
+    text: str
+    espeak_speed: int = 160
+
+    @property
+    def path(self) -> Path:
+        """Path of the recorded WAV file."""
+        return AUDIO_DIR / f"{self.name}.wav"
+
+    @property
+    def words(self) -> list[str]:
+        """The words of the line, punctuation attached."""
+        return self.text.split()
+
+    @property
+    def samples(self) -> np.ndarray:
+        """The recording as int16 samples (read once per process)."""
+        return _read_wav(self.path)
+
+    @property
+    def duration(self) -> float:
+        """Length of the recording, in seconds."""
+        return len(self.samples) / SAMPLE_RATE
+
+    @property
+    def word_timings(self) -> list[WordTiming]:
+        """Estimated position of each word in the recording.
+
+        Words share the *voiced* time of the recording in proportion to their length, so
+        pauses (commas, sentence ends) fall between words rather than inside them.
+        """
+        return _word_timings(self)
+
+    def words_heard(self, heard: Sequence[tuple[float, float]]) -> list[WordTiming]:
+        """The words whose middle falls inside one of the ``heard`` offset intervals.
+
+        Args:
+            heard: ``(start, end)`` offsets into the recording, in seconds.
+
+        Returns:
+            The heard words, in line order.
+        """
+        return [
+            word
+            for word in self.word_timings
+            if any(start <= word.midpoint <= end for start, end in heard)
+        ]
+
+
+LINES: dict[str, SpeechLine] = {
+    line.name: line
+    for line in (
+        SpeechLine("hello", "Hello?"),
+        SpeechLine(
+            "who_is_this",
+            "Hi, yes, who is this? I was not expecting a call today.",
+            espeak_speed=175,
+        ),
+        SpeechLine("stop", "Wait, stop, stop."),
+        SpeechLine("question", "What time do you open tomorrow morning?"),
+        SpeechLine(
+            "long_overlap",
+            "Sorry, I am driving right now, could you call me back later this afternoon?",
+            espeak_speed=185,
+        ),
+        SpeechLine("yes", "Yes, that works for me."),
+    )
+}
+"""Every recorded line, by name: its text and (through :attr:`SpeechLine.path`) its file."""
+
+
+def get_line(name: str) -> SpeechLine:
+    """Look up a recorded line by name.
+
+    Raises:
+        KeyError: If no line has that name (the message lists the known ones).
+    """
+    try:
+        return LINES[name]
+    except KeyError:
+        raise KeyError(f"unknown speech line {name!r}; known lines: {sorted(LINES)}") from None
+
+
+@functools.cache
+def _read_wav(path: Path) -> np.ndarray:
+    with wave.open(str(path), "rb") as wav:
+        if (wav.getframerate(), wav.getnchannels(), wav.getsampwidth()) != (SAMPLE_RATE, 1, 2):
+            raise ValueError(f"{path} must be {SAMPLE_RATE} Hz mono 16-bit")
+        samples = np.frombuffer(wav.readframes(wav.getnframes()), dtype=np.int16)
+    samples.flags.writeable = False
+    return samples
+
+
+@functools.cache
+def _word_timings(line: SpeechLine) -> list[WordTiming]:
+    step = SAMPLE_RATE // 50
+    samples = line.samples.astype(np.float64)
+    usable = len(samples) // step * step
+    rms = np.sqrt((samples[:usable].reshape(-1, step) ** 2).mean(axis=1))
+    voiced = np.flatnonzero(rms > VOICED_RMS)
+    if len(voiced) == 0:
+        raise ValueError(f"recording of {line.name!r} has no voiced audio")
+    # cumulative voiced time at the end of each 20 ms step
+    voiced_time = np.cumsum(rms > VOICED_RMS) * (step / SAMPLE_RATE)
+    total_voiced = float(voiced_time[-1])
+
+    def offset_of(voiced_seconds: float) -> float:
+        step_index = int(np.searchsorted(voiced_time, voiced_seconds, side="left"))
+        return min(step_index, len(voiced_time) - 1) * step / SAMPLE_RATE
+
+    words = line.words
+    weights = np.array([len(word) + 1 for word in words], dtype=np.float64)
+    bounds = np.concatenate([[0.0], np.cumsum(weights) / weights.sum()]) * total_voiced
+    timings = []
+    for index, word in enumerate(words):
+        start = offset_of(bounds[index] + 1e-9)
+        end = max(offset_of(bounds[index + 1]) + step / SAMPLE_RATE, start)
+        timings.append(WordTiming(index=index, text=word, start=start, end=end))
+    return timings
+
+
+@dataclass(frozen=True)
+class UserLine:
+    """One line of the callee in a :class:`CallScript`.
+
+    Attributes:
+        at: When the line starts, in seconds from the start of the audio input.
+        name: Name of the recorded line (a key of :data:`LINES`).
+    """
+
+    at: float
+    name: str
+
+    def __post_init__(self) -> None:
+        get_line(self.name)
+        if self.at < 0:
+            raise ValueError("a line cannot start before the call")
+
+    @property
+    def line(self) -> SpeechLine:
+        """The recorded line."""
+        return get_line(self.name)
+
+
+class CallScript:
+    """What the callee says and when, as :class:`UserLine` entries sorted by time.
+
+    Example:
+        ``CallScript([UserLine(0.3, "hello"), UserLine(4.0, "question")])``
+    """
+
+    def __init__(self, lines: Iterable[UserLine] = ()) -> None:
+        self._lines = tuple(sorted(lines, key=lambda line: line.at))
+
+    @property
+    def lines(self) -> tuple[UserLine, ...]:
+        """The scripted lines, earliest first."""
+        return self._lines
+
+    def __iter__(self) -> Iterator[UserLine]:
+        return iter(self._lines)
+
+    def __len__(self) -> int:
+        return len(self._lines)
+
+    def __repr__(self) -> str:
+        return f"CallScript({list(self._lines)!r})"
+
+
+@dataclass
+class Utterance:
+    """One playback of a recorded line by the audio input.
+
+    Attributes:
+        index: Position in :attr:`SpeechLedger.utterances`.
+        line: The recorded line being played.
+        started_at: Loop time when its first frame was produced.
+        ended_at: Loop time when its last frame was produced (None while playing).
+        delivered: Merged ``(start, end)`` offsets of the line that reached the session.
+        dropped: Merged ``(start, end)`` offsets produced while the input was detached.
+    """
+
+    index: int
+    line: SpeechLine
+    started_at: float
+    ended_at: float | None = None
+    delivered: list[tuple[float, float]] = field(default_factory=list)
+    dropped: list[tuple[float, float]] = field(default_factory=list)
+
+    @property
+    def delivered_seconds(self) -> float:
+        """How much of the line reached the session, in seconds."""
+        return sum(end - start for start, end in self.delivered)
+
+    @property
+    def dropped_seconds(self) -> float:
+        """How much of the line was produced while the input was detached, in seconds."""
+        return sum(end - start for start, end in self.dropped)
+
+
+@dataclass(frozen=True)
+class DeliveredFrame:
+    """One frame handed to the session by the audio input.
+
+    Attributes:
+        seq: Position among delivered frames (0-based).
+        delivered_at: Loop time when the frame was returned to the session.
+        utterance: The utterance it carries, or None for silence between lines.
+        offset: Start of the frame within the utterance's line, in seconds.
+        duration: Length of the frame, in seconds.
+    """
+
+    seq: int
+    delivered_at: float
+    utterance: Utterance | None
+    offset: float
+    duration: float
+
+
+def _extend_intervals(intervals: list[tuple[float, float]], start: float, end: float) -> None:
+    if intervals and start - intervals[-1][1] < 1e-6:
+        intervals[-1] = (intervals[-1][0], max(end, intervals[-1][1]))
+    else:
+        intervals.append((start, end))
+
+
+class SpeechLedger:
+    """Wall-clock record of which line's samples the audio input emitted, and when.
+
+    Shared by :class:`~turnfsm.adapters.sim.io.ScriptedAudioInput` (which writes it) and
+    :class:`~turnfsm.adapters.sim.models.ScriptedSTT` (which reads it). Times are
+    ``loop.time()`` values of the event loop running the call.
+    """
+
+    def __init__(self) -> None:
+        self.utterances: list[Utterance] = []
+        """Every line played so far, in order."""
+        self._frames: list[DeliveredFrame] = []
+        self._delivery_times: list[float] = []
+
+    def begin_utterance(self, line: SpeechLine, started_at: float) -> Utterance:
+        """Register that the input started playing ``line`` at loop time ``started_at``."""
+        utterance = Utterance(index=len(self.utterances), line=line, started_at=started_at)
+        self.utterances.append(utterance)
+        return utterance
+
+    def end_utterance(self, utterance: Utterance, ended_at: float) -> None:
+        """Register that the input produced the last frame of ``utterance``."""
+        utterance.ended_at = ended_at
+
+    def record_frame(
+        self,
+        *,
+        utterance: Utterance | None,
+        offset: float,
+        duration: float,
+        at: float,
+        delivered: bool,
+    ) -> None:
+        """Record one frame produced by the input.
+
+        Args:
+            utterance: The utterance the frame carries, None for silence.
+            offset: Start of the frame within the utterance's line, in seconds.
+            duration: Length of the frame, in seconds.
+            at: Loop time when the frame was produced (and, if delivered, returned).
+            delivered: False when the input was detached and dropped the frame.
+        """
+        if utterance is not None:
+            target = utterance.delivered if delivered else utterance.dropped
+            _extend_intervals(target, offset, offset + duration)
+        if delivered:
+            self._frames.append(
+                DeliveredFrame(
+                    seq=len(self._frames),
+                    delivered_at=at,
+                    utterance=utterance,
+                    offset=offset,
+                    duration=duration,
+                )
+            )
+            self._delivery_times.append(at)
+
+    def match_received_frame(
+        self, received_at: float, *, after_seq: int, max_latency: float = 0.1
+    ) -> DeliveredFrame | None:
+        """Find the delivered frame that a consumer received at loop time ``received_at``.
+
+        Consumers see frames in delivery order, shortly after delivery. The match is the
+        first delivered frame after ``after_seq`` (the consumer's previous match) that was
+        delivered no more than ``max_latency`` before ``received_at``; this resynchronises
+        by itself when the consumer missed frames.
+
+        Args:
+            received_at: Loop time when the consumer got the frame.
+            after_seq: ``seq`` of the consumer's previous match, -1 for none.
+            max_latency: Longest plausible delay between delivery and reception, seconds.
+
+        Returns:
+            The matching frame, or None when no delivered frame can be this one.
+        """
+        latest = bisect.bisect_right(self._delivery_times, received_at) - 1
+        if latest <= after_seq:
+            return None
+        earliest_plausible = bisect.bisect_left(self._delivery_times, received_at - max_latency)
+        return self._frames[min(max(after_seq + 1, earliest_plausible), latest)]
+
+    def utterances_of(self, name: str) -> list[Utterance]:
+        """All playbacks of the line called ``name``, in order."""
+        return [utterance for utterance in self.utterances if utterance.line.name == name]
