@@ -1,1 +1,27 @@
-"""turnfsm: explicit, checked, drawable turn-taking for LiveKit Agents voice agents."""
+"""turnfsm: explicit, checked, drawable turn-taking for LiveKit Agents voice agents.
+
+The package is pure: no LiveKit, no asyncio, no clock, no I/O. LiveKit lives in
+:mod:`turnfsm.adapters`.
+"""
+
+from . import effects, events
+from .controller import TurnController, replay
+from .invariants import INVARIANTS, InvariantViolation, SafetyMonitor
+from .machine import TurnMachine
+from .policy import TurnPolicy
+from .trace import Trace, TraceFormatError, TraceStep
+
+__all__ = [
+    "INVARIANTS",
+    "InvariantViolation",
+    "SafetyMonitor",
+    "Trace",
+    "TraceFormatError",
+    "TraceStep",
+    "TurnController",
+    "TurnMachine",
+    "TurnPolicy",
+    "effects",
+    "events",
+    "replay",
+]

@@ -1,0 +1,79 @@
+"""What the machine remembers about one call besides its state."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+if TYPE_CHECKING:
+    from .effects import TimerName
+
+
+@attrs.define
+class TurnContext:
+    """The call's counters and flags. Owned by the rules; read by the invariants."""
+
+    started: bool = False
+    """The call is answered (outbound) or the session started (inbound)."""
+
+    input_muted: bool = False
+    """A ``MuteInput`` is in force."""
+
+    turns_held: bool = False
+    """A ``HoldUserTurns`` is in force."""
+
+    user_speaking: bool = False
+    """Voice activity is ongoing (as far as the unmuted input tells)."""
+
+    overlapped_greeting: bool = False
+    """The caller spoke during the current greeting."""
+
+    discarding_overlap: bool = False
+    """Speech that overlapped the greeting is still going on and will be discarded."""
+
+    spill_over_until: float | None = None
+    """Speech starting before this time continues an overlap the muted input missed."""
+
+    greeting_reply_to: str | None = None
+    """The callee's first committed turn, which the greeting answers."""
+
+    first_words_item: str | None = None
+    """Item id of the callee's first committed words (never rejected, invariant I7)."""
+
+    greeting_speech_id: str | None = None
+    """The locked greeting's speech."""
+
+    active_speeches: tuple[str, ...] = ()
+    """Agent speeches created and not yet ended."""
+
+    dropped_speeches: tuple[str, ...] = ()
+    """Recent interrupted speeches whose unspoken text was already dropped."""
+
+    tool_rounds: int = 0
+    """Tool steps in the current user turn."""
+
+    capped: bool = False
+    """The final reply without tools was asked for in this user turn."""
+
+    tool_loop_stopped: bool = False
+    """A barge-in stopped the tool loop: the running step's output is not answered."""
+
+    final_reply_pending: bool = False
+    """The next created speech is the final reply without tools."""
+
+    final_speech_id: str | None = None
+    """The final reply's speech; if it plays nothing, the fallback is said."""
+
+    reprompts: int = 0
+    """Idle re-prompts since the caller last spoke."""
+
+    timers: frozenset[TimerName] = frozenset()
+    """Timers started and neither cancelled nor fired."""
+
+    end_reason: str | None = None
+    """Why the call ended."""
+
+    def snapshot(self) -> tuple[Any, ...]:
+        """A hashable copy of every field, for exploration and comparison."""
+        return attrs.astuple(self, retain_collection_types=True)

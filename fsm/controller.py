@@ -1,0 +1,151 @@
+"""The controller: one pure step, ``handle(event) -> effects``.
+
+>>> from turnfsm import TurnController, TurnPolicy, events
+>>> controller = TurnController(TurnPolicy(direction="outbound", greeting="Hi, it's Ada."))
+>>> controller.state
+'ringing'
+>>> [e.name for e in controller.handle(events.CallAnswered(at=0.0))]
+['start_timer']
+>>> controller.state
+'awaiting_user'
+>>> [e.name for e in controller.handle(events.UserTurnCommitted(at=2.1, text="Hello?"))]
+['cancel_timer', 'hold_user_turns', 'start_greeting']
+>>> controller.state
+'greeting'
+"""
+
+from __future__ import annotations
+
+from statemachine import State
+
+from . import effects as fx
+from .context import TurnContext
+from .events import Event
+from .invariants import SafetyMonitor
+from .machine import TurnMachine
+from .policy import TurnPolicy
+from .rules import TurnRules
+from .trace import Trace, TraceStep, redact
+
+
+def handled_events(machine_class: type[TurnMachine] = TurnMachine) -> dict[str, frozenset[str]]:
+    """For each state id, the events that have at least one transition from it."""
+    handled: dict[str, set[str]] = {state.id: set() for state in machine_class.states}
+    for state in machine_class.states:
+        for transition in state.transitions:
+            handled[state.id].update(str(event) for event in transition.events)
+    return {state: frozenset(names) for state, names in handled.items()}
+
+
+def initial_state(policy: TurnPolicy) -> str:
+    """Where a call starts: outbound calls ring; inbound calls are already answered."""
+    if policy.direction == "outbound":
+        return "ringing"
+    if policy.first_speaker == "agent":
+        return "greeting"
+    return "awaiting_user" if policy.has_greeting else "listening"
+
+
+class TurnController:
+    """Owns one call's turn machine and turns events into effects.
+
+    Args:
+        policy: the call's policy.
+        strict: check every step against the safety invariants and raise
+            :class:`~turnfsm.invariants.InvariantViolation` on a breach (tests, debugging).
+        record: keep a :class:`~turnfsm.trace.Trace` of every step.
+        keep_text: keep transcript text in the trace (redacted by default).
+        machine_class: the machine to run; a subclass of :class:`TurnMachine`.
+    """
+
+    def __init__(
+        self,
+        policy: TurnPolicy,
+        *,
+        strict: bool = False,
+        record: bool = True,
+        keep_text: bool = False,
+        machine_class: type[TurnMachine] = TurnMachine,
+    ) -> None:
+        self.policy = policy
+        self._rules = TurnRules(policy=policy)
+        self._machine = machine_class(start_value=initial_state(policy), listeners=[self._rules])
+        self._handled = _HANDLED_CACHE.get(machine_class) or _HANDLED_CACHE.setdefault(
+            machine_class, handled_events(machine_class)
+        )
+        self._state = initial_state(policy)
+        self._monitor = SafetyMonitor(policy) if strict else None
+        self._keep_text = keep_text
+        self.trace: Trace | None = Trace(policy=policy) if record else None
+
+    @property
+    def state(self) -> str:
+        """The current state id, e.g. ``"greeting"``."""
+        return self._state
+
+    @property
+    def context(self) -> TurnContext:
+        """The call's counters and flags (read them; do not change them)."""
+        return self._rules.context
+
+    @property
+    def is_ended(self) -> bool:
+        """Whether the call reached the final ``ended`` state."""
+        return self._state == "ended"
+
+    def handle(self, event: Event) -> tuple[fx.Effect, ...]:
+        """Take one event; return the effects to execute, in order.
+
+        Every well-formed event is accepted in every state: it either moves the
+        machine or is ignored (see :data:`turnfsm.machine.IGNORED`).
+
+        Raises:
+            TypeError: ``event`` is not a :class:`turnfsm.events.Event`.
+            InvariantViolation: only with ``strict=True``, when the step breaks one.
+        """
+        if not isinstance(event, Event):
+            raise TypeError(f"event must be a turnfsm.events.Event, got {type(event).__name__}")
+        before = self._state
+        if event.name in self._handled[before]:
+            outbox = self._rules.outbox
+            try:
+                self._machine.send(event.name, ev=event)
+                effects = tuple(outbox)
+            finally:
+                outbox.clear()
+            self._state = _state_id(self._machine)
+        else:
+            effects = ()
+        if self.trace is not None:
+            self._record(event, before, effects)
+        if self._monitor is not None:
+            self._monitor.check(before, event, self._state, effects)
+        return effects
+
+    def _record(self, event: Event, before: str, effects: tuple[fx.Effect, ...]) -> None:
+        if not self._keep_text:
+            event = redact(event)
+            effects = tuple(redact(effect) for effect in effects)
+        assert self.trace is not None
+        self.trace.steps.append(TraceStep(event.at, event, before, self._state, effects))
+
+
+_HANDLED_CACHE: dict[type[TurnMachine], dict[str, frozenset[str]]] = {}
+
+
+def _state_id(machine: TurnMachine) -> str:
+    value = machine.current_state_value
+    return value.id if isinstance(value, State) else str(value)
+
+
+def replay(trace: Trace, **controller_options: object) -> Trace:
+    """Run a trace's events through a fresh controller with the trace's policy.
+
+    The returned trace has the same steps as ``trace`` when the machine is deterministic
+    (compare them with ``==``); the controller options default to recording, redacted.
+    """
+    controller = TurnController(trace.policy, **controller_options)  # type: ignore[arg-type]
+    for step in trace:
+        controller.handle(step.event)
+    assert controller.trace is not None
+    return controller.trace

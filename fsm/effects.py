@@ -1,0 +1,198 @@
+"""Outputs of the turn machine: what the adapter must do, as frozen data.
+
+The controller returns these in order; the adapter executes each with exactly one
+LiveKit lever. Nothing here does anything by itself, so the machine stays pure and
+a trace of effects can be compared, replayed and drawn.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+import attrs
+
+TimerName = Literal["await_user", "idle", "max_duration"]
+"""The timers the machine uses; their expiry comes back as ``TimerFired``."""
+
+TIMER_NAMES: tuple[TimerName, ...] = ("await_user", "idle", "max_duration")
+
+
+@attrs.frozen
+class Effect:
+    """Base of every effect."""
+
+    name: ClassVar[str] = ""
+
+
+@attrs.frozen
+class MuteInput(Effect):
+    """Stop the caller's audio from reaching VAD, STT and the model.
+
+    With ``hold_audio`` the audio is kept aside instead of dropped, so that it can be
+    heard whole once the input is unmuted (greeting overlap policy ``answer_whole``).
+    """
+
+    name: ClassVar[str] = "mute_input"
+    hold_audio: bool = False
+
+
+@attrs.frozen
+class UnmuteInput(Effect):
+    """Let the caller's audio through again; held audio is replayed or discarded."""
+
+    name: ClassVar[str] = "unmute_input"
+    replay_held_audio: bool = False
+
+
+@attrs.frozen
+class LockSpeech(Effect):
+    """Make a speech uninterruptible (``speech_handle.allow_interruptions = False``)."""
+
+    name: ClassVar[str] = "lock_speech"
+    speech_id: str
+
+
+@attrs.frozen
+class StartGreeting(Effect):
+    """Say the greeting: a fixed ``text`` or a reply generated from ``instructions``.
+
+    ``in_reply_to`` names the callee's committed turn when the greeting answers it, so
+    the callee's first words stay in the history, before the greeting.
+    """
+
+    name: ClassVar[str] = "start_greeting"
+    text: str | None = None
+    instructions: str | None = None
+    in_reply_to: str | None = None
+
+
+@attrs.frozen
+class HoldUserTurns(Effect):
+    """Keep listening but commit no user turn (speech overlapping a locked greeting)."""
+
+    name: ClassVar[str] = "hold_user_turns"
+
+
+@attrs.frozen
+class ResumeUserTurns(Effect):
+    """Commit user turns again; with ``commit_pending`` the held speech becomes one turn."""
+
+    name: ClassVar[str] = "resume_user_turns"
+    commit_pending: bool = False
+
+
+@attrs.frozen
+class Interrupt(Effect):
+    """Interrupt the agent's current speech; ``force`` also stops a locked one."""
+
+    name: ClassVar[str] = "interrupt"
+    force: bool = False
+
+
+@attrs.frozen
+class DropUnspokenText(Effect):
+    """Make the committed text of an interrupted speech match what was heard.
+
+    ``keep="spoken"`` replaces it with the spoken prefix; ``keep="nothing"`` removes
+    the assistant item. ``played_text`` is the heard text when the output chain knew it;
+    otherwise the adapter derives the prefix from ``played_seconds``.
+    """
+
+    name: ClassVar[str] = "drop_unspoken_text"
+    speech_id: str
+    keep: Literal["spoken", "nothing"] = "spoken"
+    played_seconds: float = 0.0
+    played_text: str | None = None
+
+
+@attrs.frozen
+class ClearUserTurn(Effect):
+    """Forget the user's pending, uncommitted speech (``session.clear_user_turn()``)."""
+
+    name: ClassVar[str] = "clear_user_turn"
+
+
+@attrs.frozen
+class RejectUserTurn(Effect):
+    """Answer nothing to a just-completed user turn and keep it out of the history."""
+
+    name: ClassVar[str] = "reject_user_turn"
+    item_id: str = ""
+
+
+@attrs.frozen
+class CancelToolReply(Effect):
+    """Do not let the model continue after the current tool step."""
+
+    name: ClassVar[str] = "cancel_tool_reply"
+    speech_id: str = ""
+
+
+@attrs.frozen
+class FinalReplyWithoutTools(Effect):
+    """Generate one spoken reply with ``tool_choice="none"``.
+
+    If the model calls tools anyway, ``fallback_text`` is said instead of silence.
+    """
+
+    name: ClassVar[str] = "final_reply_without_tools"
+    fallback_text: str = ""
+
+
+@attrs.frozen
+class StartTimer(Effect):
+    """Start a named timer; its expiry must come back as ``TimerFired``."""
+
+    name: ClassVar[str] = "start_timer"
+    timer: TimerName
+    seconds: float
+
+
+@attrs.frozen
+class CancelTimer(Effect):
+    """Cancel a running named timer; it must not fire afterwards."""
+
+    name: ClassVar[str] = "cancel_timer"
+    timer: TimerName
+
+
+@attrs.frozen
+class Say(Effect):
+    """Say a fixed text: an idle re-prompt, or the tool-cap fallback."""
+
+    name: ClassVar[str] = "say"
+    text: str
+    reason: Literal["reprompt", "tool_fallback"]
+
+
+@attrs.frozen
+class EndCall(Effect):
+    """Hang up and close the session."""
+
+    name: ClassVar[str] = "end_call"
+    reason: str
+
+
+EFFECT_TYPES: tuple[type[Effect], ...] = (
+    MuteInput,
+    UnmuteInput,
+    LockSpeech,
+    StartGreeting,
+    HoldUserTurns,
+    ResumeUserTurns,
+    Interrupt,
+    DropUnspokenText,
+    ClearUserTurn,
+    RejectUserTurn,
+    CancelToolReply,
+    FinalReplyWithoutTools,
+    StartTimer,
+    CancelTimer,
+    Say,
+    EndCall,
+)
+
+EFFECTS_BY_NAME: dict[str, type[Effect]] = {cls.name: cls for cls in EFFECT_TYPES}
+
+CLEANUP_EFFECTS: tuple[type[Effect], ...] = (CancelTimer, UnmuteInput, ResumeUserTurns, EndCall)
+"""The only effects allowed when the call ends (invariant I5)."""

@@ -1,0 +1,251 @@
+"""The named safety invariants, checked step by step from the outside.
+
+:class:`SafetyMonitor` watches (state before, event, state after, effects) and keeps
+its own shadow of what the effects did (muted, held, timers, tool rounds). It never
+reads the machine's context, so a bug in the rules cannot hide itself from it.
+
+======  ======================  ========================================================
+name    short name              what must hold
+======  ======================  ========================================================
+I1      greeting_locked         in ``greeting`` no ``Interrupt`` is emitted; once the
+                                greeting started the input is muted (``mute_input``) or
+                                user turns are held (``keep_listening``), and the
+                                greeting's speech is locked in the step that creates it
+I2      no_leaked_mute          input is muted only in a muting state and user turns are
+                                held only around the greeting; both are released when
+                                the call ends, whatever the path
+I3      tool_cap                per user turn at most ``max_tool_steps`` tool rounds are
+                                let through; reaching the cap cancels the tool reply and
+                                asks for exactly one final reply without tools
+I4      drop_unspoken           an interrupted speech yields ``DropUnspokenText`` (unless
+                                the policy keeps interrupted text) no later than the
+                                step that reports its end
+I5      quiet_after_end         entering ``ended`` emits clean-up only, with one
+                                ``EndCall``; after that, nothing
+I6      timers_balanced         a timer is started only when not running, cancelled only
+                                when running, and none runs after the end
+I7      first_words_kept        the callee's first committed words are never rejected
+I8      silent_until_callee     an agent speech created before the greeting is stopped
+======  ======================  ========================================================
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from . import effects as fx
+from . import events as ev
+from .policy import TurnPolicy
+
+INVARIANTS: dict[str, str] = {
+    "I1": "greeting_locked",
+    "I2": "no_leaked_mute",
+    "I3": "tool_cap",
+    "I4": "drop_unspoken",
+    "I5": "quiet_after_end",
+    "I6": "timers_balanced",
+    "I7": "first_words_kept",
+    "I8": "silent_until_callee",
+}
+
+TOOL_STATES = frozenset({"listening", "speaking", "tool_loop"})
+PRE_GREETING_STATES = frozenset({"ringing", "awaiting_user"})
+
+
+class InvariantViolation(AssertionError):
+    """A step broke a named safety invariant."""
+
+    def __init__(self, invariant: str, message: str) -> None:
+        super().__init__(f"{invariant} {INVARIANTS[invariant]}: {message}")
+        self.invariant = invariant
+
+
+@attrs.define
+class SafetyMonitor:
+    """Checks every step of one call against the invariants; raises on the first breach."""
+
+    policy: TurnPolicy
+    muted: bool = False
+    turns_held: bool = False
+    greeting_started: bool = False
+    greeting_speech: str | None = None
+    timers: set[str] = attrs.field(factory=set)
+    tool_rounds: int = 0
+    final_replies: int = 0
+    barge_in_stopped_tools: bool = False
+    dropped: set[str] = attrs.field(factory=set)
+    first_words: str | None = None
+    steps: int = 0
+
+    def check(
+        self, before: str, event: ev.Event, after: str, effects: tuple[fx.Effect, ...]
+    ) -> None:
+        """Check one step and update the shadow state.
+
+        Raises:
+            InvariantViolation: naming the first invariant the step breaks.
+        """
+        self.steps += 1
+        if before == "ended":
+            _require(not effects, "I5", f"{event.name} after the end emitted {effects}")
+            return
+        self._check_timers(event, effects)
+        self._check_first_words(before, event, effects)
+        self._check_greeting(before, event, after, effects)
+        self._check_tools(before, event, effects)
+        self._check_interrupted_text(event, effects)
+        self._check_early_speech(before, event, effects)
+        self._apply_input_effects(effects)
+        self._check_input_released(after)
+        if after == "ended":
+            self._check_clean_end(effects)
+
+    def _check_timers(self, event: ev.Event, effects: tuple[fx.Effect, ...]) -> None:
+        if isinstance(event, ev.TimerFired):
+            if event.timer in self.timers:
+                self.timers.discard(event.timer)
+            else:
+                _require(not effects, "I6", f"stale {event.timer} timer acted on: {effects}")
+        for effect in effects:
+            if isinstance(effect, fx.StartTimer):
+                _require(effect.timer not in self.timers, "I6", f"{effect.timer} started twice")
+                self.timers.add(effect.timer)
+            elif isinstance(effect, fx.CancelTimer):
+                _require(effect.timer in self.timers, "I6", f"{effect.timer} cancelled idle")
+                self.timers.discard(effect.timer)
+
+    def _check_first_words(
+        self, before: str, event: ev.Event, effects: tuple[fx.Effect, ...]
+    ) -> None:
+        if (
+            isinstance(event, ev.UserTurnCommitted)
+            and before in PRE_GREETING_STATES
+            and self.first_words is None
+        ):
+            self.first_words = event.item_id
+            _require(
+                not _has(effects, fx.RejectUserTurn, fx.ClearUserTurn),
+                "I7",
+                f"first words {event.item_id!r} cleared: {effects}",
+            )
+        for effect in effects:
+            if isinstance(effect, fx.RejectUserTurn) and self.first_words is not None:
+                _require(effect.item_id != self.first_words, "I7", "first words rejected")
+
+    def _check_greeting(
+        self, before: str, event: ev.Event, after: str, effects: tuple[fx.Effect, ...]
+    ) -> None:
+        if "greeting" in (before, after):
+            _require(not _has(effects, fx.Interrupt), "I1", f"interrupt in greeting: {effects}")
+        if _has(effects, fx.StartGreeting):
+            self.greeting_started = True
+            locked = _has(
+                effects, fx.MuteInput if self.policy.mutes_greeting else fx.HoldUserTurns
+            )
+            _require(locked or self.muted or self.turns_held, "I1", "greeting starts unlocked")
+        if before == "greeting" and isinstance(event, ev.AgentSpeechCreated):
+            if self.greeting_speech is None:
+                self.greeting_speech = event.speech_id
+                _require(
+                    fx.LockSpeech(speech_id=event.speech_id) in effects,
+                    "I1",
+                    f"greeting speech {event.speech_id!r} not locked",
+                )
+        if after != "greeting" and before == "greeting":
+            self.greeting_started = False
+        if after == "greeting" and self.greeting_started:
+            still_locked = self.muted or _has(effects, fx.MuteInput)
+            if not self.policy.mutes_greeting:
+                still_locked = self.turns_held or _has(effects, fx.HoldUserTurns)
+            _require(still_locked, "I1", f"greeting unlocked after {event.name}")
+
+    def _check_tools(self, before: str, event: ev.Event, effects: tuple[fx.Effect, ...]) -> None:
+        if isinstance(event, ev.UserTurnCommitted):
+            self.tool_rounds = 0
+            self.final_replies = 0
+            self.barge_in_stopped_tools = False
+        if before == "tool_loop" and isinstance(event, ev.UserSpeechStarted):
+            self.barge_in_stopped_tools = self.barge_in_stopped_tools or _has(
+                effects, fx.Interrupt
+            )
+        refused = _has(effects, fx.CancelToolReply)
+        if isinstance(event, ev.ToolStepStarted) and before in TOOL_STATES and not refused:
+            self.tool_rounds += 1
+            _require(
+                self.tool_rounds <= self.policy.max_tool_steps,
+                "I3",
+                f"tool round {self.tool_rounds} let through, cap {self.policy.max_tool_steps}",
+            )
+        finals = sum(isinstance(e, fx.FinalReplyWithoutTools) for e in effects)
+        self.final_replies += finals
+        _require(self.final_replies <= 1, "I3", "more than one final reply in a user turn")
+        reached_cap = self.tool_rounds >= self.policy.max_tool_steps
+        if (
+            isinstance(event, ev.ToolStepFinished)
+            and before == "tool_loop"
+            and reached_cap
+            and not self.barge_in_stopped_tools
+        ):
+            _require(refused, "I3", "tool reply not cancelled at the cap")
+            _require(self.final_replies == 1, "I3", "no final reply without tools at the cap")
+
+    def _check_interrupted_text(self, event: ev.Event, effects: tuple[fx.Effect, ...]) -> None:
+        for effect in effects:
+            if isinstance(effect, fx.DropUnspokenText):
+                self.dropped.add(effect.speech_id)
+        if (
+            isinstance(event, ev.AgentSpeechEnded)
+            and event.interrupted
+            and self.policy.interrupted_text != "keep"
+        ):
+            _require(
+                event.speech_id in self.dropped,
+                "I4",
+                f"interrupted speech {event.speech_id!r} kept its unspoken text",
+            )
+
+    def _check_early_speech(
+        self, before: str, event: ev.Event, effects: tuple[fx.Effect, ...]
+    ) -> None:
+        if isinstance(event, ev.AgentSpeechCreated) and before in PRE_GREETING_STATES:
+            _require(fx.Interrupt(force=True) in effects, "I8", "agent spoke before the callee")
+
+    def _apply_input_effects(self, effects: tuple[fx.Effect, ...]) -> None:
+        for effect in effects:
+            if isinstance(effect, fx.MuteInput):
+                self.muted = True
+            elif isinstance(effect, fx.UnmuteInput):
+                self.muted = False
+            elif isinstance(effect, fx.HoldUserTurns):
+                self.turns_held = True
+            elif isinstance(effect, fx.ResumeUserTurns):
+                self.turns_held = False
+
+    def _check_input_released(self, after: str) -> None:
+        muting_states = set()
+        if self.policy.mutes_greeting:
+            muting_states.add("greeting")
+        if self.policy.mute_input_during_tools:
+            muting_states.add("tool_loop")
+        _require(not self.muted or after in muting_states, "I2", f"input left muted in {after}")
+        _require(
+            not self.turns_held or after in ("greeting", "listening"),
+            "I2",
+            f"user turns left held in {after}",
+        )
+
+    def _check_clean_end(self, effects: tuple[fx.Effect, ...]) -> None:
+        extra = [e for e in effects if not isinstance(e, fx.CLEANUP_EFFECTS)]
+        _require(not extra, "I5", f"non-cleanup effects on the way to ended: {extra}")
+        ends = sum(isinstance(e, fx.EndCall) for e in effects)
+        _require(ends == 1, "I5", f"{ends} EndCall effects on the way to ended")
+        _require(not self.timers, "I6", f"timers left running at the end: {sorted(self.timers)}")
+
+
+def _has(effects: tuple[fx.Effect, ...], *kinds: type[fx.Effect]) -> bool:
+    return any(isinstance(e, kinds) for e in effects)
+
+
+def _require(condition: bool, invariant: str, message: str) -> None:
+    if not condition:
+        raise InvariantViolation(invariant, message)

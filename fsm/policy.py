@@ -1,0 +1,176 @@
+"""The call policy: every turn-taking choice of a call, validated at construction.
+
+Option names follow what users already know from LiveKit (``allow_interruptions``,
+``max_tool_steps``) and from hosted voice platforms (``first_speaker``,
+``max_call_duration``, idle re-prompts). A bad value raises ``ValueError`` naming the
+field and what it accepts.
+
+>>> TurnPolicy(direction="outbound", greeting="Hi, this is Ada from Acme.").first_speaker
+'user'
+>>> TurnPolicy(direction="sideways")
+Traceback (most recent call last):
+...
+ValueError: direction must be one of ('inbound', 'outbound'), got 'sideways'
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import attrs
+
+Direction = Literal["inbound", "outbound"]
+Speaker = Literal["user", "agent"]
+AwaitUserTimeoutAction = Literal["greet", "hang_up"]
+GreetingLock = Literal["mute_input", "keep_listening"]
+GreetingOverlap = Literal["drop", "answer_whole"]
+InterruptedText = Literal["spoken", "drop", "keep"]
+AnsweringMachineAction = Literal["hang_up", "continue"]
+
+
+def _one_of(*allowed: str) -> Any:
+    def check(_instance: object, attribute: attrs.Attribute, value: object) -> None:
+        if value not in allowed:
+            raise ValueError(f"{attribute.name} must be one of {allowed}, got {value!r}")
+
+    return check
+
+
+def _seconds(*, optional: bool) -> Any:
+    def check(_instance: object, attribute: attrs.Attribute, value: object) -> None:
+        if value is None and optional:
+            return
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            allowed = "a number of seconds > 0" + (" or None" if optional else "")
+            raise ValueError(f"{attribute.name} must be {allowed}, got {value!r}")
+
+    return check
+
+
+def _count(minimum: int) -> Any:
+    def check(_instance: object, attribute: attrs.Attribute, value: object) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{attribute.name} must be an integer >= {minimum}, got {value!r}")
+
+    return check
+
+
+def _flag(_instance: object, attribute: attrs.Attribute, value: object) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{attribute.name} must be True or False, got {value!r}")
+
+
+def _optional_text(_instance: object, attribute: attrs.Attribute, value: object) -> None:
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise ValueError(f"{attribute.name} must be a non-empty string or None, got {value!r}")
+
+
+def _text(_instance: object, attribute: attrs.Attribute, value: object) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{attribute.name} must be a non-empty string, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class TurnPolicy:
+    """How a call takes turns. Every field is documented in the README's option table."""
+
+    direction: Direction = attrs.field(default="inbound", validator=_one_of("inbound", "outbound"))
+    """``outbound`` calls start ringing and wait for the callee to pick up."""
+
+    first_speaker: Speaker = attrs.field(validator=_one_of("user", "agent"))
+    """Who speaks first once the call is answered. Default: ``user`` for outbound calls
+    (wait for the callee's "Hello?"), ``agent`` for inbound ones."""
+
+    greeting: str | None = attrs.field(default=None, validator=_optional_text)
+    """Fixed greeting text, said locked."""
+
+    greeting_instructions: str | None = attrs.field(default=None, validator=_optional_text)
+    """Instructions for a generated greeting, instead of ``greeting``."""
+
+    await_user_timeout: float | None = attrs.field(default=8.0, validator=_seconds(optional=True))
+    """Seconds to wait for the callee's first words before ``on_await_user_timeout``."""
+
+    on_await_user_timeout: AwaitUserTimeoutAction = attrs.field(
+        default="greet", validator=_one_of("greet", "hang_up")
+    )
+    """Greet anyway, or hang up, when the callee stays silent."""
+
+    greeting_lock: GreetingLock = attrs.field(
+        default="keep_listening", validator=_one_of("mute_input", "keep_listening")
+    )
+    """``mute_input``: the caller is not heard during the greeting. ``keep_listening``: the
+    caller is heard, but nothing interrupts the greeting and no turn is committed in it."""
+
+    greeting_overlap: GreetingOverlap = attrs.field(
+        default="answer_whole", validator=_one_of("drop", "answer_whole")
+    )
+    """Speech overlapping the greeting: ``drop`` it, or answer it as one whole turn after
+    the greeting (never a tail fragment)."""
+
+    spill_over_window: float = attrs.field(default=0.5, validator=_seconds(optional=False))
+    """With ``greeting_lock="mute_input"`` and ``greeting_overlap="drop"``: speech heard
+    within this many seconds of unmuting is the tail of an overlap, and is dropped."""
+
+    interrupted_text: InterruptedText = attrs.field(
+        default="spoken", validator=_one_of("spoken", "drop", "keep")
+    )
+    """What an interrupted reply leaves in the chat context: the ``spoken`` prefix,
+    nothing (``drop``), or the full text (``keep``, LiveKit's behaviour without a
+    transcript synchronizer)."""
+
+    max_tool_steps: int = attrs.field(default=3, validator=_count(1))
+    """Exactly this many tool rounds per user turn (parallel calls in one step count
+    once); then one final reply without tools."""
+
+    tool_cap_fallback: str = attrs.field(
+        default="Sorry, I couldn't finish that. Could you ask me again?", validator=_text
+    )
+    """Said when the model still calls tools in the final reply."""
+
+    mute_input_during_tools: bool = attrs.field(default=False, validator=_flag)
+    """Mute the caller while tools run (no barge-in into a tool step)."""
+
+    idle_timeout: float | None = attrs.field(default=None, validator=_seconds(optional=True))
+    """Seconds of silence while listening before a re-prompt; None disables."""
+
+    idle_max_reprompts: int = attrs.field(default=2, validator=_count(0))
+    """Re-prompts before hanging up on a silent caller."""
+
+    idle_message: str = attrs.field(default="Are you still there?", validator=_text)
+    """The re-prompt text."""
+
+    max_call_duration: float | None = attrs.field(default=None, validator=_seconds(optional=True))
+    """Hang up after this many seconds from the answer; None disables."""
+
+    on_answering_machine: AnsweringMachineAction = attrs.field(
+        default="hang_up", validator=_one_of("hang_up", "continue")
+    )
+    """What to do when answering-machine detection says a machine picked up."""
+
+    @first_speaker.default
+    def _first_speaker_for_direction(self) -> Speaker:
+        return "user" if self.direction == "outbound" else "agent"
+
+    def __attrs_post_init__(self) -> None:
+        if self.greeting is not None and self.greeting_instructions is not None:
+            raise ValueError("greeting and greeting_instructions are exclusive: set one")
+        needs_greeting = self.first_speaker == "agent" or self.direction == "outbound"
+        if needs_greeting and not self.has_greeting:
+            raise ValueError(
+                "greeting or greeting_instructions is required when the agent greets "
+                f"(direction={self.direction!r}, first_speaker={self.first_speaker!r})"
+            )
+
+    @property
+    def has_greeting(self) -> bool:
+        """Whether this call has a greeting to say."""
+        return self.greeting is not None or self.greeting_instructions is not None
+
+    @property
+    def mutes_greeting(self) -> bool:
+        """Whether the input is muted during the greeting."""
+        return self.greeting_lock == "mute_input"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The policy as plain JSON-able data (``TurnPolicy(**d)`` rebuilds it)."""
+        return attrs.asdict(self)

@@ -1,0 +1,357 @@
+"""The guards and actions that :class:`turnfsm.machine.TurnMachine` names.
+
+``TurnRules`` is attached to the machine as a listener. Guards read the policy, the
+call context and the incoming event (``ev``); actions update the context and append
+effects to the outbox, in the order the machine runs them (exit, on, enter). They
+never perform I/O.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from . import effects as fx
+from .context import TurnContext
+from .events import (
+    AgentSpeechCreated,
+    AgentSpeechEnded,
+    AnsweringMachineDetected,
+    AssistantMessageCommitted,
+    CallEnded,
+    Event,
+    SessionError,
+    TimerFired,
+    ToolStepFinished,
+    ToolStepStarted,
+    UserTurnCommitted,
+)
+from .policy import TurnPolicy
+
+RECENT_SPEECHES = 8
+"""How many interrupted speeches are remembered to avoid dropping their text twice."""
+
+
+@attrs.define
+class TurnRules:
+    """Guards and actions of the turn machine, over one call's policy and context."""
+
+    policy: TurnPolicy
+    context: TurnContext = attrs.field(factory=TurnContext)
+    outbox: list[fx.Effect] = attrs.field(factory=list)
+
+    def emit(self, effect: fx.Effect) -> None:
+        self.outbox.append(effect)
+
+    # -- guards -------------------------------------------------------------------------
+
+    def not_started(self) -> bool:
+        return not self.context.started
+
+    def agent_speaks_first(self) -> bool:
+        return self.policy.first_speaker == "agent"
+
+    def in_spill_over_window(self, ev: Event) -> bool:
+        until = self.context.spill_over_until
+        return until is not None and ev.at <= until
+
+    def discarding_overlap(self) -> bool:
+        return self.context.discarding_overlap
+
+    def drops_overlap(self) -> bool:
+        return self.policy.greeting_overlap == "drop"
+
+    def greeting_speech_pending(self) -> bool:
+        return self.context.greeting_speech_id is None
+
+    def is_greeting_speech(self, ev: AgentSpeechEnded) -> bool:
+        return ev.speech_id == self.context.greeting_speech_id
+
+    def is_last_active_speech(self, ev: AgentSpeechEnded) -> bool:
+        return set(self.context.active_speeches) <= {ev.speech_id}
+
+    def needs_drop(self, ev: AssistantMessageCommitted) -> bool:
+        return (
+            ev.interrupted
+            and self.policy.interrupted_text != "keep"
+            and ev.speech_id not in self.context.dropped_speeches
+        )
+
+    def tool_loop_must_stop(self) -> bool:
+        ctx = self.context
+        return ctx.tool_loop_stopped or ctx.capped or ctx.tool_rounds >= self.policy.max_tool_steps
+
+    def timer_is_running(self, ev: TimerFired) -> bool:
+        return ev.timer in self.context.timers
+
+    def is_max_duration_timer(self, ev: TimerFired) -> bool:
+        return ev.timer == "max_duration"
+
+    def is_await_timer(self, ev: TimerFired) -> bool:
+        return ev.timer == "await_user"
+
+    def is_idle_timer(self, ev: TimerFired) -> bool:
+        return ev.timer == "idle"
+
+    def greets_silent_callee(self) -> bool:
+        return self.policy.on_await_user_timeout == "greet"
+
+    def can_reprompt(self) -> bool:
+        return self.context.reprompts < self.policy.idle_max_reprompts
+
+    def machine_answered(self, ev: AnsweringMachineDetected) -> bool:
+        return ev.result == "machine"
+
+    def hangs_up_on_machine(self) -> bool:
+        return self.policy.on_answering_machine == "hang_up"
+
+    def error_is_recoverable(self, ev: SessionError) -> bool:
+        return ev.recoverable
+
+    # -- timers -------------------------------------------------------------------------
+
+    def _start_timer(self, timer: fx.TimerName, seconds: float | None) -> None:
+        if seconds is None:
+            return
+        self._cancel_timer(timer)
+        self.context.timers = self.context.timers | {timer}
+        self.emit(fx.StartTimer(timer=timer, seconds=seconds))
+
+    def _cancel_timer(self, timer: fx.TimerName) -> None:
+        if timer in self.context.timers:
+            self.context.timers = self.context.timers - {timer}
+            self.emit(fx.CancelTimer(timer=timer))
+
+    def start_await_timer(self) -> None:
+        if self.context.started:
+            self._start_timer("await_user", self.policy.await_user_timeout)
+
+    def cancel_await_timer(self) -> None:
+        self._cancel_timer("await_user")
+
+    def start_idle_timer(self) -> None:
+        if self.context.started and not self.context.user_speaking:
+            self._start_timer("idle", self.policy.idle_timeout)
+
+    def cancel_idle_timer(self) -> None:
+        self._cancel_timer("idle")
+
+    def note_timer_fired(self, ev: TimerFired) -> None:
+        self.context.timers = self.context.timers - {ev.timer}
+
+    # -- call lifecycle -----------------------------------------------------------------
+
+    def begin_call(self) -> None:
+        self.context.started = True
+        self._start_timer("max_duration", self.policy.max_call_duration)
+
+    def note_end_reason(self, ev: CallEnded) -> None:
+        self.context.end_reason = ev.reason
+
+    def note_max_duration(self) -> None:
+        self.context.end_reason = "max_duration"
+
+    def note_no_answer(self) -> None:
+        self.context.end_reason = "no_answer"
+
+    def note_idle_hang_up(self) -> None:
+        self.context.end_reason = "idle"
+
+    def note_answering_machine(self) -> None:
+        self.context.end_reason = "answering_machine"
+
+    def note_session_error(self) -> None:
+        self.context.end_reason = "error"
+
+    def clean_up_call(self) -> None:
+        ctx = self.context
+        for timer in sorted(ctx.timers):
+            self._cancel_timer(timer)
+        self._unmute(replay_held_audio=False)
+        self._resume_user_turns(commit_pending=False)
+        self.emit(fx.EndCall(reason=ctx.end_reason or "hangup"))
+
+    # -- the greeting -------------------------------------------------------------------
+
+    def note_first_words(self, ev: UserTurnCommitted) -> None:
+        self.context.first_words_item = ev.item_id
+        self.context.greeting_reply_to = ev.item_id
+
+    def begin_greeting(self) -> None:
+        ctx, policy = self.context, self.policy
+        if not ctx.started:
+            return
+        if policy.mutes_greeting:
+            self._mute(hold_audio=policy.greeting_overlap == "answer_whole")
+        else:
+            self._hold_user_turns()
+        self.emit(
+            fx.StartGreeting(
+                text=policy.greeting,
+                instructions=policy.greeting_instructions,
+                in_reply_to=ctx.greeting_reply_to,
+            )
+        )
+
+    def lock_greeting(self, ev: AgentSpeechCreated) -> None:
+        self.context.greeting_speech_id = ev.speech_id
+        self._add_active_speech(ev.speech_id)
+        self.emit(fx.LockSpeech(speech_id=ev.speech_id))
+
+    def note_overlap(self) -> None:
+        self.context.overlapped_greeting = True
+
+    def release_greeting_lock(self, ev: Event, target: object) -> None:
+        """Leave the greeting: unlock the input and settle speech that overlapped it."""
+        ctx, policy = self.context, self.policy
+        if getattr(target, "id", None) == "ended":
+            return  # clean_up_call releases everything without replaying or committing
+        answer_whole = policy.greeting_overlap == "answer_whole"
+        if policy.mutes_greeting:
+            self._unmute(replay_held_audio=answer_whole)
+            if not answer_whole:
+                ctx.spill_over_until = ev.at + policy.spill_over_window
+        elif answer_whole:
+            overlap_done = ctx.overlapped_greeting and not ctx.user_speaking
+            self._resume_user_turns(commit_pending=overlap_done)
+        elif ctx.user_speaking:
+            ctx.discarding_overlap = True
+        else:
+            self.emit(fx.ClearUserTurn())
+            self._resume_user_turns(commit_pending=False)
+        ctx.overlapped_greeting = False
+
+    def hold_spill_over(self) -> None:
+        self.context.spill_over_until = None
+        self.context.discarding_overlap = True
+        self._hold_user_turns()
+
+    def discard_overlap(self) -> None:
+        self.context.discarding_overlap = False
+        self.emit(fx.ClearUserTurn())
+        self._resume_user_turns(commit_pending=False)
+
+    # -- input --------------------------------------------------------------------------
+
+    def _mute(self, *, hold_audio: bool) -> None:
+        if not self.context.input_muted:
+            self.context.input_muted = True
+            self.context.user_speaking = False
+            self.emit(fx.MuteInput(hold_audio=hold_audio))
+
+    def _unmute(self, *, replay_held_audio: bool) -> None:
+        if self.context.input_muted:
+            self.context.input_muted = False
+            self.emit(fx.UnmuteInput(replay_held_audio=replay_held_audio))
+
+    def _hold_user_turns(self) -> None:
+        if not self.context.turns_held:
+            self.context.turns_held = True
+            self.emit(fx.HoldUserTurns())
+
+    def _resume_user_turns(self, *, commit_pending: bool) -> None:
+        if self.context.turns_held:
+            self.context.turns_held = False
+            self.emit(fx.ResumeUserTurns(commit_pending=commit_pending))
+
+    def note_user_speaking(self) -> None:
+        self.context.user_speaking = True
+
+    def note_user_silent(self) -> None:
+        self.context.user_speaking = False
+
+    def note_user_turn(self) -> None:
+        ctx = self.context
+        ctx.spill_over_until = None
+        ctx.tool_rounds = 0
+        ctx.capped = False
+        ctx.tool_loop_stopped = False
+        ctx.final_reply_pending = False
+        ctx.reprompts = 0
+
+    def reject_user_turn(self, ev: UserTurnCommitted) -> None:
+        self.emit(fx.RejectUserTurn(item_id=ev.item_id))
+
+    # -- agent speech -------------------------------------------------------------------
+
+    def _add_active_speech(self, speech_id: str) -> None:
+        if speech_id not in self.context.active_speeches:
+            self.context.active_speeches = (*self.context.active_speeches, speech_id)
+
+    def stop_early_speech(self, ev: AgentSpeechCreated) -> None:
+        """Nobody is listening yet: the agent must not talk before the callee."""
+        self._add_active_speech(ev.speech_id)
+        self.emit(fx.Interrupt(force=True))
+
+    def note_speech(self, ev: AgentSpeechCreated) -> None:
+        ctx = self.context
+        self._add_active_speech(ev.speech_id)
+        if ctx.final_reply_pending:
+            ctx.final_reply_pending = False
+            ctx.final_speech_id = ev.speech_id
+
+    def note_speech_end(self, ev: AgentSpeechEnded) -> None:
+        ctx = self.context
+        ctx.active_speeches = tuple(s for s in ctx.active_speeches if s != ev.speech_id)
+        if ev.interrupted and self.policy.interrupted_text != "keep":
+            self._drop_unspoken(ev.speech_id, ev.played_seconds, ev.played_text)
+        if ev.speech_id == ctx.final_speech_id:
+            ctx.final_speech_id = None
+            if not ev.interrupted and ev.played_seconds == 0:
+                self.emit(fx.Say(text=self.policy.tool_cap_fallback, reason="tool_fallback"))
+
+    def drop_unspoken_text(self, ev: AssistantMessageCommitted) -> None:
+        self._drop_unspoken(ev.speech_id, 0.0, None)
+
+    def _drop_unspoken(
+        self, speech_id: str, played_seconds: float, played_text: str | None
+    ) -> None:
+        ctx = self.context
+        if speech_id in ctx.dropped_speeches:
+            return
+        ctx.dropped_speeches = (*ctx.dropped_speeches, speech_id)[-RECENT_SPEECHES:]
+        self.emit(
+            fx.DropUnspokenText(
+                speech_id=speech_id,
+                keep="nothing" if self.policy.interrupted_text == "drop" else "spoken",
+                played_seconds=played_seconds,
+                played_text=played_text,
+            )
+        )
+
+    def reprompt(self) -> None:
+        self.context.reprompts += 1
+        self.emit(fx.Say(text=self.policy.idle_message, reason="reprompt"))
+
+    # -- tools --------------------------------------------------------------------------
+
+    def count_tool_round(self, ev: ToolStepStarted) -> None:
+        """Count one round, however many parallel calls; a round past the cap is refused."""
+        ctx = self.context
+        self._add_active_speech(ev.speech_id)
+        if ctx.capped or ctx.tool_rounds >= self.policy.max_tool_steps:
+            self.emit(fx.CancelToolReply(speech_id=ev.speech_id))
+            return
+        ctx.tool_rounds += 1
+
+    def stop_tool_loop(self) -> None:
+        """A barge-in during a tool step: no further round, the tool output is not spoken."""
+        if not self.context.tool_loop_stopped:
+            self.context.tool_loop_stopped = True
+            self.emit(fx.Interrupt(force=False))
+
+    def stop_after_tool_step(self, ev: ToolStepFinished) -> None:
+        ctx = self.context
+        self.emit(fx.CancelToolReply(speech_id=ev.speech_id))
+        if not ctx.tool_loop_stopped and not ctx.capped:
+            ctx.capped = True
+            ctx.final_reply_pending = True
+            self.emit(fx.FinalReplyWithoutTools(fallback_text=self.policy.tool_cap_fallback))
+        ctx.tool_loop_stopped = False
+
+    def mute_for_tools(self) -> None:
+        if self.policy.mute_input_during_tools:
+            self._mute(hold_audio=False)
+
+    def unmute_after_tools(self) -> None:
+        if self.policy.mute_input_during_tools:
+            self._unmute(replay_held_audio=False)
