@@ -1,0 +1,293 @@
+"""A real LiveKit ``AgentSession`` wired to the simulated call components, without a room.
+
+:class:`SimulatedCall` builds the session with the bundled silero VAD, the scripted
+LLM/STT/TTS and the real-time audio IO, starts it, records every session event on the
+call's clock, and offers helpers to wait for conditions::
+
+    async with SimulatedCall(CallScript([UserLine(0.3, "question")])) as call:
+        await call.wait_for_event("conversation_item_added", timeout=8)
+        print(call.session.history.items)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from livekit.agents import Agent, AgentSession, vad
+from livekit.agents.voice.events import EventTypes
+from livekit.agents.voice.turn import TurnHandlingOptions
+from livekit.plugins import silero
+
+from .io import PacedAudioOutput, RecordingTextOutput, ScriptedAudioInput
+from .models import ScriptedLLM, ScriptedSTT, ScriptedTTS
+from .speech import CallScript, SpeechLedger, UserLine
+
+__all__ = ["DEFAULT_TURN_HANDLING", "RecordedEvent", "SimulatedCall", "load_silero_vad"]
+
+DEFAULT_TURN_HANDLING: TurnHandlingOptions = {
+    "turn_detection": "vad",
+    "interruption": {"mode": "vad"},
+    "preemptive_generation": {"enabled": False},
+}
+"""Turn handling of a simulated call: local VAD turns and barge-in, no preemptive replies."""
+
+RECORDED_EVENTS: tuple[EventTypes, ...] = (
+    "user_state_changed",
+    "agent_state_changed",
+    "user_input_transcribed",
+    "user_transcription_timeout",
+    "conversation_item_added",
+    "agent_false_interruption",
+    "overlapping_speech",
+    "function_tools_executed",
+    "speech_created",
+    "tool_execution_updated",
+    "error",
+    "close",
+)
+"""Session events that :class:`SimulatedCall` records."""
+
+
+@functools.cache
+def load_silero_vad() -> vad.VAD:
+    """The bundled silero VAD with default options, loaded once per process.
+
+    Loading takes a while; one instance can serve any number of sessions, in any loop.
+    """
+    return silero.VAD.load()
+
+
+@dataclass(frozen=True)
+class RecordedEvent:
+    """A session event, stamped with the call time at which it was emitted.
+
+    Attributes:
+        at: Seconds since the audio input started.
+        name: The event name (as passed to ``session.on``).
+        event: The event object.
+    """
+
+    at: float
+    name: str
+    event: Any
+
+
+def _merge_turn_handling(overrides: TurnHandlingOptions | None) -> TurnHandlingOptions:
+    merged: dict[str, Any] = dict(DEFAULT_TURN_HANDLING)
+    for key, value in (overrides or {}).items():
+        base = merged.get(key)
+        merged[key] = (
+            {**base, **value} if isinstance(base, dict) and isinstance(value, dict) else value
+        )
+    return merged  # type: ignore[return-value]
+
+
+class SimulatedCall:
+    """An outbound call to a simulated callee, driven by a real ``AgentSession``.
+
+    The session gets the silero VAD, the scripted models and the simulated IO (set before
+    ``session.start(agent)``; no room), ``aec_warmup_duration=None`` and
+    :data:`DEFAULT_TURN_HANDLING` updated with ``turn_handling``. Use it as an async
+    context manager, or call :meth:`start` and :meth:`aclose`.
+
+    Args:
+        script: What the callee says and when.
+        agent: The agent to run; a plain instructed :class:`Agent` by default.
+        llm: The LLM; a default :class:`ScriptedLLM` when omitted.
+        stt: The STT; by default a :class:`ScriptedSTT` on the call's ledger. When given,
+            its ledger becomes the call's ledger.
+        tts: The TTS; a default :class:`ScriptedTTS` when omitted.
+        final_lag: ``final_lag`` of the default STT, in seconds.
+        frame_duration: Audio input frame length (0.01 or 0.02 s).
+        turn_handling: Overrides of :data:`DEFAULT_TURN_HANDLING` (merged per key).
+        vad: The VAD; :func:`load_silero_vad` when omitted.
+        text_output: Also attach a :class:`RecordingTextOutput` as transcription sink.
+        session_options: Further ``AgentSession`` keyword arguments
+            (e.g. ``max_tool_steps``, ``user_away_timeout``). Unless given,
+            ``session_close_transcript_timeout`` is the STT's ``final_lag`` plus 0.3 s:
+            on close LiveKit waits that long for a last final transcript, which the
+            scripted STT only sends after speech.
+
+    Attributes:
+        session: The ``AgentSession`` (created by :meth:`start`).
+        agent: The running agent.
+        ledger: What the callee's audio input produced and delivered.
+        audio_input: The callee's microphone.
+        audio_output: The callee's loudspeaker, with its log of playback segments.
+        text_output: The transcription sink, if requested.
+        llm: The LLM.
+        stt: The STT.
+        tts: The TTS.
+        events: Every recorded session event, in order.
+    """
+
+    def __init__(
+        self,
+        script: CallScript | Iterable[UserLine] = (),
+        *,
+        agent: Agent | None = None,
+        llm: ScriptedLLM | None = None,
+        stt: ScriptedSTT | None = None,
+        tts: ScriptedTTS | None = None,
+        final_lag: float = 0.1,
+        frame_duration: float = 0.02,
+        turn_handling: TurnHandlingOptions | None = None,
+        vad: vad.VAD | None = None,
+        text_output: bool = False,
+        session_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.ledger: SpeechLedger = stt.ledger if stt is not None else SpeechLedger()
+        self.audio_input = ScriptedAudioInput(
+            script, ledger=self.ledger, frame_duration=frame_duration
+        )
+        self.audio_output = PacedAudioOutput()
+        self.text_output = RecordingTextOutput() if text_output else None
+        self.llm = llm if llm is not None else ScriptedLLM()
+        self.stt = stt if stt is not None else ScriptedSTT(self.ledger, final_lag=final_lag)
+        self.tts = tts if tts is not None else ScriptedTTS()
+        self.agent = agent if agent is not None else Agent(instructions="You are on a call.")
+        self.events: list[RecordedEvent] = []
+        self._vad = vad
+        self._turn_handling = _merge_turn_handling(turn_handling)
+        self._session_options = {
+            "session_close_transcript_timeout": self.stt.final_lag + 0.3,
+            **(session_options or {}),
+        }
+        self._session: AgentSession | None = None
+        self._started_at: float | None = None
+
+    @property
+    def session(self) -> AgentSession:
+        """The running ``AgentSession``.
+
+        Raises:
+            RuntimeError: Before :meth:`start`.
+        """
+        if self._session is None:
+            raise RuntimeError("the call has not been started")
+        return self._session
+
+    async def start(self) -> SimulatedCall:
+        """Build and start the session, and wait until the callee's audio is flowing."""
+        loop = asyncio.get_running_loop()
+        session: AgentSession = AgentSession(
+            llm=self.llm,
+            stt=self.stt,
+            tts=self.tts,
+            vad=self._vad if self._vad is not None else load_silero_vad(),
+            aec_warmup_duration=None,
+            turn_handling=self._turn_handling,
+            **self._session_options,
+        )
+        self._session = session
+        for name in RECORDED_EVENTS:
+            session.on(name, functools.partial(self._record, name))
+        session.input.audio = self.audio_input
+        session.output.audio = self.audio_output
+        if self.text_output is not None:
+            session.output.transcription = self.text_output
+        self._started_at = loop.time()
+        await session.start(self.agent, record=False)
+        await self.wait_until(lambda: self.audio_input.started_at is not None, timeout=5.0)
+        return self
+
+    async def aclose(self) -> None:
+        """Close the session and stop the simulated IO."""
+        if self._session is not None:
+            await self._session.aclose()
+        self.audio_input.close()
+        await self.audio_output.aclose()
+
+    async def __aenter__(self) -> SimulatedCall:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def now(self) -> float:
+        """Call time: seconds since the callee's audio input started (the script's clock)."""
+        loop = asyncio.get_running_loop()
+        origin = self.audio_input.started_at or self._started_at
+        return 0.0 if origin is None else loop.time() - origin
+
+    def events_named(self, name: str) -> list[RecordedEvent]:
+        """The recorded events called ``name``, in order."""
+        return [event for event in self.events if event.name == name]
+
+    async def wait_until(
+        self, condition: Callable[[], bool], *, timeout: float, poll_interval: float = 0.01
+    ) -> float:
+        """Wait until ``condition()`` holds.
+
+        Returns:
+            The call time at which it was seen to hold.
+
+        Raises:
+            TimeoutError: If it did not hold within ``timeout`` seconds.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not condition():
+            if loop.time() >= deadline:
+                raise TimeoutError(
+                    f"condition not met within {timeout} s (call time {self.now():.2f} s)"
+                )
+            await asyncio.sleep(poll_interval)
+        return self.now()
+
+    async def wait_for_event(
+        self,
+        name: str,
+        predicate: Callable[[Any], bool] | None = None,
+        *,
+        timeout: float,
+        after: float | None = None,
+    ) -> RecordedEvent:
+        """Wait for a session event (one already recorded counts too).
+
+        Args:
+            name: Event name, e.g. ``"agent_state_changed"``.
+            predicate: Condition on the event object.
+            timeout: Seconds to wait at most.
+            after: Only consider events at or after this call time.
+
+        Returns:
+            The first matching recorded event.
+
+        Raises:
+            TimeoutError: If no such event arrived in time.
+        """
+
+        def find() -> RecordedEvent | None:
+            for recorded in self.events:
+                if (
+                    recorded.name == name
+                    and (after is None or recorded.at >= after)
+                    and (predicate is None or predicate(recorded.event))
+                ):
+                    return recorded
+            return None
+
+        await self.wait_until(lambda: find() is not None, timeout=timeout)
+        found = find()
+        assert found is not None
+        return found
+
+    async def sleep_until(self, call_time: float) -> None:
+        """Sleep until the call clock reaches ``call_time`` seconds."""
+        delay = call_time - self.now()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    def _record(self, name: str, event: Any) -> None:
+        self.events.append(RecordedEvent(at=self.now(), name=name, event=event))
