@@ -43,9 +43,10 @@ class _PendingLine:
 class ScriptedAudioInput(AudioInput):
     """Microphone of the simulated callee: scripted recorded lines, in real time.
 
-    The input's clock starts when the session first asks for a frame. From then on it
-    yields one frame every ``frame_duration`` seconds of loop time, paced against the start
-    time (a late frame is followed by the next one at once, so lateness never accumulates).
+    The input's clock starts when the session first asks for a frame. From then on a
+    producer task makes one frame every ``frame_duration`` seconds of loop time, paced
+    against the start time (a late frame is followed by the next one at once, so lateness
+    never accumulates), and queues it for the session, as RoomIO's track reader does.
     Frames carry silence, or the recorded line that is due; a line that falls due while
     another is playing starts right after it.
 
@@ -80,6 +81,8 @@ class ScriptedAudioInput(AudioInput):
         self._attached = True
         self._closed = False
         self._started_at: float | None = None
+        self._queue: asyncio.Queue[rtc.AudioFrame | None] = asyncio.Queue()
+        self._producer: asyncio.Task[None] | None = None
         self._frames_produced = 0
         self._utterance: Utterance | None = None
         self._utterance_position = 0  # next sample of the current utterance
@@ -122,12 +125,15 @@ class ScriptedAudioInput(AudioInput):
             KeyError: If there is no such line.
         """
         line = get_line(name)
-        self._pending.insert(0, _PendingLine(self.elapsed(), line))
+        self._pending.append(_PendingLine(self.elapsed(), line))
         self._pending.sort(key=lambda pending: pending.at)
 
     def close(self) -> None:
-        """End the input: the session's next request for a frame ends its iteration."""
+        """Stop producing frames and end the session's iteration over the input."""
         self._closed = True
+        if self._producer is not None:
+            self._producer.cancel()
+        self._queue.put_nowait(None)
 
     def on_attached(self) -> None:
         """Deliver frames again (called by ``session.input.set_audio_enabled(True)``)."""
@@ -140,21 +146,27 @@ class ScriptedAudioInput(AudioInput):
         self._attached = False
 
     async def __anext__(self) -> rtc.AudioFrame:
+        if self._producer is None and not self._closed:
+            self._started_at = asyncio.get_running_loop().time()
+            self._producer = asyncio.create_task(self._produce(), name=self.label)
+        frame = await self._queue.get()
+        if frame is None:
+            self._queue.put_nowait(None)  # every later request ends too
+            raise StopAsyncIteration
+        return frame
+
+    async def _produce(self) -> None:
         loop = asyncio.get_running_loop()
-        if self._started_at is None:
-            self._started_at = loop.time()
-        while not self._closed:
+        assert self._started_at is not None
+        while True:
             # a frame is available once its audio has been "spoken", like a real microphone
             due = self._started_at + (self._frames_produced + 1) * self._frame_duration
             delay = due - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
-            if self._closed:
-                break
             frame = self._produce_frame(now=loop.time())
             if self._attached:
-                return frame
-        raise StopAsyncIteration
+                self._queue.put_nowait(frame)
 
     def _produce_frame(self, *, now: float) -> rtc.AudioFrame:
         call_time = self.elapsed()

@@ -40,12 +40,21 @@ def record_line(line: SpeechLine, destination: Path) -> float:
         spoken = Path(scratch) / "spoken.wav"
         trimmed = Path(scratch) / "trimmed.wav"
         subprocess.run(
-            ["espeak-ng", "-v", "en-us", "-s", str(line.espeak_speed), "-w", spoken, line.text],
+            [
+                "espeak-ng",
+                "-v",
+                "en-us",
+                "-s",
+                str(line.espeak_speed),
+                "-w",
+                str(spoken),
+                line.text,
+            ],
             check=True,
         )
         silence_trim = ["silence", "1", "0.02", "0.3%"]
         subprocess.run(
-            ["sox", spoken, "-r", str(SAMPLE_RATE), "-c", "1", "-b", "16", trimmed]
+            ["sox", str(spoken), "-r", str(SAMPLE_RATE), "-c", "1", "-b", "16", str(trimmed)]
             + silence_trim
             + ["reverse"]
             + silence_trim

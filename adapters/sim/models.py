@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from livekit import rtc
 from livekit.agents import llm, stt, tts, utils
+from livekit.agents.language import LanguageCode
 from livekit.agents.types import (
     DEFAULT_API_CONNECT_OPTIONS,
     NOT_GIVEN,
@@ -243,7 +244,7 @@ class _ScriptedLLMStream(llm.LLMStream):
         try:
             await asyncio.sleep(self._scripted_llm.time_to_first_token)
             # word by word, each word with the space before it, at the configured pace
-            words = reply.text.split(" ")
+            words = reply.text.split(" ") if reply.text else []
             for position, word in enumerate(words):
                 piece = word if position == 0 else f" {word}"
                 self._event_ch.send_nowait(
@@ -467,7 +468,9 @@ class _ScriptedRecognizeStream(stt.RecognizeStream):
         return stt.SpeechEvent(
             type=kind,
             alternatives=[
-                stt.SpeechData(language=self._scripted_stt.language, text=text, confidence=1.0)
+                stt.SpeechData(
+                    language=LanguageCode(self._scripted_stt.language), text=text, confidence=1.0
+                )
             ],
         )
 
