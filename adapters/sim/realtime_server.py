@@ -1,0 +1,1331 @@
+"""An OpenAI Realtime protocol test server for offline LiveKit Agents sessions.
+
+The real ``livekit.plugins.openai.realtime.RealtimeModel`` connects to it through
+``base_url``::
+
+    async with RealtimeTestServer(RealtimeScript(["Hello there."])) as server:
+        model = openai.realtime.RealtimeModel(api_key="dummy", base_url=server.base_url)
+
+The server speaks the GA event names that the installed plugin (livekit-agents 1.8.9)
+parses, e.g. ``response.output_audio.delta`` and ``conversation.item.added``. It cannot
+understand audio or text, so a `RealtimeScript` decides what each response says or which
+tools it calls, and supplies the transcript of each user utterance. What it does model:
+
+* server turn detection from the **energy** of the received PCM16 audio
+  (``speech_started``/``speech_stopped``/``committed``), honouring ``create_response`` and
+  ``interrupt_response`` of the session's ``turn_detection`` at the moment it decides;
+* responses streamed at real-time pace (``chunk_ms`` of tone every ``chunk_ms``, after an
+  initial burst of ``lead_ms``), so a response is still in flight while the client plays
+  it and can be cancelled mid-way;
+* the server-side conversation, including ``conversation.item.truncate`` and
+  ``conversation.item.delete``;
+* a record of every event received and sent, with ``time.monotonic()`` timestamps.
+
+Deliberate differences from the real service: the VAD ignores ``threshold`` and uses the
+server's ``vad_rms_threshold``; a truncated assistant item keeps the part of its transcript
+that was heard (the real service drops the transcript); input transcription is emitted
+right after the user item is committed; an automatic response for a turn that ends while
+another response is in flight starts once that response is done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import copy
+import json
+import math
+import re
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+from aiohttp import WSMsgType, web
+from typing_extensions import Self
+
+__all__ = [
+    "SAMPLE_RATE",
+    "RealtimeConnection",
+    "RealtimeScript",
+    "RealtimeTestServer",
+    "RecordedEvent",
+    "ResponsePolicy",
+    "ResponseRecord",
+    "ResponseRequest",
+    "ResponseTrigger",
+    "ScriptedResponse",
+    "SessionSnapshot",
+    "ToolCall",
+]
+
+SAMPLE_RATE = 24000
+"""Sample rate of the PCM16 mono audio in both directions, as the plugin configures it."""
+
+_VAD_WINDOW_SAMPLES = SAMPLE_RATE // 100  # 10 ms analysis windows
+_DEFAULT_SILENCE_MS = 500
+_DEFAULT_PREFIX_PADDING_MS = 300
+_SEMANTIC_EAGERNESS_SILENCE_MS = {"low": 1000, "medium": 500, "auto": 500, "high": 300}
+_WORD_PATTERN = re.compile(r"\s*\S+")
+
+ResponseTrigger = Literal["response.create", "turn_detected", "tool_output"]
+"""Why the server started a response: a client request, a user turn, or a tool result."""
+
+Direction = Literal["received", "sent"]
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:16]}"
+
+
+# --------------------------------------------------------------------------- scripting
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A function call the scripted model makes.
+
+    Attributes:
+        name: Name of the function tool.
+        arguments: Arguments as a mapping (serialised to JSON) or a raw JSON string.
+        call_id: Call id to use; a fresh ``call_...`` id when None.
+    """
+
+    name: str
+    arguments: Mapping[str, Any] | str = field(default_factory=dict)
+    call_id: str | None = None
+
+    def arguments_json(self) -> str:
+        """Returns the arguments as the JSON string sent on the wire."""
+        if isinstance(self.arguments, str):
+            return self.arguments
+        return json.dumps(dict(self.arguments))
+
+
+@dataclass(frozen=True)
+class ScriptedResponse:
+    """What one response contains: spoken text, then function calls, in that order.
+
+    Attributes:
+        text: Text to speak; no message item is produced when empty.
+        tool_calls: Function calls emitted after the message item.
+    """
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+
+
+@dataclass(frozen=True)
+class ResponseRequest:
+    """What the scripted model sees when the server starts a response.
+
+    Attributes:
+        trigger: Why the response starts.
+        instructions: Effective instructions (per-response override, else the session's).
+        tool_choice: Effective tool choice, e.g. ``"auto"``, ``"none"`` or
+            ``{"type": "function", "name": ...}``.
+        tool_names: Names of the effective function tools.
+        conversation: Snapshot of the server-side conversation items.
+        params: The ``response`` object of ``response.create``; empty for server-initiated
+            responses.
+    """
+
+    trigger: ResponseTrigger
+    instructions: str | None
+    tool_choice: str | dict[str, Any]
+    tool_names: tuple[str, ...]
+    conversation: tuple[dict[str, Any], ...]
+    params: Mapping[str, Any]
+
+
+ResponsePolicy = Callable[[ResponseRequest], "ScriptedResponse | str"]
+"""Decides a response from its request; a ``str`` is shorthand for spoken text."""
+
+
+class RealtimeScript:
+    """Decides what the simulated model does, one response at a time.
+
+    Each response is decided in this order: ``always_call_tool`` (unless the effective
+    ``tool_choice`` is ``"none"`` or the tool is not declared), then the next queued
+    response, then ``policy``, then ``default_text``.
+
+    Args:
+        responses: Queued responses, consumed in order; a ``str`` is spoken text.
+        policy: Called when the queue is empty.
+        user_transcripts: Transcripts of the user's committed utterances, in order.
+        always_call_tool: Name of a tool that every response calls (loop tests).
+        tool_arguments: Arguments for ``always_call_tool``.
+        auto_tool_reply: If True, the server itself starts a response once every function
+            call in the conversation has an output, like models that reply to tool
+            results server-side.
+        default_text: Spoken when nothing else decides.
+    """
+
+    def __init__(
+        self,
+        responses: Iterable[ScriptedResponse | str] = (),
+        *,
+        policy: ResponsePolicy | None = None,
+        user_transcripts: Iterable[str] = (),
+        always_call_tool: str | None = None,
+        tool_arguments: Mapping[str, Any] | None = None,
+        auto_tool_reply: bool = False,
+        default_text: str = "Okay.",
+    ) -> None:
+        self._responses: deque[ScriptedResponse] = deque(
+            self._coerce(response) for response in responses
+        )
+        self._user_transcripts: deque[str] = deque(user_transcripts)
+        self._utterance_count = 0
+        self.policy = policy
+        self.always_call_tool = always_call_tool
+        self.tool_arguments: Mapping[str, Any] = dict(tool_arguments or {})
+        self.auto_tool_reply = auto_tool_reply
+        self.default_text = default_text
+        self.requests: list[ResponseRequest] = []
+        """Every request decided so far, in order."""
+
+    @staticmethod
+    def _coerce(response: ScriptedResponse | str) -> ScriptedResponse:
+        return ScriptedResponse(text=response) if isinstance(response, str) else response
+
+    def push_response(self, response: ScriptedResponse | str) -> None:
+        """Queues a response after the ones already queued."""
+        self._responses.append(self._coerce(response))
+
+    def push_user_transcript(self, transcript: str) -> None:
+        """Queues the transcript of a future user utterance."""
+        self._user_transcripts.append(transcript)
+
+    def next_response(self, request: ResponseRequest) -> ScriptedResponse:
+        """Decides the content of a response and records its request.
+
+        Args:
+            request: What the model is asked for.
+
+        Returns:
+            The scripted content of the response.
+        """
+        self.requests.append(request)
+        if (
+            self.always_call_tool is not None
+            and request.tool_choice != "none"
+            and self.always_call_tool in request.tool_names
+        ):
+            return ScriptedResponse(
+                tool_calls=(ToolCall(self.always_call_tool, self.tool_arguments),)
+            )
+        if self._responses:
+            return self._responses.popleft()
+        if self.policy is not None:
+            return self._coerce(self.policy(request))
+        return ScriptedResponse(text=self.default_text)
+
+    def next_user_transcript(self) -> str:
+        """Returns the transcript of the next committed utterance.
+
+        Returns:
+            The next scripted transcript, or ``"user utterance <n>"`` once they run out.
+        """
+        self._utterance_count += 1
+        if self._user_transcripts:
+            return self._user_transcripts.popleft()
+        return f"user utterance {self._utterance_count}"
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class RecordedEvent:
+    """One event on the wire.
+
+    Attributes:
+        direction: ``"received"`` from the client or ``"sent"`` by the server.
+        type: The event's ``type``.
+        payload: The full event as JSON-decoded data.
+        timestamp: ``time.monotonic()`` when it was received or queued for sending.
+        connection: Index of the websocket connection in `RealtimeTestServer.connections`.
+    """
+
+    direction: Direction
+    type: str
+    payload: dict[str, Any]
+    timestamp: float
+    connection: int
+
+
+@dataclass(frozen=True)
+class SessionSnapshot:
+    """The full session configuration after a ``session.update`` (or at connect).
+
+    Attributes:
+        timestamp: ``time.monotonic()`` when the configuration took effect.
+        session: The merged session configuration.
+    """
+
+    timestamp: float
+    session: dict[str, Any]
+
+
+@dataclass
+class ResponseRecord:
+    """Progress and outcome of one response.
+
+    Attributes:
+        id: Response id (``resp_...``).
+        trigger: Why the response started.
+        request: What the script was asked.
+        reply: What the script decided.
+        created_at: ``time.monotonic()`` of ``response.created``.
+        status: ``in_progress``, ``completed`` or ``cancelled``.
+        status_reason: ``turn_detected`` or ``client_cancelled`` for cancelled responses.
+        message_item_id: Id of the spoken message item, if any.
+        transcript_sent: Transcript streamed before the response ended.
+        audio_ms_sent: Audio streamed before the response ended, in milliseconds.
+        done_at: ``time.monotonic()`` of ``response.done``.
+    """
+
+    id: str
+    trigger: ResponseTrigger
+    request: ResponseRequest
+    reply: ScriptedResponse
+    created_at: float
+    status: Literal["in_progress", "completed", "cancelled"] = "in_progress"
+    status_reason: str | None = None
+    message_item_id: str | None = None
+    transcript_sent: str = ""
+    audio_ms_sent: int = 0
+    done_at: float | None = None
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _default_session(model: str) -> dict[str, Any]:
+    pcm = {"type": "audio/pcm", "rate": SAMPLE_RATE}
+    return {
+        "type": "realtime",
+        "object": "realtime.session",
+        "id": _new_id("sess_"),
+        "model": model,
+        "output_modalities": ["audio"],
+        "instructions": "",
+        "tools": [],
+        "tool_choice": "auto",
+        "max_output_tokens": "inf",
+        "audio": {
+            "input": {
+                "format": pcm,
+                "transcription": None,
+                "noise_reduction": None,
+                "turn_detection": {
+                    "type": "server_vad",
+                    "threshold": 0.5,
+                    "prefix_padding_ms": _DEFAULT_PREFIX_PADDING_MS,
+                    "silence_duration_ms": _DEFAULT_SILENCE_MS,
+                    "create_response": True,
+                    "interrupt_response": True,
+                },
+            },
+            "output": {"format": pcm, "voice": "marin", "speed": 1.0},
+        },
+    }
+
+
+_MERGED_SESSION_KEYS = {(): {"audio"}, ("audio",): {"input", "output"}}
+
+
+def _merge_session(
+    session: dict[str, Any], update: Mapping[str, Any], path: tuple[str, ...] = ()
+) -> None:
+    """Applies a partial session update in place.
+
+    Only the ``audio``, ``audio.input`` and ``audio.output`` containers are merged key by
+    key; every other value (``turn_detection``, ``tools``, ``tool_choice``, ...) is
+    replaced as a whole, and an explicit ``null`` clears it.
+    """
+    for key, value in update.items():
+        current = session.get(key)
+        if (
+            key in _MERGED_SESSION_KEYS.get(path, ())
+            and isinstance(current, dict)
+            and isinstance(value, dict)
+        ):
+            _merge_session(current, value, (*path, key))
+        else:
+            session[key] = copy.deepcopy(value)
+
+
+def _tool_names(tools: Sequence[Mapping[str, Any]] | None) -> tuple[str, ...]:
+    return tuple(str(tool["name"]) for tool in tools or () if tool.get("name"))
+
+
+def _word_offsets(text: str) -> list[tuple[int, str]]:
+    """Splits text into words with their leading whitespace and start offsets."""
+    return [(match.start(), match.group()) for match in _WORD_PATTERN.finditer(text)]
+
+
+class _ToneGenerator:
+    """A continuous sine tone, cut into PCM16 chunks."""
+
+    def __init__(self, frequency_hz: float, amplitude: float) -> None:
+        self._frequency_hz = frequency_hz
+        self._amplitude = amplitude
+        self._sample_index = 0
+
+    def next_chunk(self, num_samples: int) -> bytes:
+        indices = np.arange(self._sample_index, self._sample_index + num_samples)
+        self._sample_index += num_samples
+        wave = self._amplitude * np.sin(2 * np.pi * self._frequency_hz * indices / SAMPLE_RATE)
+        return (wave * 32767).astype("<i2").tobytes()
+
+
+@dataclass
+class _VadState:
+    """Energy VAD state of one connection's input audio buffer."""
+
+    speaking: bool = False
+    silence_ms: int = 0
+    item_id: str | None = None
+    pending_samples: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int16))
+
+
+@dataclass
+class _ActiveResponse:
+    record: ResponseRecord
+    output_items: list[dict[str, Any]] = field(default_factory=list)
+    message_item: dict[str, Any] | None = None
+    message_open: bool = False
+    task: asyncio.Task[None] | None = None
+
+
+# --------------------------------------------------------------------------- connection
+
+
+class RealtimeConnection:
+    """Server-side state of one websocket connection (one realtime session).
+
+    Attributes:
+        index: Position in `RealtimeTestServer.connections`.
+        path: Request path, e.g. ``/v1/realtime``.
+        query: Query parameters, e.g. ``{"model": "gpt-realtime"}``.
+        authorization: The ``Authorization`` header sent by the client.
+        session: The current merged session configuration.
+        session_history: The configuration after every change, oldest first.
+        conversation: Server-side conversation items in order, as wire dicts.
+        item_audio_ms: Audio length of items that carry audio, by item id.
+        responses: Every response of this connection, oldest first.
+        input_audio_ms: Total input audio appended so far, in milliseconds.
+    """
+
+    def __init__(
+        self,
+        server: RealtimeTestServer,
+        index: int,
+        request: web.Request,
+        ws: web.WebSocketResponse,
+    ) -> None:
+        self._server = server
+        self._ws = ws
+        self._outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self._vad = _VadState()
+        self._input_samples = 0
+        self._buffer_samples = 0
+        self._active: _ActiveResponse | None = None
+        self._turn_response_pending = False
+        self._tool_reply_pending = False
+        self._handlers: dict[str, Callable[[dict[str, Any]], None]] = {
+            "session.update": self._on_session_update,
+            "input_audio_buffer.append": self._on_audio_append,
+            "input_audio_buffer.commit": self._on_audio_commit,
+            "input_audio_buffer.clear": self._on_audio_clear,
+            "conversation.item.create": self._on_item_create,
+            "conversation.item.truncate": self._on_item_truncate,
+            "conversation.item.delete": self._on_item_delete,
+            "response.create": self._on_response_create,
+            "response.cancel": self._on_response_cancel,
+        }
+        self.index = index
+        self.path = request.path
+        self.query = dict(request.query)
+        self.authorization = request.headers.get("Authorization", "")
+        self.session = _default_session(self.query.get("model", "gpt-realtime"))
+        self.session_history = [SessionSnapshot(time.monotonic(), copy.deepcopy(self.session))]
+        self.conversation: list[dict[str, Any]] = []
+        self.item_audio_ms: dict[str, int] = {}
+        self.responses: list[ResponseRecord] = []
+
+    # ----------------------------------------------------------------- public views
+
+    @property
+    def input_audio_ms(self) -> int:
+        return self._input_samples * 1000 // SAMPLE_RATE
+
+    @property
+    def turn_detection(self) -> dict[str, Any] | None:
+        """The ``audio.input.turn_detection`` currently in force (None when off)."""
+        turn_detection: dict[str, Any] | None = self.session["audio"]["input"].get(
+            "turn_detection"
+        )
+        return turn_detection
+
+    @property
+    def active_response(self) -> ResponseRecord | None:
+        """The response being generated, if any."""
+        return self._active.record if self._active else None
+
+    def item(self, item_id: str) -> dict[str, Any] | None:
+        """Returns the conversation item with this id, or None."""
+        return next((item for item in self.conversation if item.get("id") == item_id), None)
+
+    # ----------------------------------------------------------------- lifecycle
+
+    async def serve(self) -> None:
+        """Runs the connection until the client or the server closes it."""
+        writer = asyncio.create_task(self._write_loop(), name="realtime-test-server-writer")
+        self._send({"type": "session.created", "session": copy.deepcopy(self.session)})
+        try:
+            async for message in self._ws:
+                if message.type != WSMsgType.TEXT:
+                    continue
+                event = json.loads(message.data)
+                self._server._record("received", event, self.index)
+                self._dispatch(event)
+        finally:
+            self._stop_response()
+            self._outbox.put_nowait(None)
+            await writer
+
+    async def _write_loop(self) -> None:
+        while (event := await self._outbox.get()) is not None:
+            if self._ws.closed:
+                continue
+            with contextlib.suppress(ConnectionError):
+                await self._ws.send_str(json.dumps(event))
+
+    def _send(self, event: dict[str, Any]) -> None:
+        event.setdefault("event_id", _new_id("event_"))
+        self._server._record("sent", event, self.index)
+        self._outbox.put_nowait(event)
+
+    def _send_error(self, code: str, message: str, client_event: Mapping[str, Any]) -> None:
+        self._send(
+            {
+                "type": "error",
+                "error": {
+                    "type": "invalid_request_error",
+                    "code": code,
+                    "message": message,
+                    "param": None,
+                    "event_id": client_event.get("event_id"),
+                },
+            }
+        )
+
+    def _stop_response(self) -> None:
+        if self._active is not None and self._active.task is not None:
+            self._active.task.cancel()
+        self._active = None
+
+    # ----------------------------------------------------------------- dispatch
+
+    def _dispatch(self, event: dict[str, Any]) -> None:
+        handler = self._handlers.get(event.get("type", ""))
+        if handler is None:
+            self._send_error(
+                "unknown_event", f"Unsupported client event: {event.get('type')!r}", event
+            )
+            return
+        handler(event)
+
+    def _on_session_update(self, event: dict[str, Any]) -> None:
+        had_turn_detection = self.turn_detection is not None
+        _merge_session(self.session, event.get("session", {}))
+        if had_turn_detection and self.turn_detection is None:
+            self._vad = _VadState()
+        self.session_history.append(SessionSnapshot(time.monotonic(), copy.deepcopy(self.session)))
+        self._send({"type": "session.updated", "session": copy.deepcopy(self.session)})
+
+    # ----------------------------------------------------------------- input audio
+
+    def _on_audio_append(self, event: dict[str, Any]) -> None:
+        samples = np.frombuffer(base64.b64decode(event.get("audio", "")), dtype="<i2")
+        self._input_samples += len(samples)
+        self._buffer_samples += len(samples)
+        if self.turn_detection is None:
+            return
+        pending = np.concatenate([self._vad.pending_samples, samples])
+        end_sample = self._input_samples - len(pending)
+        while len(pending) >= _VAD_WINDOW_SAMPLES:
+            window, pending = pending[:_VAD_WINDOW_SAMPLES], pending[_VAD_WINDOW_SAMPLES:]
+            end_sample += _VAD_WINDOW_SAMPLES
+            rms = float(np.sqrt(np.mean((window.astype(np.float64) / 32768.0) ** 2)))
+            self._vad_window(rms >= self._server.vad_rms_threshold, end_sample)
+        self._vad.pending_samples = pending
+
+    def _vad_window(self, voiced: bool, end_sample: int) -> None:
+        turn_detection = self.turn_detection
+        assert turn_detection is not None
+        end_ms = end_sample * 1000 // SAMPLE_RATE
+        window_ms = _VAD_WINDOW_SAMPLES * 1000 // SAMPLE_RATE
+        if not self._vad.speaking:
+            if voiced:
+                self._speech_started(turn_detection, start_ms=end_ms - window_ms)
+            return
+        self._vad.silence_ms = 0 if voiced else self._vad.silence_ms + window_ms
+        if self._vad.silence_ms >= self._silence_duration_ms(turn_detection):
+            self._speech_stopped(turn_detection, end_ms=end_ms)
+
+    @staticmethod
+    def _silence_duration_ms(turn_detection: Mapping[str, Any]) -> int:
+        if turn_detection.get("type") == "semantic_vad":
+            eagerness = turn_detection.get("eagerness") or "auto"
+            return _SEMANTIC_EAGERNESS_SILENCE_MS.get(eagerness, _DEFAULT_SILENCE_MS)
+        silence_ms: int = turn_detection.get("silence_duration_ms") or _DEFAULT_SILENCE_MS
+        return silence_ms
+
+    def _speech_started(self, turn_detection: Mapping[str, Any], *, start_ms: int) -> None:
+        padding_ms = turn_detection.get("prefix_padding_ms") or _DEFAULT_PREFIX_PADDING_MS
+        self._vad.speaking = True
+        self._vad.silence_ms = 0
+        self._vad.item_id = _new_id("item_")
+        self._send(
+            {
+                "type": "input_audio_buffer.speech_started",
+                "audio_start_ms": max(0, start_ms - padding_ms),
+                "item_id": self._vad.item_id,
+            }
+        )
+        if self._active is not None and turn_detection.get("interrupt_response", True):
+            self._cancel_response("turn_detected")
+
+    def _speech_stopped(self, turn_detection: Mapping[str, Any], *, end_ms: int) -> None:
+        item_id = self._vad.item_id
+        assert item_id is not None
+        self._vad.speaking = False
+        self._vad.item_id = None
+        self._send(
+            {
+                "type": "input_audio_buffer.speech_stopped",
+                "audio_end_ms": end_ms,
+                "item_id": item_id,
+            }
+        )
+        self._commit_user_audio(item_id)
+        if turn_detection.get("create_response", True):
+            self._turn_response_pending = True
+            self._start_pending_response()
+
+    def _on_audio_commit(self, event: dict[str, Any]) -> None:
+        if self._buffer_samples * 1000 // SAMPLE_RATE < 100:
+            self._send_error(
+                "input_audio_buffer_commit_empty",
+                "Error committing input audio buffer: buffer too small. Expected at least "
+                f"100ms of audio, but buffer only has {self._buffer_samples * 1000 // SAMPLE_RATE}"
+                "ms of audio.",
+                event,
+            )
+            return
+        item_id = self._vad.item_id or _new_id("item_")
+        self._vad = _VadState()
+        self._commit_user_audio(item_id)
+
+    def _on_audio_clear(self, event: dict[str, Any]) -> None:
+        self._buffer_samples = 0
+        self._vad = _VadState()
+        self._send({"type": "input_audio_buffer.cleared"})
+
+    def _commit_user_audio(self, item_id: str) -> None:
+        previous_item_id = self.conversation[-1]["id"] if self.conversation else None
+        self._send(
+            {
+                "type": "input_audio_buffer.committed",
+                "previous_item_id": previous_item_id,
+                "item_id": item_id,
+            }
+        )
+        item: dict[str, Any] = {
+            "id": item_id,
+            "object": "realtime.item",
+            "type": "message",
+            "status": "completed",
+            "role": "user",
+            "content": [{"type": "input_audio", "transcript": None}],
+        }
+        self.item_audio_ms[item_id] = self._buffer_samples * 1000 // SAMPLE_RATE
+        self._buffer_samples = 0
+        self._append_item(item)
+        if self.session["audio"]["input"].get("transcription") is not None:
+            transcript = self._server.script.next_user_transcript()
+            item["content"][0]["transcript"] = transcript
+            self._send(
+                {
+                    "type": "conversation.item.input_audio_transcription.completed",
+                    "item_id": item_id,
+                    "content_index": 0,
+                    "transcript": transcript,
+                    "usage": {"type": "duration", "seconds": self.item_audio_ms[item_id] / 1000},
+                }
+            )
+
+    # ----------------------------------------------------------------- conversation
+
+    def _append_item(self, item: dict[str, Any]) -> None:
+        previous_item_id = self.conversation[-1]["id"] if self.conversation else None
+        self.conversation.append(item)
+        self._send_item_added(item, previous_item_id)
+
+    def _send_item_added(self, item: dict[str, Any], previous_item_id: str | None) -> None:
+        snapshot = copy.deepcopy(item)
+        self._send(
+            {
+                "type": "conversation.item.added",
+                "previous_item_id": previous_item_id,
+                "item": snapshot,
+            }
+        )
+        if item.get("status") == "completed":
+            self._send(
+                {
+                    "type": "conversation.item.done",
+                    "previous_item_id": previous_item_id,
+                    "item": snapshot,
+                }
+            )
+
+    def _on_item_create(self, event: dict[str, Any]) -> None:
+        item = copy.deepcopy(event.get("item", {}))
+        item.setdefault("id", _new_id("item_"))
+        item.setdefault("object", "realtime.item")
+        item.setdefault("status", "completed")
+        if self.item(item["id"]) is not None:
+            self._send_error(
+                "item_create_duplicate_item_id",
+                f"Item with item_id '{item['id']}' already exists.",
+                event,
+            )
+            return
+        previous_item_id = event.get("previous_item_id")
+        if previous_item_id == "root":
+            index = 0
+        elif previous_item_id is None:
+            index = len(self.conversation)
+        else:
+            previous = self.item(previous_item_id)
+            if previous is None:
+                self._send_error(
+                    "item_create_invalid_previous_item_id",
+                    f"Previous item with item_id '{previous_item_id}' not found.",
+                    event,
+                )
+                return
+            index = self.conversation.index(previous) + 1
+        self.conversation.insert(index, item)
+        self._send_item_added(item, self.conversation[index - 1]["id"] if index else None)
+        if item.get("type") == "function_call_output" and self._server.script.auto_tool_reply:
+            self._tool_reply_pending = True
+            self._start_pending_response()
+
+    def _start_pending_response(self) -> None:
+        """Starts a server-initiated response that is due, once no response is active."""
+        if self._active is not None:
+            return
+        if self._turn_response_pending:
+            self._start_response("turn_detected", {})
+        elif self._tool_reply_pending and self._all_tool_calls_answered():
+            self._start_response("tool_output", {})
+
+    def _all_tool_calls_answered(self) -> bool:
+        answered = {
+            item.get("call_id")
+            for item in self.conversation
+            if item.get("type") == "function_call_output"
+        }
+        return all(
+            item.get("call_id") in answered
+            for item in self.conversation
+            if item.get("type") == "function_call"
+        )
+
+    def _on_item_truncate(self, event: dict[str, Any]) -> None:
+        item_id = event.get("item_id", "")
+        audio_end_ms = int(event.get("audio_end_ms", 0))
+        item = self.item(item_id)
+        if item is None or item.get("role") != "assistant" or item_id not in self.item_audio_ms:
+            self._send_error(
+                "item_truncate_invalid_item_id",
+                f"Item with item_id '{item_id}' not found or has no audio.",
+                event,
+            )
+            return
+        if audio_end_ms > self.item_audio_ms[item_id]:
+            self._send_error(
+                "invalid_value",
+                f"Audio content of {self.item_audio_ms[item_id]}ms is already shorter than "
+                f"{audio_end_ms}ms",
+                event,
+            )
+            return
+        part = item["content"][event.get("content_index", 0)]
+        transcript = part.get("transcript") or ""
+        part["transcript"] = self._server.heard_prefix(transcript, audio_end_ms)
+        self.item_audio_ms[item_id] = audio_end_ms
+        self._send(
+            {
+                "type": "conversation.item.truncated",
+                "item_id": item_id,
+                "content_index": event.get("content_index", 0),
+                "audio_end_ms": audio_end_ms,
+            }
+        )
+
+    def _on_item_delete(self, event: dict[str, Any]) -> None:
+        item_id = event.get("item_id", "")
+        item = self.item(item_id)
+        if item is None:
+            self._send_error(
+                "item_delete_invalid_item_id",
+                f"Item with item_id '{item_id}' not found.",
+                event,
+            )
+            return
+        self.conversation.remove(item)
+        self.item_audio_ms.pop(item_id, None)
+        self._send({"type": "conversation.item.deleted", "item_id": item_id})
+
+    # ----------------------------------------------------------------- responses
+
+    def _on_response_create(self, event: dict[str, Any]) -> None:
+        if self._active is not None:
+            self._send_error(
+                "conversation_already_has_active_response",
+                "Conversation already has an active response in progress: "
+                f"{self._active.record.id}. Wait until the response is finished before "
+                "creating a new one.",
+                event,
+            )
+            return
+        self._start_response("response.create", event.get("response") or {})
+
+    def _on_response_cancel(self, event: dict[str, Any]) -> None:
+        response_id = event.get("response_id")
+        if self._active is None or (response_id and response_id != self._active.record.id):
+            self._send_error(
+                "response_cancel_not_active",
+                "Cancellation failed: no active response found",
+                event,
+            )
+            return
+        self._cancel_response("client_cancelled")
+
+    def _start_response(self, trigger: ResponseTrigger, params: Mapping[str, Any]) -> None:
+        # whatever starts now sees the whole conversation, so it answers pending triggers too
+        self._turn_response_pending = False
+        self._tool_reply_pending = False
+        tools = params.get("tools", self.session.get("tools"))
+        request = ResponseRequest(
+            trigger=trigger,
+            instructions=params.get("instructions") or self.session.get("instructions"),
+            tool_choice=params.get("tool_choice") or self.session.get("tool_choice") or "auto",
+            tool_names=_tool_names(tools),
+            conversation=tuple(copy.deepcopy(self.conversation)),
+            params=copy.deepcopy(dict(params)),
+        )
+        record = ResponseRecord(
+            id=_new_id("resp_"),
+            trigger=trigger,
+            request=request,
+            reply=self._server.script.next_response(request),
+            created_at=time.monotonic(),
+        )
+        self.responses.append(record)
+        active = _ActiveResponse(record=record)
+        self._active = active
+        self._send({"type": "response.created", "response": self._response_payload(active)})
+        active.task = asyncio.create_task(
+            self._generate(active), name=f"realtime-test-server-{record.id}"
+        )
+
+    def _response_payload(self, active: _ActiveResponse) -> dict[str, Any]:
+        record = active.record
+        status_details = (
+            {"type": record.status, "reason": record.status_reason}
+            if record.status_reason
+            else None
+        )
+        payload: dict[str, Any] = {
+            "id": record.id,
+            "object": "realtime.response",
+            "status": record.status,
+            "status_details": status_details,
+            "output": copy.deepcopy(active.output_items),
+            "metadata": record.request.params.get("metadata"),
+            "output_modalities": list(self.session.get("output_modalities") or ["audio"]),
+            "usage": None,
+        }
+        if record.status != "in_progress":
+            output_tokens = max(1, len(record.transcript_sent) // 4)
+            audio_tokens = record.audio_ms_sent // 50
+            payload["usage"] = {
+                "total_tokens": output_tokens + audio_tokens + 10,
+                "input_tokens": 10,
+                "output_tokens": output_tokens + audio_tokens,
+                "input_token_details": {"text_tokens": 10, "audio_tokens": 0, "cached_tokens": 0},
+                "output_token_details": {
+                    "text_tokens": output_tokens,
+                    "audio_tokens": audio_tokens,
+                },
+            }
+        return payload
+
+    async def _generate(self, active: _ActiveResponse) -> None:
+        reply = active.record.reply
+        if reply.text:
+            await self._stream_message(active, reply.text)
+        for call in reply.tool_calls:
+            self._emit_function_call(active, call)
+        self._finish_response(active, "completed", None)
+
+    def _message_event(self, active: _ActiveResponse, type_: str, **fields: Any) -> None:
+        assert active.message_item is not None
+        self._send(
+            {
+                "type": type_,
+                "response_id": active.record.id,
+                "item_id": active.message_item["id"],
+                "output_index": active.output_items.index(active.message_item),
+                "content_index": 0,
+                **fields,
+            }
+        )
+
+    async def _stream_message(self, active: _ActiveResponse, text: str) -> None:
+        audio = "audio" in (self.session.get("output_modalities") or ["audio"])
+        item: dict[str, Any] = {
+            "id": _new_id("item_"),
+            "object": "realtime.item",
+            "type": "message",
+            "status": "in_progress",
+            "role": "assistant",
+            "content": [],
+        }
+        active.message_item = item
+        active.message_open = True
+        active.record.message_item_id = item["id"]
+        active.output_items.append(item)
+        self._send(
+            {
+                "type": "response.output_item.added",
+                "response_id": active.record.id,
+                "output_index": len(active.output_items) - 1,
+                "item": copy.deepcopy(item),
+            }
+        )
+        self._append_item(item)
+        if audio:
+            item["content"] = [{"type": "output_audio", "transcript": ""}]
+            self.item_audio_ms[item["id"]] = 0
+            self._message_event(
+                active, "response.content_part.added", part={"type": "audio", "transcript": ""}
+            )
+        else:
+            item["content"] = [{"type": "output_text", "text": ""}]
+            self._message_event(
+                active, "response.content_part.added", part={"type": "text", "text": ""}
+            )
+
+        server = self._server
+        chunk_ms = server.chunk_ms
+        total_ms = max(chunk_ms, round(len(text) / server.chars_per_second * 1000))
+        words = _word_offsets(text)
+        tone = _ToneGenerator(server.tone_hz, server.tone_amplitude)
+        started = time.monotonic()
+        for chunk_index in range(math.ceil(total_ms / chunk_ms)):
+            due = started + max(0, chunk_index * chunk_ms - server.lead_ms) / 1000
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            chunk_start_ms = chunk_index * chunk_ms
+            delta = "".join(
+                word
+                for offset, word in words
+                if chunk_start_ms <= server.char_time_ms(offset) < chunk_start_ms + chunk_ms
+            )
+            if delta:
+                active.record.transcript_sent += delta
+                if audio:
+                    item["content"][0]["transcript"] += delta
+                    self._message_event(
+                        active, "response.output_audio_transcript.delta", delta=delta
+                    )
+                else:
+                    item["content"][0]["text"] += delta
+                    self._message_event(active, "response.output_text.delta", delta=delta)
+            if audio:
+                duration_ms = min(chunk_ms, total_ms - chunk_start_ms)
+                pcm = tone.next_chunk(duration_ms * SAMPLE_RATE // 1000)
+                active.record.audio_ms_sent += duration_ms
+                self.item_audio_ms[item["id"]] = active.record.audio_ms_sent
+                self._message_event(
+                    active,
+                    "response.output_audio.delta",
+                    delta=base64.b64encode(pcm).decode("ascii"),
+                )
+        self._close_message(active, "completed")
+
+    def _close_message(self, active: _ActiveResponse, status: str) -> None:
+        item = active.message_item
+        assert item is not None
+        active.message_open = False
+        item["status"] = status
+        part = item["content"][0]
+        if part["type"] == "output_audio":
+            self._message_event(active, "response.output_audio.done")
+            self._message_event(
+                active, "response.output_audio_transcript.done", transcript=part["transcript"]
+            )
+            done_part = {"type": "audio", "transcript": part["transcript"]}
+        else:
+            self._message_event(active, "response.output_text.done", text=part["text"])
+            done_part = {"type": "text", "text": part["text"]}
+        self._message_event(active, "response.content_part.done", part=done_part)
+        self._send(
+            {
+                "type": "response.output_item.done",
+                "response_id": active.record.id,
+                "output_index": active.output_items.index(item),
+                "item": copy.deepcopy(item),
+            }
+        )
+        if self.item(item["id"]) is not None:
+            self._send({"type": "conversation.item.done", "item": copy.deepcopy(item)})
+
+    def _emit_function_call(self, active: _ActiveResponse, call: ToolCall) -> None:
+        arguments = call.arguments_json()
+        item: dict[str, Any] = {
+            "id": _new_id("item_"),
+            "object": "realtime.item",
+            "type": "function_call",
+            "status": "in_progress",
+            "name": call.name,
+            "call_id": call.call_id or _new_id("call_"),
+            "arguments": "",
+        }
+        active.output_items.append(item)
+        output_index = len(active.output_items) - 1
+        self._send(
+            {
+                "type": "response.output_item.added",
+                "response_id": active.record.id,
+                "output_index": output_index,
+                "item": copy.deepcopy(item),
+            }
+        )
+        self._append_item(item)
+        common = {
+            "response_id": active.record.id,
+            "item_id": item["id"],
+            "output_index": output_index,
+            "call_id": item["call_id"],
+        }
+        self._send(
+            {"type": "response.function_call_arguments.delta", **common, "delta": arguments}
+        )
+        item["arguments"] = arguments
+        item["status"] = "completed"
+        self._send(
+            {
+                "type": "response.function_call_arguments.done",
+                **common,
+                "name": call.name,
+                "arguments": arguments,
+            }
+        )
+        self._send(
+            {
+                "type": "response.output_item.done",
+                "response_id": active.record.id,
+                "output_index": output_index,
+                "item": copy.deepcopy(item),
+            }
+        )
+        self._send({"type": "conversation.item.done", "item": copy.deepcopy(item)})
+
+    def _cancel_response(self, reason: str) -> None:
+        active = self._active
+        assert active is not None
+        if active.task is not None:
+            active.task.cancel()
+        if active.message_open:
+            self._close_message(active, "incomplete")
+        self._finish_response(active, "cancelled", reason)
+
+    def _finish_response(
+        self,
+        active: _ActiveResponse,
+        status: Literal["completed", "cancelled"],
+        reason: str | None,
+    ) -> None:
+        active.record.status = status
+        active.record.status_reason = reason
+        active.record.done_at = time.monotonic()
+        self._send({"type": "response.done", "response": self._response_payload(active)})
+        self._active = None
+        self._start_pending_response()
+
+
+# --------------------------------------------------------------------------- server
+
+
+class RealtimeTestServer:
+    """An OpenAI Realtime protocol server on 127.0.0.1 for offline tests.
+
+    Use it as an async context manager; it binds a free port and serves
+    ``<base_url>/realtime`` (``ws://127.0.0.1:<port>/v1/realtime?model=...``).
+
+    Args:
+        script: Decides responses and user transcripts; an empty script when None.
+        chars_per_second: Speaking rate; a reply lasts ``len(text) / chars_per_second`` s.
+        chunk_ms: Audio is streamed in chunks of this length, one chunk per ``chunk_ms``.
+        lead_ms: How far the stream runs ahead of real time: the first ``lead_ms`` of a
+            reply are sent at once. A real server generates faster than real time; some
+            lead keeps the client's playout buffer from running dry, so a cancelled stream
+            ends before its playback does.
+        tone_hz: Frequency of the tone that stands in for speech.
+        tone_amplitude: Amplitude of the tone, as a fraction of full scale.
+        vad_rms_threshold: Input RMS (fraction of full scale) above which a 10 ms window
+            counts as speech for server turn detection.
+        model: Value reported in ``session.created`` when the client sends no ``model``.
+
+    Attributes:
+        script: The script in use; tests may push responses while the server runs.
+        connections: Every websocket connection so far, oldest first.
+        events: Every event received and sent, in order.
+    """
+
+    def __init__(
+        self,
+        script: RealtimeScript | None = None,
+        *,
+        chars_per_second: float = 15.0,
+        chunk_ms: int = 100,
+        lead_ms: int = 300,
+        tone_hz: float = 220.0,
+        tone_amplitude: float = 0.3,
+        vad_rms_threshold: float = 0.02,
+    ) -> None:
+        self.script = script or RealtimeScript()
+        self.chars_per_second = chars_per_second
+        self.chunk_ms = chunk_ms
+        self.lead_ms = lead_ms
+        self.tone_hz = tone_hz
+        self.tone_amplitude = tone_amplitude
+        self.vad_rms_threshold = vad_rms_threshold
+        self.connections: list[RealtimeConnection] = []
+        self.events: list[RecordedEvent] = []
+        self._waiters: list[tuple[Callable[[RecordedEvent], bool], asyncio.Future[None]]] = []
+        self._sockets: set[web.WebSocketResponse] = set()
+        self._runner: web.AppRunner | None = None
+        self._port: int | None = None
+
+    # ----------------------------------------------------------------- lifecycle
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def start(self) -> None:
+        """Binds 127.0.0.1 on a free port and starts serving."""
+        app = web.Application()
+        app.router.add_get("/v1/realtime", self._handle_websocket)
+        app.router.add_get("/realtime", self._handle_websocket)
+        self._runner = web.AppRunner(app, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self._port = int(self._runner.addresses[0][1])
+
+    async def aclose(self) -> None:
+        """Closes every connection and stops serving."""
+        for ws in list(self._sockets):
+            await ws.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        for _, future in self._waiters:
+            future.cancel()
+        self._waiters.clear()
+
+    @property
+    def port(self) -> int:
+        """The bound TCP port."""
+        if self._port is None:
+            raise RuntimeError("RealtimeTestServer is not started")
+        return self._port
+
+    @property
+    def base_url(self) -> str:
+        """The ``base_url`` to give ``RealtimeModel``: ``http://127.0.0.1:<port>/v1``."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def _handle_websocket(self, request: web.Request) -> web.StreamResponse:
+        if not request.headers.get("Authorization", "").startswith("Bearer "):
+            raise web.HTTPUnauthorized(text="missing bearer token")
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        self._sockets.add(ws)
+        connection = RealtimeConnection(self, len(self.connections), request, ws)
+        self.connections.append(connection)
+        try:
+            await connection.serve()
+        finally:
+            self._sockets.discard(ws)
+        return ws
+
+    # ----------------------------------------------------------------- recording
+
+    def _record(self, direction: Direction, payload: dict[str, Any], connection: int) -> None:
+        event = RecordedEvent(
+            direction=direction,
+            type=str(payload.get("type", "")),
+            payload=copy.deepcopy(payload),
+            timestamp=time.monotonic(),
+            connection=connection,
+        )
+        self.events.append(event)
+        for waiter in list(self._waiters):
+            matches, future = waiter
+            if not future.done() and matches(event):
+                future.set_result(None)
+                self._waiters.remove(waiter)
+
+    @property
+    def received(self) -> list[RecordedEvent]:
+        """Every client event received, in order."""
+        return [event for event in self.events if event.direction == "received"]
+
+    @property
+    def sent(self) -> list[RecordedEvent]:
+        """Every server event sent, in order."""
+        return [event for event in self.events if event.direction == "sent"]
+
+    def events_of_type(
+        self, type_: str, *, direction: Direction = "received"
+    ) -> list[RecordedEvent]:
+        """Returns the recorded events of one type.
+
+        Args:
+            type_: Event type, e.g. ``"conversation.item.truncate"``.
+            direction: ``"received"`` (client events) or ``"sent"`` (server events).
+
+        Returns:
+            The matching events, oldest first.
+        """
+        return [e for e in self.events if e.type == type_ and e.direction == direction]
+
+    async def wait_for_event(
+        self,
+        type_: str,
+        *,
+        direction: Direction = "received",
+        count: int = 1,
+        predicate: Callable[[RecordedEvent], bool] | None = None,
+        timeout: float = 5.0,
+    ) -> RecordedEvent:
+        """Waits until ``count`` matching events have been recorded.
+
+        Args:
+            type_: Event type to wait for.
+            direction: ``"received"`` or ``"sent"``.
+            count: How many matching events must exist.
+            predicate: Extra condition on each event.
+            timeout: Seconds to wait before `TimeoutError`.
+
+        Returns:
+            The ``count``-th matching event.
+        """
+
+        def matches(event: RecordedEvent) -> bool:
+            return (
+                event.type == type_
+                and event.direction == direction
+                and (predicate is None or predicate(event))
+            )
+
+        while True:
+            found = [event for event in self.events if matches(event)]
+            if len(found) >= count:
+                return found[count - 1]
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append((matches, future))
+            await asyncio.wait_for(future, timeout)
+
+    # ----------------------------------------------------------------- current session
+
+    @property
+    def connection(self) -> RealtimeConnection:
+        """The most recent connection."""
+        if not self.connections:
+            raise RuntimeError("no client has connected")
+        return self.connections[-1]
+
+    @property
+    def session(self) -> dict[str, Any]:
+        """Session configuration of the most recent connection."""
+        return self.connection.session
+
+    @property
+    def turn_detection(self) -> dict[str, Any] | None:
+        """Turn detection in force on the most recent connection (None when off)."""
+        return self.connection.turn_detection
+
+    @property
+    def conversation(self) -> list[dict[str, Any]]:
+        """Server-side conversation items of the most recent connection."""
+        return self.connection.conversation
+
+    @property
+    def responses(self) -> list[ResponseRecord]:
+        """Responses of every connection, oldest first."""
+        return [record for connection in self.connections for record in connection.responses]
+
+    def conversation_summary(self) -> list[tuple[str, str]]:
+        """Summarises the current conversation for comparison with a chat context.
+
+        Returns:
+            One ``(kind, text)`` per item: ``("user"|"assistant"|"system", transcript or
+            text)``, ``("function_call", name)`` or ``("function_call_output", output)``.
+        """
+        summary: list[tuple[str, str]] = []
+        for item in self.conversation:
+            if item.get("type") == "message":
+                text = "".join(
+                    part.get("transcript") or part.get("text") or ""
+                    for part in item.get("content", [])
+                )
+                summary.append((str(item.get("role")), text))
+            elif item.get("type") == "function_call":
+                summary.append(("function_call", str(item.get("name"))))
+            elif item.get("type") == "function_call_output":
+                summary.append(("function_call_output", str(item.get("output"))))
+        return summary
+
+    # ----------------------------------------------------------------- speech timing
+
+    def char_time_ms(self, offset: int) -> float:
+        """When the character at ``offset`` of a reply is spoken, in ms from its start."""
+        return offset / self.chars_per_second * 1000
+
+    def heard_prefix(self, text: str, audio_end_ms: int) -> str:
+        """The words of a reply whose speech started before ``audio_end_ms``."""
+        return "".join(
+            word
+            for offset, word in _word_offsets(text)
+            if self.char_time_ms(offset) < audio_end_ms
+        )

@@ -1,0 +1,382 @@
+"""The real OpenAI ``RealtimeModel`` and ``AgentSession`` against `RealtimeTestServer`."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import numpy as np
+import pytest
+from livekit import rtc
+from livekit.agents import Agent, AgentSession, function_tool
+from livekit.agents.voice.events import SpeechCreatedEvent
+from livekit.agents.voice.io import (
+    AudioInput,
+    AudioOutput,
+    AudioOutputCapabilities,
+    PlaybackFinishedEvent,
+)
+from livekit.plugins import openai
+from openai.types.realtime.realtime_audio_input_turn_detection import ServerVad
+from turnfsm.adapters.sim.realtime_server import (
+    SAMPLE_RATE,
+    RealtimeScript,
+    RealtimeTestServer,
+    ScriptedResponse,
+    ToolCall,
+)
+
+FRAME_SECONDS = 0.02
+FRAME_SAMPLES = int(SAMPLE_RATE * FRAME_SECONDS)
+
+
+class ToneMicrophone(AudioInput):
+    """A 24 kHz microphone at real-time pace: silence, or a loud tone while "speaking"."""
+
+    def __init__(self) -> None:
+        super().__init__(label="ToneMicrophone")
+        self._next_frame_at: float | None = None
+        self._speech_frames_left = 0
+        self._sample_index = 0
+
+    def speak(self, seconds: float) -> None:
+        """Speaks (a 300 Hz tone at 0.3 of full scale) for ``seconds`` from the next frame."""
+        self._speech_frames_left = round(seconds / FRAME_SECONDS)
+
+    async def __anext__(self) -> rtc.AudioFrame:
+        now = time.monotonic()
+        self._next_frame_at = (self._next_frame_at or now) + FRAME_SECONDS
+        await asyncio.sleep(max(0.0, self._next_frame_at - now))
+        samples = np.zeros(FRAME_SAMPLES, dtype=np.int16)
+        if self._speech_frames_left > 0:
+            self._speech_frames_left -= 1
+            t = np.arange(self._sample_index, self._sample_index + FRAME_SAMPLES) / SAMPLE_RATE
+            samples = (0.3 * 32767 * np.sin(2 * np.pi * 300 * t)).astype(np.int16)
+        self._sample_index += FRAME_SAMPLES
+        return rtc.AudioFrame(samples.tobytes(), SAMPLE_RATE, 1, FRAME_SAMPLES)
+
+
+class RealTimeSpeaker(AudioOutput):
+    """Plays captured audio in wall-clock time and reports playback like a real sink."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            label="RealTimeSpeaker",
+            capabilities=AudioOutputCapabilities(pause=False),
+            sample_rate=SAMPLE_RATE,
+        )
+        self.started_at: list[float] = []
+        """``time.monotonic()`` when each segment started playing."""
+        self.finished: list[PlaybackFinishedEvent] = []
+        """Every reported playback end, in order."""
+        self.loudest_sample = 0
+        self._playing = False
+        self._captured = 0.0
+        self._ends_at = 0.0
+        self._finish_timer: asyncio.TimerHandle | None = None
+
+    async def capture_frame(self, frame: rtc.AudioFrame) -> None:
+        await super().capture_frame(frame)
+        now = time.monotonic()
+        if not self._playing:
+            self._playing, self._captured, self._ends_at = True, 0.0, now
+            self.started_at.append(now)
+            self.on_playback_started(created_at=time.time())
+        self._ends_at = max(self._ends_at, now) + frame.duration
+        self._captured += frame.duration
+        samples = np.frombuffer(frame.data, dtype=np.int16)
+        self.loudest_sample = max(self.loudest_sample, int(np.abs(samples).max(initial=0)))
+
+    def flush(self) -> None:
+        super().flush()
+        if self._playing and self._finish_timer is None:
+            delay = max(0.0, self._ends_at - time.monotonic())
+            self._finish_timer = asyncio.get_running_loop().call_later(delay, self._finish, False)
+
+    def clear_buffer(self) -> None:
+        if self._playing:
+            if self._finish_timer is not None:
+                self._finish_timer.cancel()
+            self._finish(interrupted=True)
+
+    def _finish(self, interrupted: bool) -> None:
+        position = self._captured - max(0.0, self._ends_at - time.monotonic())
+        self._playing, self._finish_timer = False, None
+        self.finished.append(PlaybackFinishedEvent(position, interrupted))
+        self.on_playback_finished(playback_position=position, interrupted=interrupted)
+
+
+class WeatherAgent(Agent):
+    def __init__(self) -> None:
+        super().__init__(instructions="You are a test agent.")
+        self.cities: list[str] = []
+
+    @function_tool
+    async def get_weather(self, city: str) -> str:
+        """Returns the weather in a city.
+
+        Args:
+            city: Name of the city.
+        """
+        self.cities.append(city)
+        return f"sunny in {city}"
+
+
+class Harness:
+    """Starts real AgentSessions on the real RealtimeModel against one test server."""
+
+    def __init__(self, server: RealtimeTestServer) -> None:
+        self.server = server
+        self._models: list[openai.realtime.RealtimeModel] = []
+        self._sessions: list[AgentSession] = []
+
+    async def start(
+        self,
+        agent: Agent,
+        *,
+        microphone: ToneMicrophone | None = None,
+        **session_kwargs: object,
+    ) -> tuple[AgentSession, openai.realtime.RealtimeModel, RealTimeSpeaker]:
+        """Starts a session and waits until the plugin has sent its start-up updates."""
+        model = openai.realtime.RealtimeModel(api_key="dummy", base_url=self.server.base_url)
+        self._models.append(model)
+        session: AgentSession = AgentSession(
+            llm=model, vad=None, aec_warmup_duration=None, **session_kwargs
+        )
+        self._sessions.append(session)
+        speaker = RealTimeSpeaker()
+        session.input.audio = microphone
+        session.output.audio = speaker
+        await session.start(agent)
+        # start-up: full session.update, instructions update, then the tools update
+        await self.server.wait_for_event(
+            "session.update", predicate=lambda event: "tools" in event.payload["session"]
+        )
+        return session, model, speaker
+
+    async def aclose(self) -> None:
+        for session in self._sessions:
+            await session.aclose()
+        for model in self._models:
+            await model.aclose()
+
+
+@pytest.fixture
+async def harness() -> AsyncIterator[Harness]:
+    async with RealtimeTestServer() as server:
+        test_harness = Harness(server)
+        try:
+            yield test_harness
+        finally:
+            await test_harness.aclose()
+
+
+def _history_texts(session: AgentSession, role: str) -> list[str]:
+    return [
+        item.text_content or ""
+        for item in session.history.items
+        if item.type == "message" and item.role == role
+    ]
+
+
+async def test_generate_reply_plays_audio_and_lands_in_history(harness: Harness) -> None:
+    server = harness.server
+    text = "Hello there, how can I help?"  # 28 chars: 1.9 s at 15 chars/s
+    server.script.push_response(text)
+    session, _, speaker = await harness.start(Agent(instructions="Be brief."))
+
+    handle = session.generate_reply(instructions="Greet the user.")
+    await asyncio.wait_for(handle, 10)
+
+    connection = server.connection
+    assert connection.path == "/v1/realtime"
+    assert connection.query == {"model": "gpt-realtime"}
+    assert connection.authorization == "Bearer dummy"
+
+    first_update = server.received[0]
+    assert first_update.type == "session.update"
+    assert first_update.payload["session"]["audio"]["input"]["turn_detection"] == {
+        "type": "semantic_vad",
+        "create_response": True,
+        "eagerness": "medium",
+        "interrupt_response": True,
+    }
+    assert server.session["instructions"] == "Be brief."
+
+    (create,) = server.events_of_type("response.create")
+    assert create.payload["response"]["instructions"] == "Be brief.\nGreet the user."
+    assert create.payload["response"]["metadata"]["client_event_id"] == create.payload["event_id"]
+
+    assert len(speaker.finished) == 1
+    assert not speaker.finished[0].interrupted
+    assert speaker.finished[0].playback_position == pytest.approx(len(text) / 15, abs=0.15)
+    assert speaker.loudest_sample > 5000
+    assert _history_texts(session, "assistant") == [text]
+    assert server.conversation_summary() == [("assistant", text)]
+    assert server.responses[0].status == "completed"
+
+
+async def test_baseline_server_vad_auto_response_and_interrupt_response(harness: Harness) -> None:
+    server = harness.server
+    """Plain LiveKit: under server turn detection, allow_interruptions=False does not hold."""
+    server.script.push_user_transcript("Stop, please.")
+    server.script.push_response("Let me read you the whole list of our opening hours today.")
+    server.script.push_response("Okay, stopping.")
+    microphone = ToneMicrophone()
+    session, _, speaker = await harness.start(Agent(instructions="x"), microphone=microphone)
+    created: list[SpeechCreatedEvent] = []
+    session.on("speech_created", created.append)
+
+    handle = session.generate_reply(instructions="Read the list.", allow_interruptions=False)
+    assert handle.allow_interruptions  # downgraded with a warning
+    while not speaker.started_at:
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.9)
+    microphone.speak(0.6)
+
+    started = await server.wait_for_event("input_audio_buffer.speech_started", direction="sent")
+    done = await server.wait_for_event("response.done", direction="sent")
+    assert done.payload["response"]["status"] == "cancelled"
+    assert done.payload["response"]["status_details"]["reason"] == "turn_detected"
+    assert done.timestamp - started.timestamp < 0.01
+    await asyncio.wait_for(handle, 5)
+    assert handle.interrupted
+    assert speaker.finished[0].interrupted
+
+    # the server commits the turn and answers it on its own: a speech the client did not ask for
+    await server.wait_for_event("response.done", direction="sent", count=2, timeout=10)
+    assert [r.trigger for r in server.responses] == ["response.create", "turn_detected"]
+    assert [(ev.user_initiated, ev.source) for ev in created] == [
+        (True, "generate_reply"),
+        (False, "generate_reply"),
+    ]
+    await asyncio.wait_for(created[1].speech_handle, 5)
+    assert _history_texts(session, "user") == ["Stop, please."]
+    assert _history_texts(session, "assistant")[-1] == "Okay, stopping."
+
+
+async def test_interrupt_truncates_at_played_position(harness: Harness) -> None:
+    server = harness.server
+    text = "This is a fairly long answer that will be cut off after about a second."
+    server.script.push_response(text)
+    session, _, speaker = await harness.start(Agent(instructions="x"))
+
+    handle = session.generate_reply()
+    while not speaker.started_at:
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(1.0)
+    await asyncio.wait_for(session.interrupt(), 5)
+    await asyncio.wait_for(handle, 5)
+
+    # the activity cancels, then its generation task may cancel again before response.done
+    # arrives; the second cancel gets a "Cancellation failed" error the plugin ignores
+    types = [event.type for event in server.received if event.type != "session.update"]
+    assert types[0] == "response.create"
+    assert set(types[1:-1]) == {"response.cancel"}
+    assert types[-1] == "conversation.item.truncate"
+    assert len(server.events_of_type("error", direction="sent")) == len(types) - 3
+    (truncate,) = server.events_of_type("conversation.item.truncate")
+    played_ms = speaker.finished[0].playback_position * 1000
+    assert truncate.payload["audio_end_ms"] == pytest.approx(played_ms, abs=2)
+    assert truncate.payload["audio_end_ms"] == pytest.approx(1000, abs=150)
+    assert server.responses[0].status_reason == "client_cancelled"
+
+    await server.wait_for_event("conversation.item.truncated", direction="sent")
+    heard = server.heard_prefix(text, truncate.payload["audio_end_ms"])
+    assert server.conversation_summary() == [("assistant", heard)]
+    assert (
+        server.connection.item_audio_ms[truncate.payload["item_id"]]
+        == (truncate.payload["audio_end_ms"])
+    )
+    # without a TranscriptSynchronizer LiveKit keeps the whole streamed text locally
+    (message,) = [item for item in session.history.items if item.type == "message"]
+    assert message.interrupted
+    assert len(message.text_content or "") > len(heard)
+
+
+async def test_tool_call_round_trip(harness: Harness) -> None:
+    server = harness.server
+    server.script.push_response(
+        ScriptedResponse(tool_calls=(ToolCall("get_weather", {"city": "Paris"}),))
+    )
+    server.script.push_response("It is sunny in Paris.")
+    agent = WeatherAgent()
+    session, _, speaker = await harness.start(agent)
+
+    handle = session.generate_reply(instructions="What's the weather in Paris?")
+    await asyncio.wait_for(handle, 10)
+
+    assert agent.cities == ["Paris"]
+    assert server.session["tools"][0]["name"] == "get_weather"
+    call_item = server.conversation[0]
+    output_create = server.events_of_type("conversation.item.create")[-1].payload
+    assert output_create["item"]["type"] == "function_call_output"
+    assert output_create["item"]["call_id"] == call_item["call_id"]
+    assert output_create["previous_item_id"] == call_item["id"]
+    creates = server.events_of_type("response.create")
+    assert [c.payload["response"].get("tool_choice") for c in creates] == [None, "auto"]
+    assert server.conversation_summary() == [
+        ("function_call", "get_weather"),
+        ("function_call_output", "sunny in Paris"),
+        ("assistant", "It is sunny in Paris."),
+    ]
+    assert handle.num_steps == 2
+    assert len(speaker.finished) == 1
+
+
+async def test_max_tool_steps_forces_tool_choice_none(harness: Harness) -> None:
+    server = harness.server
+    server.script = RealtimeScript(always_call_tool="get_weather", tool_arguments={"city": "Oslo"})
+    agent = WeatherAgent()
+    session, _, _ = await harness.start(agent, max_tool_steps=1)
+
+    handle = session.generate_reply()
+    await asyncio.wait_for(handle, 10)
+
+    creates = server.events_of_type("response.create")
+    assert [c.payload["response"].get("tool_choice") for c in creates] == [None, "auto", "none"]
+    assert [r.request.tool_choice for r in server.responses] == ["auto", "auto", "none"]
+    assert agent.cities == ["Oslo", "Oslo"]
+    assert _history_texts(session, "assistant") == ["Okay."]
+
+
+async def test_update_options_switches_server_turn_detection(harness: Harness) -> None:
+    server = harness.server
+    microphone = ToneMicrophone()
+    session, model, _ = await harness.start(Agent(instructions="x"), microphone=microphone)
+    assert server.turn_detection is not None
+    assert server.turn_detection["type"] == "semantic_vad"
+
+    updates = len(server.events_of_type("session.update"))
+    model.update_options(turn_detection=None)
+    await server.wait_for_event("session.update", count=updates + 1)
+    assert server.received[-1].payload["session"] == {
+        "type": "realtime",
+        "audio": {"input": {"turn_detection": None}},
+    }
+    assert server.turn_detection is None
+    microphone.speak(0.3)
+    await asyncio.sleep(0.8)
+    assert not server.events_of_type("input_audio_buffer.speech_started", direction="sent")
+
+    model.update_options(
+        turn_detection=ServerVad(type="server_vad", silence_duration_ms=300, create_response=False)
+    )
+    await server.wait_for_event("session.update", count=updates + 2)
+    assert server.turn_detection == {
+        "type": "server_vad",
+        "silence_duration_ms": 300,
+        "create_response": False,
+    }
+    microphone.speak(0.3)
+    stopped = await server.wait_for_event("input_audio_buffer.speech_stopped", direction="sent")
+    started = server.events_of_type("input_audio_buffer.speech_started", direction="sent")[0]
+    assert stopped.payload["audio_end_ms"] - started.payload["audio_start_ms"] == pytest.approx(
+        300 + 300 + 300, abs=120
+    )
+    await asyncio.sleep(0.3)
+    assert server.responses == []
+    assert [
+        s.session["audio"]["input"]["turn_detection"] for s in server.connection.session_history
+    ][-2:] == [None, server.turn_detection]
