@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from livekit.agents import Agent, AgentSession, vad
+from livekit.agents import Agent, AgentSession, llm, vad
 from livekit.agents.voice.events import EventTypes
 from livekit.agents.voice.turn import TurnHandlingOptions
 from livekit.plugins import silero
@@ -219,6 +219,14 @@ class SimulatedCall:
         loop = asyncio.get_running_loop()
         origin = self.audio_input.started_at or self._started_at
         return 0.0 if origin is None else loop.time() - origin
+
+    def messages(self, role: llm.ChatRole | None = None) -> list[llm.ChatMessage]:
+        """The chat messages in ``session.history``, optionally only those of ``role``."""
+        return [
+            item
+            for item in self.session.history.items
+            if item.type == "message" and (role is None or item.role == role)
+        ]
 
     def events_named(self, name: str) -> list[RecordedEvent]:
         """The recorded events called ``name``, in order."""

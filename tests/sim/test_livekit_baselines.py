@@ -10,12 +10,6 @@ from livekit.agents import Agent, function_tool, llm
 from turnfsm.adapters.sim import LINES, CallScript, ScriptedLLM, SimulatedCall, UserLine
 
 
-def _messages(call: SimulatedCall, role: str) -> list[llm.ChatMessage]:
-    return [
-        item for item in call.session.history.items if item.type == "message" and item.role == role
-    ]
-
-
 async def test_baseline_interrupt_commits_the_full_unspoken_text() -> None:
     """Without a TranscriptSynchronizer an interrupted reply is committed in full."""
     long_reply = (
@@ -31,7 +25,7 @@ async def test_baseline_interrupt_commits_the_full_unspoken_text() -> None:
         await call.sleep_until(speaking.at + 1.0)
         await call.session.interrupt()
         await handle
-        (message,) = _messages(call, "assistant")
+        (message,) = call.messages("assistant")
         segment = call.audio_output.segments[0]
 
     assert handle.interrupted
@@ -60,14 +54,14 @@ async def test_baseline_max_tool_steps_allows_more_tool_rounds() -> None:
     ) as call:
         handle = call.session.generate_reply(user_input="When is my appointment?")
         await handle
-        await call.wait_until(lambda: bool(_messages(call, "assistant")), timeout=3)
+        await call.wait_until(lambda: bool(call.messages("assistant")), timeout=3)
         executed = call.events_named("function_tools_executed")
 
     tool_rounds = [r for r in llm_.requests if r.reply.tool_calls]
     assert len(tool_rounds) > 1
     assert [r.tool_choice for r in llm_.requests] == [None, "auto", "none"]
     assert len(executed) == 2
-    assert [m.text_content for m in _messages(call, "assistant")] == ["I could not find anything."]
+    assert [m.text_content for m in call.messages("assistant")] == ["I could not find anything."]
 
 
 class _TurnRecordingAgent(Agent):
@@ -97,7 +91,7 @@ async def test_baseline_turn_completed_during_locked_speech_is_dropped() -> None
         await locked
         lock_end = call.now()
         assert lock_end > question_end + 1.0  # the turn had time to complete inside
-        assert _messages(call, "user") == []
+        assert call.messages("user") == []
         assert agent.completed_turns == []
 
         call.audio_input.say_now("hello")
@@ -110,3 +104,29 @@ async def test_baseline_turn_completed_during_locked_speech_is_dropped() -> None
     assert committed.event.item.text_content == LINES["hello"].text
     assert agent.completed_turns == [LINES["hello"].text]
     assert call.llm.requests[0].last_user_text == LINES["hello"].text
+
+
+async def test_baseline_speech_spilling_over_a_lock_becomes_a_fragment_turn() -> None:
+    """Speech that starts during locked speech and goes on after it is transcribed only
+    from the unlock on (the locked part reached the STT as silence) and committed as an
+    ordinary turn that gets a reply."""
+    question = LINES["question"]
+    llm_ = ScriptedLLM(["Sorry, could you repeat that?"])
+    async with SimulatedCall(CallScript([UserLine(0.2, "question")]), llm=llm_) as call:
+        await call.session.say("x" * 18, allow_interruptions=False)  # 1.2 s of audio
+        unlocked_at = call.now()
+        committed = await call.wait_for_event(
+            "conversation_item_added",
+            lambda ev: ev.item.type == "message" and ev.item.role == "user",
+            timeout=3,
+        )
+        await call.wait_until(lambda: bool(llm_.requests), timeout=1)
+
+    assert 0.2 < unlocked_at < 0.2 + question.duration - 0.5
+    fragment = committed.event.item.text_content
+    assert fragment
+    assert question.text.endswith(fragment)
+    assert fragment != question.text
+    assert not question.text.startswith(fragment.split()[0])
+    assert [t.text for t in call.stt.transcripts] == [fragment]
+    assert llm_.requests[0].last_user_text == fragment

@@ -2,14 +2,7 @@
 
 from __future__ import annotations
 
-from livekit.agents import llm
 from turnfsm.adapters.sim import LINES, CallScript, ScriptedLLM, SimulatedCall, UserLine
-
-
-def _messages(call: SimulatedCall, role: str) -> list[llm.ChatMessage]:
-    return [
-        item for item in call.session.history.items if item.type == "message" and item.role == role
-    ]
 
 
 def _user_states(call: SimulatedCall) -> list[tuple[float, str]]:
@@ -45,8 +38,8 @@ async def test_plain_session_answers_the_question_and_plays_the_reply() -> None:
             lambda ev: ev.old_state == "speaking" and ev.new_state == "listening",
             timeout=8,
         )
-        user_messages = _messages(call, "user")
-        agent_messages = _messages(call, "assistant")
+        user_messages = call.messages("user")
+        agent_messages = call.messages("assistant")
         segments = list(call.audio_output.segments)
 
     assert [m.text_content for m in user_messages] == [question.text]
@@ -77,7 +70,7 @@ async def test_detached_input_drops_the_callee_speech() -> None:
         assert call.stt.transcripts == []
         assert call.events_named("user_input_transcribed") == []
         assert "speaking" not in [state for _, state in _user_states(call)]
-        assert _messages(call, "user") == []
+        assert call.messages("user") == []
         assert call.llm.requests == []
 
         # attached again, the same input is heard
@@ -135,3 +128,25 @@ async def test_barge_in_interrupts_playback() -> None:
     assert 0.5 <= first.played < first.pushed - 2.0
     # the barge-in paused the output first (resume_false_interruption, pause capability)
     assert first.pauses >= 1
+
+
+async def test_late_final_transcript_still_commits_the_turn() -> None:
+    hello = LINES["hello"]
+    async with SimulatedCall(CallScript([UserLine(0.3, "hello")]), final_lag=0.9) as call:
+        final = await call.wait_for_event(
+            "user_input_transcribed", lambda ev: ev.is_final, timeout=3
+        )
+        committed = await call.wait_for_event(
+            "conversation_item_added",
+            lambda ev: ev.item.type == "message" and ev.item.role == "user",
+            timeout=2,
+        )
+        vad_end = await call.wait_for_event(
+            "user_state_changed", lambda ev: ev.new_state == "listening", timeout=1
+        )
+
+    line_end = 0.3 + hello.duration
+    assert 0.8 <= final.at - line_end <= 1.05
+    # the VAD ended the speech first; the turn waited for the transcript
+    assert vad_end.at < final.at <= committed.at
+    assert committed.event.item.text_content == hello.text

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 from livekit import rtc
-from livekit.agents import llm
+from livekit.agents import llm, stt
 from livekit.agents.voice.io import PlaybackFinishedEvent, PlaybackStartedEvent
 from turnfsm.adapters.sim import (
     LINES,
@@ -14,6 +14,7 @@ from turnfsm.adapters.sim import (
     ScriptedAudioInput,
     ScriptedLLM,
     ScriptedReply,
+    ScriptedSTT,
     ScriptedToolCall,
     ScriptedTTS,
     UserLine,
@@ -184,3 +185,25 @@ async def test_scripted_tts_audio_is_proportional_and_audible() -> None:
     assert duration == pytest.approx(len(text) / 20, abs=0.03)
     assert max(samples) > 0
     assert model.texts == [text]
+
+
+async def test_scripted_stt_events_for_a_heard_line() -> None:
+    audio_input = ScriptedAudioInput([UserLine(0.05, "hello")])
+    model = ScriptedSTT(audio_input.ledger, final_lag=0.1, interim_results=True)
+    stream = model.stream()
+
+    async def feed() -> None:
+        async for frame in audio_input:
+            stream.push_frame(frame)
+            if audio_input.elapsed() >= 0.05 + LINES["hello"].duration + 0.3:
+                audio_input.close()
+        stream.end_input()
+
+    feeder = asyncio.create_task(feed())
+    events = [(ev.type, ev.alternatives[0].text if ev.alternatives else "") async for ev in stream]
+    await feeder
+
+    start, end = stt.SpeechEventType.START_OF_SPEECH, stt.SpeechEventType.END_OF_SPEECH
+    interim, final = stt.SpeechEventType.INTERIM_TRANSCRIPT, stt.SpeechEventType.FINAL_TRANSCRIPT
+    assert events == [(start, ""), (interim, "Hello?"), (final, "Hello?"), (end, "")]
+    assert [t.text for t in model.transcripts] == ["Hello?"]
