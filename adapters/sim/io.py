@@ -108,9 +108,9 @@ class ScriptedAudioInput(AudioInput):
         return self._attached
 
     @property
-    def speaking(self) -> bool:
-        """True while a line is being played (whether delivered or dropped)."""
-        return self._utterance is not None
+    def current_utterance(self) -> Utterance | None:
+        """The line being played (whether delivered or dropped), None during silence."""
+        return self._utterance
 
     def elapsed(self) -> float:
         """Seconds of call time produced so far (0 before the first frame)."""
@@ -178,17 +178,15 @@ class ScriptedAudioInput(AudioInput):
 
         data = np.zeros(self._samples_per_frame, dtype=np.int16)
         utterance = self._utterance
-        offset = 0.0
         if utterance is not None:
             samples = utterance.line.samples
             start = self._utterance_position
             chunk = samples[start : start + self._samples_per_frame]
             data[: len(chunk)] = chunk
-            offset = start / SAMPLE_RATE
             self._utterance_position += len(chunk)
             self._ledger.record_frame(
                 utterance=utterance,
-                offset=offset,
+                offset=start / SAMPLE_RATE,
                 duration=len(chunk) / SAMPLE_RATE,
                 at=now,
                 delivered=self._attached,
@@ -228,6 +226,7 @@ class PlayoutSegment:
         played: Audio actually played.
         interrupted: Whether ``clear_buffer()`` cut it short; None while open.
         pauses: How many times it was paused.
+        flushed: Whether all of its audio has been captured (``flush()`` was called).
     """
 
     index: int
