@@ -32,7 +32,8 @@ async def test_plain_session_answers_the_question_and_plays_the_reply() -> None:
     question = LINES["question"]
     reply = "We open at nine."
     llm_ = ScriptedLLM([reply])
-    async with SimulatedCall(CallScript([UserLine(0.2, "question")]), llm=llm_) as call:
+    script = CallScript([UserLine(0.2, "question")])
+    async with SimulatedCall(script, llm=llm_, text_output=True) as call:
         played = await call.wait_for_event(
             "agent_state_changed",
             lambda ev: ev.old_state == "speaking" and ev.new_state == "listening",
@@ -46,6 +47,8 @@ async def test_plain_session_answers_the_question_and_plays_the_reply() -> None:
     assert [m.text_content for m in agent_messages] == [reply]
     assert not agent_messages[0].interrupted
     assert [r.last_user_text for r in llm_.requests] == [question.text]
+    assert call.text_output is not None
+    assert call.text_output.segments == [reply]
     # the reply was played in real time, completely, and after the question ended
     assert len(segments) == 1
     segment = segments[0]
