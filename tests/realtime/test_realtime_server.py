@@ -18,7 +18,7 @@ from livekit.agents.voice.io import (
     PlaybackFinishedEvent,
 )
 from livekit.plugins import openai
-from openai.types.realtime.realtime_audio_input_turn_detection import ServerVad
+from openai.types.realtime.realtime_audio_input_turn_detection import SemanticVad, ServerVad
 from turnfsm.adapters.sim.realtime_server import (
     SAMPLE_RATE,
     RealtimeScript,
@@ -136,10 +136,13 @@ class Harness:
         agent: Agent,
         *,
         microphone: ToneMicrophone | None = None,
+        llm: openai.realtime.RealtimeModel | None = None,
         **session_kwargs: object,
     ) -> tuple[AgentSession, openai.realtime.RealtimeModel, RealTimeSpeaker]:
         """Starts a session and waits until the plugin has sent its start-up updates."""
-        model = openai.realtime.RealtimeModel(api_key="dummy", base_url=self.server.base_url)
+        model = llm or openai.realtime.RealtimeModel(
+            api_key="dummy", base_url=self.server.base_url
+        )
         self._models.append(model)
         session: AgentSession = AgentSession(
             llm=model, vad=None, aec_warmup_duration=None, **session_kwargs
@@ -256,6 +259,39 @@ async def test_baseline_server_vad_auto_response_and_interrupt_response(harness:
     assert _history_texts(session, "assistant")[-1] == "Okay, stopping."
 
 
+async def test_baseline_client_cancels_without_server_interrupt_response(
+    harness: Harness,
+) -> None:
+    """interrupt_response=False on the server does not help: LiveKit cancels on speech_started."""
+    server = harness.server
+    server.script.push_response("Let me read you the whole list of our opening hours today.")
+    microphone = ToneMicrophone()
+    session, _, speaker = await harness.start(
+        Agent(instructions="x"),
+        microphone=microphone,
+        llm=openai.realtime.RealtimeModel(
+            api_key="dummy",
+            base_url=server.base_url,
+            turn_detection=SemanticVad(type="semantic_vad", interrupt_response=False),
+        ),
+    )
+    assert server.turn_detection == {"type": "semantic_vad", "interrupt_response": False}
+
+    handle = session.generate_reply(allow_interruptions=False)
+    while not speaker.started_at:
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.5)
+    microphone.speak(0.3)
+    started = await server.wait_for_event("input_audio_buffer.speech_started", direction="sent")
+    cancel = await server.wait_for_event("response.cancel")
+    await asyncio.wait_for(handle, 5)
+
+    assert handle.interrupted
+    assert 0 < cancel.timestamp - started.timestamp < 0.1
+    assert server.responses[0].status_reason == "client_cancelled"
+    assert server.events_of_type("conversation.item.truncate")
+
+
 async def test_interrupt_truncates_at_played_position(harness: Harness) -> None:
     server = harness.server
     text = "This is a fairly long answer that will be cut off after about a second."
@@ -341,6 +377,35 @@ async def test_max_tool_steps_forces_tool_choice_none(harness: Harness) -> None:
     assert _history_texts(session, "assistant") == ["Okay."]
 
 
+async def test_auto_tool_reply_is_cancelled_and_replaced_by_the_plugin(
+    harness: Harness,
+) -> None:
+    """The OpenAI plugin cancels a server-side tool reply and asks for its own."""
+    server = harness.server
+    server.script = RealtimeScript(
+        [
+            ScriptedResponse(tool_calls=(ToolCall("get_weather", {"city": "Rome"}),)),
+            "Auto reply from the server.",
+            "Reply asked by the client.",
+        ],
+        auto_tool_reply=True,
+    )
+    session, _, _ = await harness.start(WeatherAgent())
+    created: list[SpeechCreatedEvent] = []
+    session.on("speech_created", created.append)
+
+    handle = session.generate_reply()
+    await asyncio.wait_for(handle, 10)
+
+    assert [(r.trigger, r.status, r.status_reason) for r in server.responses] == [
+        ("response.create", "completed", None),
+        ("tool_output", "cancelled", "client_cancelled"),
+        ("response.create", "completed", None),
+    ]
+    assert [ev.user_initiated for ev in created] == [True, False]
+    assert _history_texts(session, "assistant")[-1] == "Reply asked by the client."
+
+
 async def test_update_options_switches_server_turn_detection(harness: Harness) -> None:
     server = harness.server
     microphone = ToneMicrophone()
@@ -356,9 +421,17 @@ async def test_update_options_switches_server_turn_detection(harness: Harness) -
         "audio": {"input": {"turn_detection": None}},
     }
     assert server.turn_detection is None
+    assert not model.capabilities.turn_detection
+    # the activity resolved server turn detection once at start: it still downgrades
+    # allow_interruptions=False, and nobody commits the user's audio any more
+    server.script.push_response("Ok.")
+    handle = session.generate_reply(allow_interruptions=False)
+    assert handle.allow_interruptions
+    await asyncio.wait_for(handle, 5)
     microphone.speak(0.3)
     await asyncio.sleep(0.8)
     assert not server.events_of_type("input_audio_buffer.speech_started", direction="sent")
+    assert not server.events_of_type("input_audio_buffer.commit")
 
     model.update_options(
         turn_detection=ServerVad(type="server_vad", silence_duration_ms=300, create_response=False)
@@ -376,7 +449,7 @@ async def test_update_options_switches_server_turn_detection(harness: Harness) -
         300 + 300 + 300, abs=120
     )
     await asyncio.sleep(0.3)
-    assert server.responses == []
+    assert [r.trigger for r in server.responses] == ["response.create"]
     assert [
         s.session["audio"]["input"]["turn_detection"] for s in server.connection.session_history
     ][-2:] == [None, server.turn_detection]
