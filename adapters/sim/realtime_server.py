@@ -50,6 +50,7 @@ from typing_extensions import Self
 
 __all__ = [
     "SAMPLE_RATE",
+    "Direction",
     "RealtimeConnection",
     "RealtimeScript",
     "RealtimeTestServer",
@@ -76,6 +77,7 @@ ResponseTrigger = Literal["response.create", "turn_detected", "tool_output"]
 """Why the server started a response: a client request, a user turn, or a tool result."""
 
 Direction = Literal["received", "sent"]
+"""Which way an event went: ``received`` from the client or ``sent`` by the server."""
 
 
 def _new_id(prefix: str) -> str:
@@ -464,6 +466,7 @@ class RealtimeConnection:
 
     @property
     def input_audio_ms(self) -> int:
+        """Total input audio appended so far, in milliseconds."""
         return self._input_samples * 1000 // SAMPLE_RATE
 
     @property
@@ -478,6 +481,24 @@ class RealtimeConnection:
     def active_response(self) -> ResponseRecord | None:
         """The response being generated, if any."""
         return self._active.record if self._active else None
+
+    def turn_detection_at(self, timestamp: float) -> dict[str, Any] | None:
+        """The turn detection that was in force at a ``time.monotonic()`` timestamp.
+
+        Args:
+            timestamp: A monotonic time, e.g. `RecordedEvent.timestamp`.
+
+        Returns:
+            ``audio.input.turn_detection`` as configured at that moment (None when off).
+        """
+        in_force = self.session_history[0]
+        for snapshot in self.session_history:
+            if snapshot.timestamp <= timestamp:
+                in_force = snapshot
+        turn_detection: dict[str, Any] | None = in_force.session["audio"]["input"].get(
+            "turn_detection"
+        )
+        return turn_detection
 
     def item(self, item_id: str) -> dict[str, Any] | None:
         """Returns the conversation item with this id, or None."""
@@ -1098,7 +1119,6 @@ class RealtimeTestServer:
         tone_amplitude: Amplitude of the tone, as a fraction of full scale.
         vad_rms_threshold: Input RMS (fraction of full scale) above which a 10 ms window
             counts as speech for server turn detection.
-        model: Value reported in ``session.created`` when the client sends no ``model``.
 
     Attributes:
         script: The script in use; tests may push responses while the server runs.
@@ -1258,13 +1278,18 @@ class RealtimeTestServer:
                 and (predicate is None or predicate(event))
             )
 
+        deadline = time.monotonic() + timeout
         while True:
             found = [event for event in self.events if matches(event)]
             if len(found) >= count:
                 return found[count - 1]
-            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._waiters.append((matches, future))
-            await asyncio.wait_for(future, timeout)
+            waiter = (matches, asyncio.get_running_loop().create_future())
+            self._waiters.append(waiter)
+            try:
+                await asyncio.wait_for(waiter[1], deadline - time.monotonic())
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
 
     # ----------------------------------------------------------------- current session
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 from collections.abc import AsyncIterator
 
@@ -11,14 +12,10 @@ import pytest
 from livekit import rtc
 from livekit.agents import Agent, AgentSession, function_tool
 from livekit.agents.voice.events import SpeechCreatedEvent
-from livekit.agents.voice.io import (
-    AudioInput,
-    AudioOutput,
-    AudioOutputCapabilities,
-    PlaybackFinishedEvent,
-)
+from livekit.agents.voice.io import AudioInput
 from livekit.plugins import openai
 from openai.types.realtime.realtime_audio_input_turn_detection import SemanticVad, ServerVad
+from turnfsm.adapters.sim.io import PacedAudioOutput
 from turnfsm.adapters.sim.realtime_server import (
     SAMPLE_RATE,
     RealtimeScript,
@@ -57,56 +54,6 @@ class ToneMicrophone(AudioInput):
         return rtc.AudioFrame(samples.tobytes(), SAMPLE_RATE, 1, FRAME_SAMPLES)
 
 
-class RealTimeSpeaker(AudioOutput):
-    """Plays captured audio in wall-clock time and reports playback like a real sink."""
-
-    def __init__(self) -> None:
-        super().__init__(
-            label="RealTimeSpeaker",
-            capabilities=AudioOutputCapabilities(pause=False),
-            sample_rate=SAMPLE_RATE,
-        )
-        self.started_at: list[float] = []
-        """``time.monotonic()`` when each segment started playing."""
-        self.finished: list[PlaybackFinishedEvent] = []
-        """Every reported playback end, in order."""
-        self.loudest_sample = 0
-        self._playing = False
-        self._captured = 0.0
-        self._ends_at = 0.0
-        self._finish_timer: asyncio.TimerHandle | None = None
-
-    async def capture_frame(self, frame: rtc.AudioFrame) -> None:
-        await super().capture_frame(frame)
-        now = time.monotonic()
-        if not self._playing:
-            self._playing, self._captured, self._ends_at = True, 0.0, now
-            self.started_at.append(now)
-            self.on_playback_started(created_at=time.time())
-        self._ends_at = max(self._ends_at, now) + frame.duration
-        self._captured += frame.duration
-        samples = np.frombuffer(frame.data, dtype=np.int16)
-        self.loudest_sample = max(self.loudest_sample, int(np.abs(samples).max(initial=0)))
-
-    def flush(self) -> None:
-        super().flush()
-        if self._playing and self._finish_timer is None:
-            delay = max(0.0, self._ends_at - time.monotonic())
-            self._finish_timer = asyncio.get_running_loop().call_later(delay, self._finish, False)
-
-    def clear_buffer(self) -> None:
-        if self._playing:
-            if self._finish_timer is not None:
-                self._finish_timer.cancel()
-            self._finish(interrupted=True)
-
-    def _finish(self, interrupted: bool) -> None:
-        position = self._captured - max(0.0, self._ends_at - time.monotonic())
-        self._playing, self._finish_timer = False, None
-        self.finished.append(PlaybackFinishedEvent(position, interrupted))
-        self.on_playback_finished(playback_position=position, interrupted=interrupted)
-
-
 class WeatherAgent(Agent):
     def __init__(self) -> None:
         super().__init__(instructions="You are a test agent.")
@@ -130,6 +77,7 @@ class Harness:
         self.server = server
         self._models: list[openai.realtime.RealtimeModel] = []
         self._sessions: list[AgentSession] = []
+        self._speakers: list[PacedAudioOutput] = []
 
     async def start(
         self,
@@ -138,7 +86,7 @@ class Harness:
         microphone: ToneMicrophone | None = None,
         llm: openai.realtime.RealtimeModel | None = None,
         **session_kwargs: object,
-    ) -> tuple[AgentSession, openai.realtime.RealtimeModel, RealTimeSpeaker]:
+    ) -> tuple[AgentSession, openai.realtime.RealtimeModel, PacedAudioOutput]:
         """Starts a session and waits until the plugin has sent its start-up updates."""
         model = llm or openai.realtime.RealtimeModel(
             api_key="dummy", base_url=self.server.base_url
@@ -148,7 +96,8 @@ class Harness:
             llm=model, vad=None, aec_warmup_duration=None, **session_kwargs
         )
         self._sessions.append(session)
-        speaker = RealTimeSpeaker()
+        speaker = PacedAudioOutput(sample_rate=SAMPLE_RATE)
+        self._speakers.append(speaker)
         session.input.audio = microphone
         session.output.audio = speaker
         await session.start(agent)
@@ -163,6 +112,8 @@ class Harness:
             await session.aclose()
         for model in self._models:
             await model.aclose()
+        for speaker in self._speakers:
+            await speaker.aclose()
 
 
 @pytest.fixture
@@ -211,10 +162,18 @@ async def test_generate_reply_plays_audio_and_lands_in_history(harness: Harness)
     assert create.payload["response"]["instructions"] == "Be brief.\nGreet the user."
     assert create.payload["response"]["metadata"]["client_event_id"] == create.payload["event_id"]
 
-    assert len(speaker.finished) == 1
-    assert not speaker.finished[0].interrupted
-    assert speaker.finished[0].playback_position == pytest.approx(len(text) / 15, abs=0.15)
-    assert speaker.loudest_sample > 5000
+    (segment,) = speaker.segments
+    assert not segment.interrupted
+    assert segment.played == pytest.approx(len(text) / 15, abs=0.15)
+    tone = np.frombuffer(
+        b"".join(
+            base64.b64decode(event.payload["delta"])
+            for event in server.events_of_type("response.output_audio.delta", direction="sent")
+        ),
+        dtype=np.int16,
+    )
+    assert len(tone) / SAMPLE_RATE == pytest.approx(segment.played, abs=0.15)
+    assert np.abs(tone).max() > 5000
     assert _history_texts(session, "assistant") == [text]
     assert server.conversation_summary() == [("assistant", text)]
     assert server.responses[0].status == "completed"
@@ -233,7 +192,7 @@ async def test_baseline_server_vad_auto_response_and_interrupt_response(harness:
 
     handle = session.generate_reply(instructions="Read the list.", allow_interruptions=False)
     assert handle.allow_interruptions  # downgraded with a warning
-    while not speaker.started_at:
+    while not speaker.segments or speaker.segments[0].started_at is None:
         await asyncio.sleep(0.02)
     await asyncio.sleep(0.9)
     microphone.speak(0.6)
@@ -245,7 +204,7 @@ async def test_baseline_server_vad_auto_response_and_interrupt_response(harness:
     assert done.timestamp - started.timestamp < 0.01
     await asyncio.wait_for(handle, 5)
     assert handle.interrupted
-    assert speaker.finished[0].interrupted
+    assert speaker.segments[0].interrupted
 
     # the server commits the turn and answers it on its own: a speech the client did not ask for
     await server.wait_for_event("response.done", direction="sent", count=2, timeout=10)
@@ -278,7 +237,7 @@ async def test_baseline_client_cancels_without_server_interrupt_response(
     assert server.turn_detection == {"type": "semantic_vad", "interrupt_response": False}
 
     handle = session.generate_reply(allow_interruptions=False)
-    while not speaker.started_at:
+    while not speaker.segments or speaker.segments[0].started_at is None:
         await asyncio.sleep(0.02)
     await asyncio.sleep(0.5)
     microphone.speak(0.3)
@@ -299,7 +258,7 @@ async def test_interrupt_truncates_at_played_position(harness: Harness) -> None:
     session, _, speaker = await harness.start(Agent(instructions="x"))
 
     handle = session.generate_reply()
-    while not speaker.started_at:
+    while not speaker.segments or speaker.segments[0].started_at is None:
         await asyncio.sleep(0.01)
     await asyncio.sleep(1.0)
     await asyncio.wait_for(session.interrupt(), 5)
@@ -313,7 +272,7 @@ async def test_interrupt_truncates_at_played_position(harness: Harness) -> None:
     assert types[-1] == "conversation.item.truncate"
     assert len(server.events_of_type("error", direction="sent")) == len(types) - 3
     (truncate,) = server.events_of_type("conversation.item.truncate")
-    played_ms = speaker.finished[0].playback_position * 1000
+    played_ms = speaker.segments[0].played * 1000
     assert truncate.payload["audio_end_ms"] == pytest.approx(played_ms, abs=2)
     assert truncate.payload["audio_end_ms"] == pytest.approx(1000, abs=150)
     assert server.responses[0].status_reason == "client_cancelled"
@@ -358,7 +317,7 @@ async def test_tool_call_round_trip(harness: Harness) -> None:
         ("assistant", "It is sunny in Paris."),
     ]
     assert handle.num_steps == 2
-    assert len(speaker.finished) == 1
+    assert len(speaker.segments) == 1
 
 
 async def test_max_tool_steps_forces_tool_choice_none(harness: Harness) -> None:
@@ -450,6 +409,7 @@ async def test_update_options_switches_server_turn_detection(harness: Harness) -
     )
     await asyncio.sleep(0.3)
     assert [r.trigger for r in server.responses] == ["response.create"]
-    assert [
-        s.session["audio"]["input"]["turn_detection"] for s in server.connection.session_history
-    ][-2:] == [None, server.turn_detection]
+    connection = server.connection
+    assert connection.turn_detection_at(started.timestamp) == server.turn_detection
+    while_turn_detection_off = server.events_of_type("response.create")[0].timestamp
+    assert connection.turn_detection_at(while_turn_detection_off) is None
