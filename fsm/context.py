@@ -35,20 +35,19 @@ class TurnContext:
     spill_over_until: float | None = None
     """Speech starting before this time continues an overlap the muted input missed."""
 
-    greeting_reply_to: str | None = None
-    """The callee's first committed turn, which the greeting answers."""
-
     first_words_item: str | None = None
-    """Item id of the callee's first committed words (never rejected, invariant I7)."""
+    """The callee's first committed turn, until the greeting is over: the greeting
+    answers it and it is never rejected (invariant I7)."""
 
     greeting_speech_id: str | None = None
     """The locked greeting's speech."""
 
-    active_speeches: tuple[str, ...] = ()
+    active_speeches: frozenset[str] = frozenset()
     """Agent speeches created and not yet ended."""
 
-    dropped_speeches: tuple[str, ...] = ()
-    """Recent interrupted speeches whose unspoken text was already dropped."""
+    dropped_speeches: frozenset[str] = frozenset()
+    """Active speeches whose unspoken text was already dropped (the message of an
+    interrupted speech may be committed before or after the speech ends)."""
 
     tool_rounds: int = 0
     """Tool steps in the current user turn."""
@@ -76,4 +75,4 @@ class TurnContext:
 
     def snapshot(self) -> tuple[Any, ...]:
         """A hashable copy of every field, for exploration and comparison."""
-        return attrs.astuple(self, retain_collection_types=True)
+        return tuple(getattr(self, field.name) for field in attrs.fields(type(self)))

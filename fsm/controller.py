@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import attrs
 from statemachine import State
 
 from . import effects as fx
@@ -69,7 +70,8 @@ class TurnController:
     ) -> None:
         self.policy = policy
         self._rules = TurnRules(policy=policy)
-        self._machine = machine_class(start_value=initial_state(policy), listeners=[self._rules])
+        self._machine_class = machine_class
+        self._machine = self._new_machine(initial_state(policy))
         self._handled = _HANDLED_CACHE.get(machine_class) or _HANDLED_CACHE.setdefault(
             machine_class, handled_events(machine_class)
         )
@@ -77,6 +79,13 @@ class TurnController:
         self._monitor = SafetyMonitor(policy) if strict else None
         self._keep_text = keep_text
         self.trace: Trace | None = Trace(policy=policy) if record else None
+
+    def _new_machine(self, state: str) -> TurnMachine:
+        machine = self._machine_class(start_value=state, listeners=[self._rules])
+        # Entering the start state runs its enter actions; a call's effects begin with
+        # its first event, so whatever they queued is not an effect of this call.
+        self._rules.outbox.clear()
+        return machine
 
     @property
     def state(self) -> str:
@@ -92,6 +101,23 @@ class TurnController:
     def is_ended(self) -> bool:
         """Whether the call reached the final ``ended`` state."""
         return self._state == "ended"
+
+    def snapshot(self) -> tuple[str, TurnContext]:
+        """The state and a copy of the context: enough to resume this call's machine."""
+        return self._state, attrs.evolve(self._rules.context)
+
+    def restore(self, state: str, context: TurnContext) -> None:
+        """Resume from a :meth:`snapshot` (the trace and strict monitor are not rewound)."""
+        if state not in self._handled:
+            raise ValueError(f"state must be one of {sorted(self._handled)}, got {state!r}")
+        if self._machine.is_terminated:
+            # A machine that reached `ended` takes no events. Building a new one costs
+            # milliseconds (callback resolution), so the explorer revives the engine,
+            # which holds no other state between steps.
+            self._machine._engine.running = True
+        self._machine.model.state = state
+        self._state = state
+        self._rules.context = attrs.evolve(context)
 
     def handle(self, event: Event) -> tuple[fx.Effect, ...]:
         """Take one event; return the effects to execute, in order.

@@ -25,6 +25,7 @@ I5      quiet_after_end         entering ``ended`` emits clean-up only, with one
 I6      timers_balanced         a timer is started only when not running, cancelled only
                                 when running, and none runs after the end
 I7      first_words_kept        the callee's first committed words are never rejected
+                                nor cleared (the greeting answers them)
 I8      silent_until_callee     an agent speech created before the greeting is stopped
 ======  ======================  ========================================================
 """
@@ -153,6 +154,8 @@ class SafetyMonitor:
                 )
         if after != "greeting" and before == "greeting":
             self.greeting_started = False
+            self.greeting_speech = None
+            self.first_words = None
         if after == "greeting" and self.greeting_started:
             still_locked = self.muted or _has(effects, fx.MuteInput)
             if not self.policy.mutes_greeting:
@@ -203,6 +206,8 @@ class SafetyMonitor:
                 "I4",
                 f"interrupted speech {event.speech_id!r} kept its unspoken text",
             )
+        if isinstance(event, ev.AgentSpeechEnded):
+            self.dropped.discard(event.speech_id)
 
     def _check_early_speech(
         self, before: str, event: ev.Event, effects: tuple[fx.Effect, ...]

@@ -43,7 +43,10 @@ class TurnMachine(StateChart):
     greeting = State(enter="begin_greeting", exit="release_greeting_lock")
     """The locked greeting: nothing the caller says interrupts it."""
 
-    listening = State(enter="start_idle_timer", exit="cancel_idle_timer")
+    listening = State(
+        enter="start_idle_timer",
+        exit=["cancel_idle_timer", "close_spill_over_window", "stop_discarding_overlap"],
+    )
     """The caller's turn."""
 
     speaking = State()
@@ -104,7 +107,9 @@ class TurnMachine(StateChart):
     user_turn_committed = (
         ringing.to(greeting, on=["begin_call", "note_first_words", "note_user_turn"])
         | awaiting_user.to(greeting, on=["note_first_words", "note_user_turn"])
-        | greeting.to.itself(internal=True, cond="drops_overlap", on="reject_user_turn")
+        | greeting.to.itself(
+            internal=True, cond="drops_overlap", unless="is_first_words", on="reject_user_turn"
+        )
         | listening.to.itself(internal=True, on="note_user_turn")
         | speaking.to.itself(internal=True, on="note_user_turn")
         | tool_loop.to.itself(internal=True, on="note_user_turn")
@@ -159,27 +164,31 @@ class TurnMachine(StateChart):
             speaking,
             tool_loop,
             cond=["timer_is_running", "is_max_duration_timer"],
-            on=["note_timer_fired", "note_max_duration"],
+            before="note_timer_fired",
+            on="note_max_duration",
         )
         | awaiting_user.to(
             greeting,
             cond=["timer_is_running", "is_await_timer", "greets_silent_callee"],
-            on="note_timer_fired",
+            before="note_timer_fired",
         )
         | awaiting_user.to(
             ended,
             cond=["timer_is_running", "is_await_timer"],
-            on=["note_timer_fired", "note_no_answer"],
+            before="note_timer_fired",
+            on="note_no_answer",
         )
         | listening.to.itself(
             internal=True,
             cond=["timer_is_running", "is_idle_timer", "can_reprompt"],
-            on=["note_timer_fired", "reprompt"],
+            before="note_timer_fired",
+            on="reprompt",
         )
         | listening.to(
             ended,
             cond=["timer_is_running", "is_idle_timer"],
-            on=["note_timer_fired", "note_idle_hang_up"],
+            before="note_timer_fired",
+            on="note_idle_hang_up",
         )
     )
 

@@ -27,9 +27,6 @@ from .events import (
 )
 from .policy import TurnPolicy
 
-RECENT_SPEECHES = 8
-"""How many interrupted speeches are remembered to avoid dropping their text twice."""
-
 
 @attrs.define
 class TurnRules:
@@ -57,6 +54,9 @@ class TurnRules:
     def discarding_overlap(self) -> bool:
         return self.context.discarding_overlap
 
+    def is_first_words(self, ev: UserTurnCommitted) -> bool:
+        return ev.item_id == self.context.first_words_item
+
     def drops_overlap(self) -> bool:
         return self.policy.greeting_overlap == "drop"
 
@@ -67,12 +67,13 @@ class TurnRules:
         return ev.speech_id == self.context.greeting_speech_id
 
     def is_last_active_speech(self, ev: AgentSpeechEnded) -> bool:
-        return set(self.context.active_speeches) <= {ev.speech_id}
+        return self.context.active_speeches <= {ev.speech_id}
 
     def needs_drop(self, ev: AssistantMessageCommitted) -> bool:
         return (
             ev.interrupted
             and self.policy.interrupted_text != "keep"
+            and ev.speech_id in self.context.active_speeches
             and ev.speech_id not in self.context.dropped_speeches
         )
 
@@ -174,7 +175,6 @@ class TurnRules:
 
     def note_first_words(self, ev: UserTurnCommitted) -> None:
         self.context.first_words_item = ev.item_id
-        self.context.greeting_reply_to = ev.item_id
 
     def begin_greeting(self) -> None:
         ctx, policy = self.context, self.policy
@@ -188,7 +188,7 @@ class TurnRules:
             fx.StartGreeting(
                 text=policy.greeting,
                 instructions=policy.greeting_instructions,
-                in_reply_to=ctx.greeting_reply_to,
+                in_reply_to=ctx.first_words_item,
             )
         )
 
@@ -203,7 +203,9 @@ class TurnRules:
     def release_greeting_lock(self, ev: Event, target: object) -> None:
         """Leave the greeting: unlock the input and settle speech that overlapped it."""
         ctx, policy = self.context, self.policy
-        if getattr(target, "id", None) == "ended":
+        ctx.greeting_speech_id = None
+        ctx.first_words_item = None
+        if _is_end(target):
             return  # clean_up_call releases everything without replaying or committing
         answer_whole = policy.greeting_overlap == "answer_whole"
         if policy.mutes_greeting:
@@ -220,10 +222,21 @@ class TurnRules:
             self._resume_user_turns(commit_pending=False)
         ctx.overlapped_greeting = False
 
+    def close_spill_over_window(self) -> None:
+        self.context.spill_over_until = None
+
     def hold_spill_over(self) -> None:
         self.context.spill_over_until = None
         self.context.discarding_overlap = True
         self._hold_user_turns()
+
+    def stop_discarding_overlap(self, target: object) -> None:
+        """Leaving ``listening`` ends the overlap too; on hang-up clean-up releases it."""
+        if self.context.discarding_overlap:
+            if _is_end(target):
+                self.context.discarding_overlap = False
+            else:
+                self.discard_overlap()
 
     def discard_overlap(self) -> None:
         self.context.discarding_overlap = False
@@ -275,7 +288,7 @@ class TurnRules:
 
     def _add_active_speech(self, speech_id: str) -> None:
         if speech_id not in self.context.active_speeches:
-            self.context.active_speeches = (*self.context.active_speeches, speech_id)
+            self.context.active_speeches = self.context.active_speeches | {speech_id}
 
     def stop_early_speech(self, ev: AgentSpeechCreated) -> None:
         """Nobody is listening yet: the agent must not talk before the callee."""
@@ -291,9 +304,10 @@ class TurnRules:
 
     def note_speech_end(self, ev: AgentSpeechEnded) -> None:
         ctx = self.context
-        ctx.active_speeches = tuple(s for s in ctx.active_speeches if s != ev.speech_id)
         if ev.interrupted and self.policy.interrupted_text != "keep":
             self._drop_unspoken(ev.speech_id, ev.played_seconds, ev.played_text)
+        ctx.active_speeches = ctx.active_speeches - {ev.speech_id}
+        ctx.dropped_speeches = ctx.dropped_speeches - {ev.speech_id}
         if ev.speech_id == ctx.final_speech_id:
             ctx.final_speech_id = None
             if not ev.interrupted and ev.played_seconds == 0:
@@ -308,7 +322,7 @@ class TurnRules:
         ctx = self.context
         if speech_id in ctx.dropped_speeches:
             return
-        ctx.dropped_speeches = (*ctx.dropped_speeches, speech_id)[-RECENT_SPEECHES:]
+        ctx.dropped_speeches = ctx.dropped_speeches | {speech_id}
         self.emit(
             fx.DropUnspokenText(
                 speech_id=speech_id,
@@ -355,3 +369,7 @@ class TurnRules:
     def unmute_after_tools(self) -> None:
         if self.policy.mute_input_during_tools:
             self._unmute(replay_held_audio=False)
+
+
+def _is_end(target: object) -> bool:
+    return getattr(target, "id", None) == "ended"

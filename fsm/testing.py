@@ -1,0 +1,153 @@
+"""Tools to check a turn machine: a finite event alphabet and an exhaustive explorer.
+
+:func:`explore` visits every configuration reachable from a policy's start — the
+state, the context (counters and flags) and the safety monitor's shadow — and feeds
+every event of :func:`event_alphabet` to each, checking every invariant on every
+step. The alphabet is finite (two speeches, two user turns, each timer, early and
+late times), and the policy bounds the counters, so the search ends.
+
+>>> report = explore(TurnPolicy(direction="outbound", greeting="Hi", max_tool_steps=1))
+>>> report.violations
+[]
+>>> report.configurations > 100
+True
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Hashable
+
+import attrs
+
+from . import events as ev
+from .context import TurnContext
+from .controller import TurnController
+from .effects import TIMER_NAMES
+from .invariants import InvariantViolation, SafetyMonitor
+from .machine import TurnMachine
+from .policy import TurnPolicy
+
+EARLY = 1.0
+LATE = 100.0
+"""Event times: the spill-over window is open at ``EARLY`` and closed at ``LATE``."""
+
+
+def event_alphabet() -> tuple[ev.Event, ...]:
+    """A finite set of concrete events covering every event type and branch."""
+    speeches = ("s1", "s2")
+    alphabet: list[ev.Event] = [
+        ev.SessionStarted(at=EARLY),
+        ev.CallRinging(at=EARLY),
+        ev.CallAnswered(at=EARLY),
+        ev.CallEnded(at=EARLY, reason="hangup"),
+        ev.UserSpeechStarted(at=EARLY),
+        ev.UserSpeechStarted(at=LATE),
+        ev.UserSpeechEnded(at=EARLY),
+        ev.UserTranscript(at=EARLY, text="hello", is_final=True),
+        ev.UserTurnCommitted(at=EARLY, text="hello", item_id="u1"),
+        ev.UserTurnCommitted(at=EARLY, text="again", item_id="u2"),
+        ev.AnsweringMachineDetected(at=EARLY, result="human"),
+        ev.AnsweringMachineDetected(at=EARLY, result="machine"),
+        ev.SessionError(at=EARLY, message="boom", recoverable=True),
+        ev.SessionError(at=EARLY, message="boom", recoverable=False),
+    ]
+    alphabet.extend(ev.TimerFired(at=EARLY, timer=name) for name in TIMER_NAMES)
+    alphabet += [
+        ev.AgentSpeechStarted(at=EARLY, speech_id="s1"),
+        ev.AssistantMessageCommitted(at=EARLY, speech_id="s1", text="hi"),
+        ev.ToolStepStarted(at=EARLY, speech_id="s1", calls=3),
+    ]
+    for speech in speeches:
+        alphabet += [
+            ev.AgentSpeechCreated(at=EARLY, speech_id=speech, source="reply"),
+            ev.AgentSpeechEnded(at=EARLY, speech_id=speech),
+            ev.AgentSpeechEnded(at=EARLY, speech_id=speech, played_seconds=1.5),
+            ev.AgentSpeechEnded(at=EARLY, speech_id=speech, interrupted=True, played_seconds=1.0),
+            ev.AssistantMessageCommitted(at=EARLY, speech_id=speech, text="hi", interrupted=True),
+            ev.ToolStepStarted(at=EARLY, speech_id=speech, calls=1),
+            ev.ToolStepFinished(at=EARLY, speech_id=speech),
+        ]
+    return tuple(alphabet)
+
+
+@attrs.frozen
+class ExplorationReport:
+    """What :func:`explore` covered and the breaches it found."""
+
+    configurations: int
+    """Distinct configurations (state × context × monitor shadow) visited."""
+    steps: int
+    """Events fed, each checked against every invariant."""
+    states: frozenset[str]
+    """States reached."""
+    transitions: frozenset[tuple[str, str, str]]
+    """(source, event, target) moves taken, self loops included."""
+    violations: list[str]
+    """One line per breach: the invariant, the configuration's state and the event."""
+
+
+def explore(
+    policy: TurnPolicy,
+    *,
+    machine_class: type[TurnMachine] = TurnMachine,
+    max_configurations: int = 200_000,
+) -> ExplorationReport:
+    """Breadth-first over every reachable configuration, every event, every invariant.
+
+    Raises:
+        RuntimeError: more than ``max_configurations`` configurations (unbounded state).
+    """
+    alphabet = event_alphabet()
+    controller = TurnController(policy, record=False, machine_class=machine_class)
+    start = (controller.state, controller.context, SafetyMonitor(policy))
+    seen: set[Hashable] = {_key(*start)}
+    queue = deque([start])
+    steps = 0
+    states: set[str] = set()
+    moves: set[tuple[str, str, str]] = set()
+    violations: list[str] = []
+    while queue:
+        state, context, monitor = queue.popleft()
+        states.add(state)
+        for event in alphabet:
+            controller.restore(state, context)
+            shadow = _copy_monitor(monitor)
+            steps += 1
+            try:
+                effects = controller.handle(event)
+                shadow.check(state, event, controller.state, effects)
+            except InvariantViolation as breach:
+                violations.append(f"{breach} [in {state} on {event!r}]")
+                continue
+            moves.add((state, event.name, controller.state))
+            after = (controller.state, controller.context, shadow)
+            key = _key(*after)
+            if key not in seen:
+                seen.add(key)
+                if len(seen) > max_configurations:
+                    raise RuntimeError(f"more than {max_configurations} configurations")
+                queue.append((after[0], attrs.evolve(after[1]), after[2]))
+    return ExplorationReport(
+        configurations=len(seen),
+        steps=steps,
+        states=frozenset(states),
+        transitions=frozenset(moves),
+        violations=violations,
+    )
+
+
+def _copy_monitor(monitor: SafetyMonitor) -> SafetyMonitor:
+    return attrs.evolve(monitor, timers=set(monitor.timers), dropped=set(monitor.dropped))
+
+
+def _key(state: str, context: TurnContext, monitor: SafetyMonitor) -> Hashable:
+    if state == "ended":  # nothing is emitted after the end, whatever came before
+        return (state,)
+    shadow = attrs.asdict(monitor, recurse=False, filter=lambda a, _: a.name != "steps")
+    frozen = tuple(
+        frozenset(value) if isinstance(value, set) else value
+        for name, value in shadow.items()
+        if name != "policy"
+    )
+    return state, context.snapshot(), frozen
