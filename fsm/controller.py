@@ -57,6 +57,8 @@ class TurnController:
         record: keep a :class:`~turnfsm.trace.Trace` of every step.
         keep_text: keep transcript text in the trace (redacted by default).
         machine_class: the machine to run; a subclass of :class:`TurnMachine`.
+        rules_class: the guards and actions it runs; a subclass of
+            :class:`~turnfsm.rules.TurnRules` (tests seed bugs this way).
     """
 
     def __init__(
@@ -67,9 +69,10 @@ class TurnController:
         record: bool = True,
         keep_text: bool = False,
         machine_class: type[TurnMachine] = TurnMachine,
+        rules_class: type[TurnRules] = TurnRules,
     ) -> None:
         self.policy = policy
-        self._rules = TurnRules(policy=policy)
+        self._rules = rules_class(policy=policy)
         self._machine_class = machine_class
         self._machine = self._new_machine(initial_state(policy))
         self._handled = _HANDLED_CACHE.get(machine_class) or _HANDLED_CACHE.setdefault(

@@ -27,6 +27,7 @@ from .effects import TIMER_NAMES
 from .invariants import InvariantViolation, SafetyMonitor
 from .machine import TurnMachine
 from .policy import TurnPolicy
+from .rules import TurnRules
 
 EARLY = 1.0
 LATE = 100.0
@@ -91,15 +92,21 @@ def explore(
     policy: TurnPolicy,
     *,
     machine_class: type[TurnMachine] = TurnMachine,
+    rules_class: type[TurnRules] = TurnRules,
     max_configurations: int = 200_000,
 ) -> ExplorationReport:
     """Breadth-first over every reachable configuration, every event, every invariant.
+
+    ``machine_class`` and ``rules_class`` replace the machine or its guards and actions,
+    e.g. with a deliberately broken subclass to show the invariants catch it.
 
     Raises:
         RuntimeError: more than ``max_configurations`` configurations (unbounded state).
     """
     alphabet = event_alphabet()
-    controller = TurnController(policy, record=False, machine_class=machine_class)
+    controller = TurnController(
+        policy, record=False, machine_class=machine_class, rules_class=rules_class
+    )
     start = (controller.state, controller.context, SafetyMonitor(policy))
     seen: set[Hashable] = {_key(*start)}
     queue = deque([start])
