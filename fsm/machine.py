@@ -84,7 +84,7 @@ class TurnMachine(StateChart):
         | listening.to.itself(
             internal=True,
             cond="in_spill_over_window",
-            on=["note_user_speaking", "hold_spill_over"],
+            on=["note_user_speaking", "cancel_idle_timer", "hold_spill_over"],
         )
         | listening.to.itself(internal=True, on=["note_user_speaking", "cancel_idle_timer"])
         | speaking.to.itself(internal=True, on="note_user_speaking")

@@ -1,0 +1,798 @@
+"""One scenario per transition: the exact effects, in order, and the state after.
+
+Every controller here is strict: the safety monitor checks each step as well.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from turnfsm import TurnController, TurnPolicy
+from turnfsm import effects as fx
+from turnfsm import events as ev
+from turnfsm.effects import CLEANUP_EFFECTS
+from turnfsm.testing import event_alphabet
+
+GREETING = "Hi, this is Ada from Acme."
+FALLBACK = "Sorry, I couldn't finish that. Could you ask me again?"
+
+
+def outbound(**options: Any) -> TurnController:
+    return TurnController(
+        TurnPolicy(direction="outbound", greeting=GREETING, **options), strict=True
+    )
+
+
+def inbound(**options: Any) -> TurnController:
+    options.setdefault("greeting", GREETING)
+    return TurnController(TurnPolicy(direction="inbound", **options), strict=True)
+
+
+def user_first(**options: Any) -> TurnController:
+    """Inbound, the caller speaks first, no greeting: the call starts in ``listening``."""
+    return TurnController(
+        TurnPolicy(direction="inbound", first_speaker="user", **options), strict=True
+    )
+
+
+def greeted(controller: TurnController, at: float = 2.0) -> TurnController:
+    """Answer an outbound call and commit the callee's "Hello?"; the greeting is created."""
+    controller.handle(ev.CallAnswered(at=0.0))
+    controller.handle(ev.UserTurnCommitted(at=at, text="Hello?", item_id="u1"))
+    controller.handle(ev.AgentSpeechCreated(at=at, speech_id="g1", source="say"))
+    assert controller.state == "greeting"
+    return controller
+
+
+def listening(**options: Any) -> TurnController:
+    controller = user_first(**options)
+    controller.handle(ev.SessionStarted(at=0.0))
+    assert controller.state == "listening"
+    return controller
+
+
+def speaking(**options: Any) -> TurnController:
+    controller = listening(**options)
+    controller.handle(ev.UserTurnCommitted(at=1.0, text="What's my balance?", item_id="u1"))
+    controller.handle(ev.AgentSpeechCreated(at=1.2, speech_id="s1"))
+    assert controller.state == "speaking"
+    return controller
+
+
+# -- answering the call --------------------------------------------------------------------
+
+
+def test_outbound_starts_ringing_and_ringing_is_informational() -> None:
+    controller = outbound()
+    assert controller.state == "ringing"
+    assert controller.handle(ev.CallRinging(at=0.0)) == ()
+    assert controller.state == "ringing"
+
+
+def test_outbound_answer_waits_for_the_callee_with_a_timer() -> None:
+    controller = outbound()
+    assert controller.handle(ev.CallAnswered(at=0.0)) == (
+        fx.StartTimer(timer="await_user", seconds=8.0),
+    )
+    assert controller.state == "awaiting_user"
+
+
+def test_outbound_answer_starts_the_call_duration_timer_first() -> None:
+    controller = outbound(max_call_duration=300, await_user_timeout=4)
+    assert controller.handle(ev.CallAnswered(at=0.0)) == (
+        fx.StartTimer(timer="max_duration", seconds=300),
+        fx.StartTimer(timer="await_user", seconds=4),
+    )
+
+
+def test_outbound_agent_first_greets_on_answer() -> None:
+    controller = outbound(first_speaker="agent")
+    assert controller.handle(ev.CallAnswered(at=0.0)) == (
+        fx.HoldUserTurns(),
+        fx.StartGreeting(text=GREETING),
+    )
+    assert controller.state == "greeting"
+    assert controller.handle(ev.CallAnswered(at=0.1)) == ()  # a duplicate answer
+
+
+def test_callee_speech_pauses_the_await_timer() -> None:
+    controller = outbound()
+    controller.handle(ev.CallAnswered(at=0.0))
+    assert controller.handle(ev.UserSpeechStarted(at=1.0)) == (fx.CancelTimer(timer="await_user"),)
+    assert controller.handle(ev.UserSpeechEnded(at=1.5)) == (
+        fx.StartTimer(timer="await_user", seconds=8.0),
+    )
+    assert controller.state == "awaiting_user"
+
+
+def test_hello_committed_greets_in_reply_holding_user_turns() -> None:
+    controller = outbound()
+    controller.handle(ev.CallAnswered(at=0.0))
+    effects = controller.handle(ev.UserTurnCommitted(at=2.0, text="Hello?", item_id="u1"))
+    assert effects == (
+        fx.CancelTimer(timer="await_user"),
+        fx.HoldUserTurns(),
+        fx.StartGreeting(text=GREETING, in_reply_to="u1"),
+    )
+    assert controller.state == "greeting"
+
+
+@pytest.mark.parametrize(("overlap", "hold_audio"), [("answer_whole", True), ("drop", False)])
+def test_hello_committed_greets_muted(overlap: str, hold_audio: bool) -> None:
+    controller = outbound(greeting_lock="mute_input", greeting_overlap=overlap)
+    controller.handle(ev.CallAnswered(at=0.0))
+    effects = controller.handle(ev.UserTurnCommitted(at=2.0, text="Hello?", item_id="u1"))
+    assert effects == (
+        fx.CancelTimer(timer="await_user"),
+        fx.MuteInput(hold_audio=hold_audio),
+        fx.StartGreeting(text=GREETING, in_reply_to="u1"),
+    )
+
+
+def test_generated_greeting_passes_the_instructions() -> None:
+    controller = TurnController(
+        TurnPolicy(direction="outbound", greeting_instructions="Introduce yourself"), strict=True
+    )
+    controller.handle(ev.CallAnswered(at=0.0))
+    effects = controller.handle(ev.UserTurnCommitted(at=2.0, text="Hello?", item_id="u1"))
+    assert effects[-1] == fx.StartGreeting(instructions="Introduce yourself", in_reply_to="u1")
+
+
+def test_hello_committed_before_the_answer_event_still_greets() -> None:
+    controller = outbound(max_call_duration=60)
+    effects = controller.handle(ev.UserTurnCommitted(at=0.5, text="Hello?", item_id="u1"))
+    assert effects == (
+        fx.StartTimer(timer="max_duration", seconds=60),
+        fx.HoldUserTurns(),
+        fx.StartGreeting(text=GREETING, in_reply_to="u1"),
+    )
+    assert controller.state == "greeting"
+
+
+# -- the locked greeting -------------------------------------------------------------------
+
+
+def test_greeting_speech_is_locked_and_a_second_speech_waits() -> None:
+    controller = outbound()
+    controller.handle(ev.CallAnswered(at=0.0))
+    controller.handle(ev.UserTurnCommitted(at=2.0, text="Hello?", item_id="u1"))
+    assert controller.handle(ev.AgentSpeechCreated(at=2.1, speech_id="g1", source="say")) == (
+        fx.LockSpeech(speech_id="g1"),
+    )
+    assert controller.handle(ev.AgentSpeechCreated(at=2.2, speech_id="s2")) == ()
+    assert controller.state == "greeting"
+
+
+def test_nothing_interrupts_the_greeting() -> None:
+    controller = greeted(outbound())
+    for event in (
+        ev.UserSpeechStarted(at=3.0),
+        ev.UserTranscript(at=3.1, text="wait"),
+        ev.UserSpeechEnded(at=3.5),
+        ev.UserTurnCommitted(at=3.6, text="wait", item_id="u2"),  # answered after, whole
+        ev.AgentSpeechStarted(at=3.7, speech_id="g1"),
+    ):
+        assert controller.handle(event) == ()
+    assert controller.state == "greeting"
+
+
+def test_drop_rejects_a_turn_committed_inside_the_greeting_but_not_the_first_words() -> None:
+    controller = greeted(outbound(greeting_overlap="drop"))
+    assert controller.handle(ev.UserTurnCommitted(at=3.0, text="Hello?", item_id="u1")) == ()
+    assert controller.handle(ev.UserTurnCommitted(at=3.5, text="who?", item_id="u2")) == (
+        fx.RejectUserTurn(item_id="u2"),
+    )
+
+
+def test_a_speech_end_that_is_not_the_greeting_keeps_the_greeting() -> None:
+    controller = greeted(outbound())
+    assert controller.handle(ev.AgentSpeechEnded(at=4.0, speech_id="other")) == ()
+    assert controller.state == "greeting"
+
+
+def test_keep_listening_answer_whole_silent_caller() -> None:
+    controller = greeted(outbound())
+    assert controller.handle(ev.AgentSpeechEnded(at=5.0, speech_id="g1", played_seconds=3)) == (
+        fx.ResumeUserTurns(commit_pending=False),
+    )
+    assert controller.state == "listening"
+
+
+def test_keep_listening_answer_whole_commits_an_overlap_finished_inside_the_lock() -> None:
+    controller = greeted(outbound())
+    controller.handle(ev.UserSpeechStarted(at=3.0))
+    controller.handle(ev.UserSpeechEnded(at=4.0))
+    assert controller.handle(ev.AgentSpeechEnded(at=5.0, speech_id="g1", played_seconds=3)) == (
+        fx.ResumeUserTurns(commit_pending=True),
+    )
+
+
+def test_keep_listening_answer_whole_caller_still_speaking_commits_on_their_own_end() -> None:
+    controller = greeted(outbound(idle_timeout=6))
+    controller.handle(ev.UserSpeechStarted(at=3.0))
+    assert controller.handle(ev.AgentSpeechEnded(at=5.0, speech_id="g1", played_seconds=3)) == (
+        fx.ResumeUserTurns(commit_pending=False),  # no idle timer while the caller speaks
+    )
+    assert controller.handle(ev.UserSpeechEnded(at=6.0)) == (
+        fx.StartTimer(timer="idle", seconds=6),
+    )
+    assert (
+        controller.handle(ev.UserTurnCommitted(at=6.2, text="is it about my order", item_id="u2"))
+        == ()
+    )
+
+
+def test_keep_listening_drop_silent_caller_clears_the_held_turn() -> None:
+    controller = greeted(outbound(greeting_overlap="drop"))
+    controller.handle(ev.UserSpeechStarted(at=3.0))
+    controller.handle(ev.UserSpeechEnded(at=3.5))
+    assert controller.handle(ev.AgentSpeechEnded(at=5.0, speech_id="g1", played_seconds=3)) == (
+        fx.ClearUserTurn(),
+        fx.ResumeUserTurns(commit_pending=False),
+    )
+    assert controller.state == "listening"
+
+
+def test_keep_listening_drop_overlap_discarded_when_the_caller_stops() -> None:
+    controller = greeted(outbound(greeting_overlap="drop", idle_timeout=6))
+    controller.handle(ev.UserSpeechStarted(at=3.0))
+    assert controller.handle(ev.AgentSpeechEnded(at=5.0, speech_id="g1", played_seconds=3)) == ()
+    assert controller.state == "listening"
+    assert controller.context.turns_held
+    assert controller.handle(ev.UserSpeechEnded(at=5.4)) == (
+        fx.ClearUserTurn(),
+        fx.ResumeUserTurns(commit_pending=False),
+        fx.StartTimer(timer="idle", seconds=6),
+    )
+    # the next speech is a fresh turn
+    assert controller.handle(ev.UserSpeechStarted(at=7.0)) == (fx.CancelTimer(timer="idle"),)
+    assert controller.handle(ev.UserSpeechEnded(at=8.0)) == (
+        fx.StartTimer(timer="idle", seconds=6),
+    )
+
+
+def test_keep_listening_drop_overlap_discarded_when_the_agent_speaks_first() -> None:
+    controller = greeted(outbound(greeting_overlap="drop"))
+    controller.handle(ev.UserSpeechStarted(at=3.0))
+    controller.handle(ev.AgentSpeechEnded(at=5.0, speech_id="g1", played_seconds=3))
+    assert controller.handle(ev.AgentSpeechCreated(at=5.5, speech_id="s2")) == (
+        fx.ClearUserTurn(),
+        fx.ResumeUserTurns(commit_pending=False),
+    )
+    assert controller.state == "speaking"
+
+
+def test_mute_input_drop_spill_over_within_the_window_is_held_and_discarded() -> None:
+    controller = greeted(
+        outbound(greeting_lock="mute_input", greeting_overlap="drop", idle_timeout=6)
+    )
+    assert controller.handle(ev.AgentSpeechEnded(at=5.0, speech_id="g1", played_seconds=3)) == (
+        fx.UnmuteInput(replay_held_audio=False),
+        fx.StartTimer(timer="idle", seconds=6),
+    )
+    assert controller.handle(ev.UserSpeechStarted(at=5.5)) == (  # at the window's edge
+        fx.CancelTimer(timer="idle"),
+        fx.HoldUserTurns(),
+    )
+    assert controller.handle(ev.UserSpeechEnded(at=6.0)) == (
+        fx.ClearUserTurn(),
+        fx.ResumeUserTurns(commit_pending=False),
+        fx.StartTimer(timer="idle", seconds=6),
+    )
+    # the window is closed: the next speech is a turn
+    assert controller.handle(ev.UserSpeechStarted(at=6.1)) == (fx.CancelTimer(timer="idle"),)
+
+
+def test_no_idle_reprompt_while_the_caller_speaks_the_spill_over() -> None:
+    """Regression: the spill-over branch left the idle timer running during the speech."""
+    controller = greeted(
+        outbound(greeting_lock="mute_input", greeting_overlap="drop", idle_timeout=6)
+    )
+    controller.handle(ev.AgentSpeechEnded(at=5.0, speech_id="g1", played_seconds=3))
+    controller.handle(ev.UserSpeechStarted(at=5.2))
+    assert "idle" not in controller.context.timers
+    assert controller.handle(ev.TimerFired(at=11.0, timer="idle")) == ()
+
+
+def test_mute_input_drop_speech_after_the_window_is_a_turn() -> None:
+    controller = greeted(outbound(greeting_lock="mute_input", greeting_overlap="drop"))
+    controller.handle(ev.AgentSpeechEnded(at=5.0, speech_id="g1", played_seconds=3))
+    assert controller.handle(ev.UserSpeechStarted(at=5.51)) == ()
+    assert not controller.context.turns_held
+    assert controller.handle(ev.UserSpeechEnded(at=6.0)) == ()
+
+
+def test_mute_input_answer_whole_replays_the_held_audio() -> None:
+    controller = greeted(outbound(greeting_lock="mute_input", greeting_overlap="answer_whole"))
+    assert controller.handle(ev.AgentSpeechEnded(at=5.0, speech_id="g1", played_seconds=3)) == (
+        fx.UnmuteInput(replay_held_audio=True),
+    )
+    assert controller.handle(ev.UserSpeechStarted(at=5.1)) == ()  # no spill-over window
+    assert controller.state == "listening"
+
+
+def test_interrupted_greeting_end_still_releases_the_lock_and_drops_unspoken_text() -> None:
+    controller = greeted(outbound(greeting_lock="mute_input"))
+    assert controller.handle(
+        ev.AgentSpeechEnded(at=4.0, speech_id="g1", interrupted=True, played_seconds=1.0)
+    ) == (
+        fx.UnmuteInput(replay_held_audio=True),
+        fx.DropUnspokenText(speech_id="g1", keep="spoken", played_seconds=1.0),
+    )
+
+
+# -- the await timer -----------------------------------------------------------------------
+
+
+def test_await_timeout_greets_a_silent_callee() -> None:
+    controller = outbound()
+    controller.handle(ev.CallAnswered(at=0.0))
+    assert controller.handle(ev.TimerFired(at=8.0, timer="await_user")) == (
+        fx.HoldUserTurns(),
+        fx.StartGreeting(text=GREETING),
+    )
+    assert controller.state == "greeting"
+
+
+def test_await_timeout_hangs_up_on_a_silent_callee() -> None:
+    controller = outbound(on_await_user_timeout="hang_up", max_call_duration=60)
+    controller.handle(ev.CallAnswered(at=0.0))
+    assert controller.handle(ev.TimerFired(at=8.0, timer="await_user")) == (
+        fx.CancelTimer(timer="max_duration"),
+        fx.EndCall(reason="no_answer"),
+    )
+    assert controller.state == "ended"
+    assert controller.context.end_reason == "no_answer"
+
+
+def test_stale_timer_after_cancel_is_ignored() -> None:
+    controller = outbound()
+    controller.handle(ev.CallAnswered(at=0.0))
+    controller.handle(ev.UserSpeechStarted(at=1.0))  # cancels the await timer
+    assert controller.handle(ev.TimerFired(at=8.0, timer="await_user")) == ()
+    assert controller.state == "awaiting_user"
+
+
+def test_timer_of_another_state_is_ignored() -> None:
+    controller = listening(idle_timeout=5)
+    assert controller.handle(ev.TimerFired(at=1.0, timer="await_user")) == ()
+    assert controller.handle(ev.TimerFired(at=1.0, timer="max_duration")) == ()
+    assert controller.state == "listening"
+
+
+def test_no_await_timer_when_disabled() -> None:
+    controller = outbound(await_user_timeout=None)
+    assert controller.handle(ev.CallAnswered(at=0.0)) == ()
+    assert controller.handle(ev.TimerFired(at=8.0, timer="await_user")) == ()
+
+
+# -- inbound starts ------------------------------------------------------------------------
+
+
+def test_inbound_agent_first_starts_in_greeting_and_greets_on_session_start() -> None:
+    controller = inbound(greeting_lock="mute_input", greeting_overlap="drop")
+    assert controller.state == "greeting"
+    assert controller.handle(ev.SessionStarted(at=0.0)) == (
+        fx.MuteInput(hold_audio=False),
+        fx.StartGreeting(text=GREETING),
+    )
+    assert controller.handle(ev.SessionStarted(at=0.1)) == ()
+    assert controller.handle(ev.AgentSpeechCreated(at=0.2, speech_id="g1", source="say")) == (
+        fx.LockSpeech(speech_id="g1"),
+    )
+
+
+def test_inbound_events_before_session_start_do_not_greet() -> None:
+    controller = inbound()
+    assert controller.handle(ev.UserSpeechStarted(at=0.0)) == ()
+    assert controller.state == "greeting"
+    assert controller.handle(ev.SessionStarted(at=0.1)) == (
+        fx.HoldUserTurns(),
+        fx.StartGreeting(text=GREETING),
+    )
+
+
+def test_inbound_user_first_with_greeting_awaits_the_caller() -> None:
+    controller = inbound(first_speaker="user")
+    assert controller.state == "awaiting_user"
+    assert controller.handle(ev.SessionStarted(at=0.0)) == (
+        fx.StartTimer(timer="await_user", seconds=8.0),
+    )
+    assert controller.handle(ev.UserTurnCommitted(at=1.0, text="Hi", item_id="u1")) == (
+        fx.CancelTimer(timer="await_user"),
+        fx.HoldUserTurns(),
+        fx.StartGreeting(text=GREETING, in_reply_to="u1"),
+    )
+
+
+def test_inbound_user_first_without_greeting_listens() -> None:
+    controller = user_first(idle_timeout=5, max_call_duration=120)
+    assert controller.state == "listening"
+    assert controller.handle(ev.SessionStarted(at=0.0)) == (
+        fx.StartTimer(timer="max_duration", seconds=120),
+        fx.StartTimer(timer="idle", seconds=5),
+    )
+    assert controller.handle(ev.UserSpeechStarted(at=1.0)) == (fx.CancelTimer(timer="idle"),)
+    assert controller.handle(ev.UserSpeechEnded(at=2.0)) == (
+        fx.StartTimer(timer="idle", seconds=5),
+    )
+    assert controller.handle(ev.UserTurnCommitted(at=2.1, text="hi", item_id="u1")) == ()
+    assert controller.handle(ev.AgentSpeechCreated(at=2.5, speech_id="s1")) == (
+        fx.CancelTimer(timer="idle"),
+    )
+    assert controller.state == "speaking"
+    assert controller.handle(ev.AgentSpeechEnded(at=4.0, speech_id="s1", played_seconds=1.5)) == (
+        fx.StartTimer(timer="idle", seconds=5),
+    )
+    assert controller.state == "listening"
+
+
+# -- agent speech --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("answered", [False, True])
+def test_agent_speech_before_the_callee_is_stopped(answered: bool) -> None:
+    controller = outbound()
+    if answered:
+        controller.handle(ev.CallAnswered(at=0.0))
+    before = controller.state
+    assert controller.handle(ev.AgentSpeechCreated(at=0.5, speech_id="s0")) == (
+        fx.Interrupt(force=True),
+    )
+    assert controller.state == before
+    assert controller.handle(ev.AgentSpeechEnded(at=0.6, speech_id="s0", interrupted=True)) == (
+        fx.DropUnspokenText(speech_id="s0", keep="spoken"),
+    )
+
+
+def test_reply_created_while_listening_speaks() -> None:
+    controller = listening()
+    controller.handle(ev.UserTurnCommitted(at=1.0, text="What's my balance?", item_id="u1"))
+    assert controller.handle(ev.AgentSpeechCreated(at=1.2, speech_id="s1")) == ()
+    assert controller.state == "speaking"
+    assert controller.handle(ev.AgentSpeechStarted(at=1.4, speech_id="s1")) == ()
+
+
+def test_speaking_waits_for_the_last_active_speech() -> None:
+    controller = speaking()
+    assert controller.handle(ev.AgentSpeechCreated(at=1.5, speech_id="s2")) == ()
+    assert controller.handle(ev.AgentSpeechEnded(at=2.0, speech_id="s1", played_seconds=1)) == ()
+    assert controller.state == "speaking"
+    assert controller.handle(ev.AgentSpeechEnded(at=3.0, speech_id="s2", played_seconds=1)) == ()
+    assert controller.state == "listening"
+
+
+@pytest.mark.parametrize(("policy", "keep"), [("spoken", "spoken"), ("drop", "nothing")])
+def test_barge_in_drops_the_unspoken_text(policy: str, keep: str) -> None:
+    controller = speaking(interrupted_text=policy)
+    assert controller.handle(ev.UserSpeechStarted(at=2.0)) == ()
+    effects = controller.handle(
+        ev.AgentSpeechEnded(
+            at=2.1, speech_id="s1", interrupted=True, played_seconds=0.9, played_text="Your bal"
+        )
+    )
+    assert effects == (
+        fx.DropUnspokenText(speech_id="s1", keep=keep, played_seconds=0.9, played_text="Your bal"),
+    )
+    assert controller.state == "listening"
+    late = ev.AssistantMessageCommitted(at=2.2, item_id="a1", speech_id="s1", interrupted=True)
+    assert controller.handle(late) == ()  # committed after the end: dropped once only
+
+
+@pytest.mark.parametrize(("policy", "keep"), [("spoken", "spoken"), ("drop", "nothing")])
+def test_message_committed_before_the_end_drops_once(policy: str, keep: str) -> None:
+    controller = speaking(interrupted_text=policy)
+    committed = ev.AssistantMessageCommitted(
+        at=2.0, item_id="a1", speech_id="s1", text="Your balance is", interrupted=True
+    )
+    assert controller.handle(committed) == (fx.DropUnspokenText(speech_id="s1", keep=keep),)
+    assert controller.handle(committed) == ()
+    assert (
+        controller.handle(
+            ev.AgentSpeechEnded(at=2.1, speech_id="s1", interrupted=True, played_seconds=0.9)
+        )
+        == ()
+    )
+    assert controller.state == "listening"
+
+
+def test_keep_policy_never_drops() -> None:
+    controller = speaking(interrupted_text="keep")
+    committed = ev.AssistantMessageCommitted(
+        at=2.0, item_id="a1", speech_id="s1", interrupted=True
+    )
+    assert controller.handle(committed) == ()
+    ended = ev.AgentSpeechEnded(at=2.1, speech_id="s1", interrupted=True, played_seconds=0.9)
+    assert controller.handle(ended) == ()
+
+
+def test_a_message_not_interrupted_is_not_dropped() -> None:
+    controller = speaking()
+    committed = ev.AssistantMessageCommitted(at=2.0, item_id="a1", speech_id="s1", text="ok")
+    assert controller.handle(committed) == ()
+
+
+# -- tools ---------------------------------------------------------------------------------
+
+
+def tool_round(controller: TurnController, speech: str = "s1", calls: int = 1) -> tuple:
+    started = controller.handle(ev.ToolStepStarted(at=3.0, speech_id=speech, calls=calls))
+    assert controller.state == "tool_loop"
+    finished = controller.handle(ev.ToolStepFinished(at=3.5, speech_id=speech, calls=calls))
+    assert controller.state == "speaking"
+    return started + finished
+
+
+@pytest.mark.parametrize("cap", [1, 3])
+def test_tool_loop_runs_exactly_the_cap_then_one_final_reply(cap: int) -> None:
+    controller = speaking(max_tool_steps=cap)
+    for _ in range(cap - 1):
+        assert tool_round(controller) == ()
+    assert tool_round(controller) == (
+        fx.CancelToolReply(speech_id="s1"),
+        fx.FinalReplyWithoutTools(fallback_text=FALLBACK),
+    )
+    assert controller.context.tool_rounds == cap
+    # the model calls tools again in the final reply: refused, no second final reply
+    assert (
+        controller.handle(ev.AgentSpeechCreated(at=4.0, speech_id="s2", source="tool_reply")) == ()
+    )
+    assert tool_round(controller, "s2") == (
+        fx.CancelToolReply(speech_id="s2"),
+        fx.CancelToolReply(speech_id="s2"),
+    )
+
+
+def test_parallel_calls_count_as_one_round() -> None:
+    controller = speaking(max_tool_steps=2)
+    assert tool_round(controller, calls=3) == ()
+    assert controller.context.tool_rounds == 1
+    assert tool_round(controller, calls=3) == (
+        fx.CancelToolReply(speech_id="s1"),
+        fx.FinalReplyWithoutTools(fallback_text=FALLBACK),
+    )
+
+
+def test_tool_step_straight_from_listening() -> None:
+    controller = listening(max_tool_steps=1)
+    assert controller.handle(ev.ToolStepStarted(at=1.0, speech_id="s1")) == ()
+    assert controller.state == "tool_loop"
+    assert controller.handle(ev.ToolStepFinished(at=1.5, speech_id="s1")) == (
+        fx.CancelToolReply(speech_id="s1"),
+        fx.FinalReplyWithoutTools(fallback_text=FALLBACK),
+    )
+    assert controller.state == "speaking"
+
+
+def test_barge_in_during_tools_interrupts_and_cancels_without_a_final_reply() -> None:
+    controller = speaking()
+    controller.handle(ev.ToolStepStarted(at=3.0, speech_id="s1"))
+    assert controller.handle(ev.UserSpeechStarted(at=3.2)) == (fx.Interrupt(force=False),)
+    assert controller.handle(ev.UserSpeechStarted(at=3.3)) == ()  # interrupted once
+    assert controller.handle(ev.ToolStepFinished(at=3.5, speech_id="s1")) == (
+        fx.CancelToolReply(speech_id="s1"),
+    )
+    assert controller.state == "speaking"
+    assert controller.handle(
+        ev.AgentSpeechEnded(at=3.6, speech_id="s1", interrupted=True, played_seconds=0.4)
+    ) == (fx.DropUnspokenText(speech_id="s1", played_seconds=0.4),)
+    assert controller.state == "listening"
+
+
+def test_tools_muted_when_the_policy_says_so() -> None:
+    controller = speaking(mute_input_during_tools=True)
+    assert controller.handle(ev.ToolStepStarted(at=3.0, speech_id="s1")) == (
+        fx.MuteInput(hold_audio=False),
+    )
+    assert controller.handle(ev.ToolStepFinished(at=3.5, speech_id="s1")) == (
+        fx.UnmuteInput(replay_held_audio=False),
+    )
+
+
+def test_final_reply_that_plays_nothing_says_the_fallback() -> None:
+    controller = speaking(max_tool_steps=1)
+    tool_round(controller)
+    controller.handle(ev.AgentSpeechEnded(at=3.6, speech_id="s1", played_seconds=1.0))
+    assert controller.state == "listening"
+    assert (
+        controller.handle(ev.AgentSpeechCreated(at=4.0, speech_id="s2", source="tool_reply")) == ()
+    )
+    assert controller.handle(ev.AgentSpeechEnded(at=4.5, speech_id="s2", played_seconds=0)) == (
+        fx.Say(text=FALLBACK, reason="tool_fallback"),
+    )
+
+
+def test_final_reply_that_plays_says_no_fallback() -> None:
+    controller = speaking(max_tool_steps=1)
+    tool_round(controller)
+    controller.handle(ev.AgentSpeechEnded(at=3.6, speech_id="s1", played_seconds=1.0))
+    controller.handle(ev.AgentSpeechCreated(at=4.0, speech_id="s2", source="tool_reply"))
+    assert controller.handle(ev.AgentSpeechEnded(at=4.5, speech_id="s2", played_seconds=2)) == ()
+
+
+def test_tool_counters_reset_per_user_turn() -> None:
+    controller = speaking(max_tool_steps=1)
+    assert tool_round(controller)[-1] == fx.FinalReplyWithoutTools(fallback_text=FALLBACK)
+    controller.handle(ev.AgentSpeechEnded(at=3.6, speech_id="s1", played_seconds=1.0))
+    assert controller.handle(ev.UserTurnCommitted(at=5.0, text="and now?", item_id="u2")) == ()
+    assert controller.context.tool_rounds == 0
+    controller.handle(ev.AgentSpeechCreated(at=5.1, speech_id="s3"))
+    assert controller.handle(ev.ToolStepStarted(at=5.2, speech_id="s3")) == ()  # let through
+    assert controller.handle(ev.ToolStepFinished(at=5.3, speech_id="s3")) == (
+        fx.CancelToolReply(speech_id="s3"),
+        fx.FinalReplyWithoutTools(fallback_text=FALLBACK),
+    )
+
+
+# -- timers that end the call --------------------------------------------------------------
+
+
+def test_idle_reprompts_then_hangs_up() -> None:
+    controller = listening(idle_timeout=5, idle_max_reprompts=2, idle_message="Still there?")
+    at = 0.0
+    for number in (1, 2):
+        at += 5
+        assert controller.handle(ev.TimerFired(at=at, timer="idle")) == (
+            fx.Say(text="Still there?", reason="reprompt"),
+        )
+        assert controller.context.reprompts == number
+        assert controller.handle(ev.AgentSpeechCreated(at=at, speech_id=f"r{number}")) == ()
+        assert controller.handle(
+            ev.AgentSpeechEnded(at=at + 1, speech_id=f"r{number}", played_seconds=1)
+        ) == (fx.StartTimer(timer="idle", seconds=5),)
+    assert controller.handle(ev.TimerFired(at=at + 6, timer="idle")) == (
+        fx.EndCall(reason="idle"),
+    )
+    assert controller.state == "ended"
+
+
+def test_idle_reprompts_reset_when_the_caller_speaks() -> None:
+    controller = listening(idle_timeout=5, idle_max_reprompts=1)
+    controller.handle(ev.TimerFired(at=5, timer="idle"))
+    controller.handle(ev.UserTurnCommitted(at=6, text="yes", item_id="u1"))
+    assert controller.context.reprompts == 0
+
+
+def test_no_reprompt_allowed_hangs_up_at_the_first_idle_timeout() -> None:
+    controller = listening(idle_timeout=5, idle_max_reprompts=0, max_call_duration=60)
+    assert controller.handle(ev.TimerFired(at=5, timer="idle")) == (
+        fx.CancelTimer(timer="max_duration"),
+        fx.EndCall(reason="idle"),
+    )
+
+
+@pytest.mark.parametrize("where", ["listening", "speaking", "tool_loop"])
+def test_max_call_duration_ends_the_call(where: str) -> None:
+    controller = speaking(max_call_duration=60, idle_timeout=5, mute_input_during_tools=True)
+    if where == "tool_loop":
+        controller.handle(ev.ToolStepStarted(at=2, speech_id="s1"))
+    elif where == "listening":
+        controller.handle(ev.AgentSpeechEnded(at=2, speech_id="s1", played_seconds=1))
+    assert controller.state == where
+    effects = controller.handle(ev.TimerFired(at=60, timer="max_duration"))
+    expected: tuple[fx.Effect, ...] = (fx.EndCall(reason="max_duration"),)
+    if where == "listening":
+        expected = (fx.CancelTimer(timer="idle"), *expected)
+    if where == "tool_loop":
+        expected = (fx.UnmuteInput(), *expected)
+    assert effects == expected
+    assert controller.state == "ended"
+
+
+def test_max_call_duration_in_the_greeting_releases_the_lock() -> None:
+    controller = greeted(outbound(max_call_duration=30, greeting_lock="mute_input"))
+    assert controller.handle(ev.TimerFired(at=30, timer="max_duration")) == (
+        fx.UnmuteInput(replay_held_audio=False),
+        fx.EndCall(reason="max_duration"),
+    )
+
+
+# -- answering machines and errors ---------------------------------------------------------
+
+
+def test_answering_machine_hang_up() -> None:
+    controller = outbound()
+    controller.handle(ev.CallAnswered(at=0.0))
+    assert controller.handle(ev.AnsweringMachineDetected(at=1.0, result="human")) == ()
+    assert controller.handle(ev.AnsweringMachineDetected(at=1.0, result="machine")) == (
+        fx.CancelTimer(timer="await_user"),
+        fx.EndCall(reason="answering_machine"),
+    )
+    assert controller.state == "ended"
+
+
+def test_answering_machine_continue() -> None:
+    controller = outbound(on_answering_machine="continue")
+    controller.handle(ev.CallAnswered(at=0.0))
+    assert controller.handle(ev.AnsweringMachineDetected(at=1.0, result="machine")) == ()
+    assert controller.state == "awaiting_user"
+
+
+def test_session_errors() -> None:
+    controller = speaking()
+    assert controller.handle(ev.SessionError(at=2.0, message="tts hiccup")) == ()
+    assert controller.state == "speaking"
+    assert controller.handle(ev.SessionError(at=2.0, message="llm down", recoverable=False)) == (
+        fx.EndCall(reason="error"),
+    )
+    assert controller.state == "ended"
+    assert controller.context.end_reason == "error"
+
+
+# -- hang-up from every state --------------------------------------------------------------
+
+HANG_UP_POLICY = {
+    "greeting_lock": "mute_input",
+    "mute_input_during_tools": True,
+    "idle_timeout": 5,
+    "max_call_duration": 600,
+}
+
+
+def to_state(state: str, **options: Any) -> TurnController:
+    """A controller driven by real events into ``state``, holding every lever it can."""
+    controller = outbound(**{**HANG_UP_POLICY, **options})
+    path: list[ev.Event] = []
+    if state != "ringing":
+        path.append(ev.CallAnswered(at=0.0))
+    if state in ("greeting", "listening", "speaking", "tool_loop"):
+        path += [
+            ev.UserTurnCommitted(at=1.0, text="Hello?", item_id="u1"),
+            ev.AgentSpeechCreated(at=1.1, speech_id="g1", source="say"),
+        ]
+    if state == "listening" and options.get("greeting_overlap") == "drop":
+        path.append(ev.UserSpeechStarted(at=2.5))  # still speaking when the greeting ends
+    if state in ("listening", "speaking", "tool_loop"):
+        path.append(ev.AgentSpeechEnded(at=3.0, speech_id="g1", played_seconds=2))
+    if state in ("speaking", "tool_loop"):
+        path.append(ev.AgentSpeechCreated(at=4.0, speech_id="s1"))
+    if state == "tool_loop":
+        path.append(ev.ToolStepStarted(at=5.0, speech_id="s1"))
+    for event in path:
+        controller.handle(event)
+    assert controller.state == state
+    return controller
+
+
+NON_FINAL = ["ringing", "awaiting_user", "greeting", "listening", "speaking", "tool_loop"]
+
+
+@pytest.mark.parametrize("overlap", ["answer_whole", "drop"])
+@pytest.mark.parametrize("lock", ["mute_input", "keep_listening"])
+@pytest.mark.parametrize("state", NON_FINAL)
+def test_hang_up_from_every_state_only_cleans_up(state: str, lock: str, overlap: str) -> None:
+    controller = to_state(state, greeting_lock=lock, greeting_overlap=overlap)
+    if state == "listening" and lock == "keep_listening" and overlap == "drop":
+        assert controller.context.discarding_overlap  # an overlap still being discarded
+    running = controller.context.timers
+    held = controller.context.input_muted, controller.context.turns_held
+    effects = controller.handle(ev.CallEnded(at=9.0, reason="hangup"))
+    assert controller.state == "ended"
+    assert all(isinstance(effect, CLEANUP_EFFECTS) for effect in effects), effects
+    assert effects[-1] == fx.EndCall(reason="hangup")
+    assert {e.timer for e in effects if isinstance(e, fx.CancelTimer)} == running
+    assert (fx.UnmuteInput() in effects, fx.ResumeUserTurns() in effects) == held
+    context = controller.context
+    assert not context.input_muted
+    assert not context.turns_held
+    assert not context.timers
+    assert not context.discarding_overlap
+
+
+def test_hang_up_inside_a_muted_greeting_releases_without_replay() -> None:
+    controller = to_state("greeting", greeting_lock="mute_input", greeting_overlap="answer_whole")
+    assert controller.handle(ev.CallEnded(at=9.0, reason="room_closed")) == (
+        fx.CancelTimer(timer="max_duration"),
+        fx.UnmuteInput(replay_held_audio=False),
+        fx.EndCall(reason="room_closed"),
+    )
+
+
+@pytest.mark.parametrize("state", NON_FINAL)
+def test_nothing_after_the_end(state: str) -> None:
+    controller = to_state(state)
+    controller.handle(ev.CallEnded(at=9.0))
+    for event in event_alphabet():
+        assert controller.handle(event) == (), event
+        assert controller.state == "ended"
