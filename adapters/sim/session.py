@@ -112,6 +112,8 @@ class SimulatedCall:
             ``session_close_transcript_timeout`` is the STT's ``final_lag`` plus 0.3 s:
             on close LiveKit waits that long for a last final transcript, which the
             scripted STT only sends after speech.
+        before_start: Called with the session after its IO is set and before it starts,
+            e.g. to ``attach`` a turn controller.
 
     Attributes:
         session: The ``AgentSession`` (created by :meth:`start`).
@@ -140,6 +142,7 @@ class SimulatedCall:
         vad: vad.VAD | None = None,
         text_output: bool = False,
         session_options: Mapping[str, Any] | None = None,
+        before_start: Callable[[AgentSession], object] | None = None,
     ) -> None:
         self.ledger: SpeechLedger = stt.ledger if stt is not None else SpeechLedger()
         self.audio_input = ScriptedAudioInput(
@@ -158,6 +161,7 @@ class SimulatedCall:
             "session_close_transcript_timeout": self.stt.final_lag + 0.3,
             **(session_options or {}),
         }
+        self._before_start = before_start
         self._session: AgentSession | None = None
         self._started_at: float | None = None
 
@@ -191,6 +195,8 @@ class SimulatedCall:
         session.output.audio = self.audio_output
         if self.text_output is not None:
             session.output.transcription = self.text_output
+        if self._before_start is not None:
+            self._before_start(session)
         self._started_at = loop.time()
         await session.start(self.agent, record=False)
         await self.wait_until(lambda: self.audio_input.started_at is not None, timeout=5.0)

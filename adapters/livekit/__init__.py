@@ -1,0 +1,26 @@
+"""LiveKit Agents adapter: attach a :class:`~turnfsm.TurnController` to an ``AgentSession``.
+
+>>> # controller = TurnController(policy); attach(session, controller); await session.start(...)
+"""
+
+from .adapter import TurnAdapter, adapter_for, attach
+from .agent import TurnAgent
+from .audio import InputGate, PlayedSegment, PlayoutMeter
+from .levers import LEVERS
+from .sip import call_status_event, watch_amd, watch_sip_participant
+from .text import spoken_prefix
+
+__all__ = [
+    "LEVERS",
+    "InputGate",
+    "PlayedSegment",
+    "PlayoutMeter",
+    "TurnAdapter",
+    "TurnAgent",
+    "adapter_for",
+    "attach",
+    "call_status_event",
+    "spoken_prefix",
+    "watch_amd",
+    "watch_sip_participant",
+]

@@ -1,0 +1,436 @@
+"""The LiveKit adapter: session events in, turn-machine effects out.
+
+Embedding takes two lines before ``session.start(...)``::
+
+    controller = TurnController(policy)
+    attach(session, controller)
+
+The adapter subscribes to the session's events, translates each into a
+:mod:`turnfsm.events` event (table below), hands it to the controller, and executes the
+returned effects in order with :data:`~turnfsm.adapters.livekit.levers.LEVERS`. Events
+raised while effects run (LiveKit emits ``speech_created`` inside ``session.say``) are
+queued and handled right after, in the same callback: the machine runs to completion
+one event at a time.
+
+Nothing escapes into LiveKit's emitter: a translation or lever that raises is logged
+once (with the effect and the state) and the call goes on; a controller that raises
+releases the input (gate open, user turns resumed) so a bug never leaves the caller
+muted.
+
+==============================================  ============================================
+LiveKit                                          turnfsm event
+==============================================  ============================================
+``agent_state_changed`` from ``initializing``    ``SessionStarted`` (and the audio links are
+                                                 put in place)
+``agent_state_changed`` to ``speaking``          ``AgentSpeechStarted``
+``user_state_changed`` to / from ``speaking``    ``UserSpeechStarted`` / ``UserSpeechEnded``
+``user_input_transcribed``                       ``UserTranscript``
+``TurnAgent.on_user_turn_completed``             ``UserTurnCommitted`` (without ``TurnAgent``:
+                                                 ``conversation_item_added``, role user)
+``speech_created``                               ``AgentSpeechCreated``
+speech handle done                               ``AgentSpeechEnded`` (played seconds from
+                                                 :class:`~.audio.PlayoutMeter`)
+``conversation_item_added``, role assistant      ``AssistantMessageCommitted``
+``tool_execution_updated`` (first call started)  ``ToolStepStarted``
+``function_tools_executed``                      ``ToolStepFinished``
+timer expiry (``loop.call_later``)               ``TimerFired``
+``error``                                        ``SessionError`` (``recoverable`` as given)
+``close``                                        ``CallEnded``
+SIP ``sip.callStatus`` (:mod:`.sip`)             ``CallRinging`` / ``CallAnswered`` /
+                                                 ``CallEnded``
+AMD ``amd_prediction`` (:meth:`watch_amd`)       ``AnsweringMachineDetected``
+==============================================  ============================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from livekit.agents import AgentSession, StopResponse, llm
+from livekit.agents.voice import SpeechHandle
+from livekit.agents.voice.events import (
+    AgentStateChangedEvent,
+    CloseEvent,
+    ConversationItemAddedEvent,
+    ErrorEvent,
+    FunctionToolsExecutedEvent,
+    SpeechCreatedEvent,
+    ToolExecutionUpdatedEvent,
+    UserInputTranscribedEvent,
+    UserStateChangedEvent,
+)
+
+from turnfsm import TurnController
+from turnfsm import effects as fx
+from turnfsm import events as ev
+
+from .audio import InputGate, PlayedSegment, PlayoutMeter
+from .levers import LEVERS, apply_drop
+
+logger = logging.getLogger("turnfsm.adapters.livekit")
+
+_ADAPTERS: weakref.WeakKeyDictionary[AgentSession, TurnAdapter] = weakref.WeakKeyDictionary()
+
+
+def attach(
+    session: AgentSession,
+    controller: TurnController,
+    *,
+    end_call: Callable[[str], None] | None = None,
+) -> TurnAdapter:
+    """Drive ``session``'s turn-taking with ``controller``. Call before ``session.start``.
+
+    Args:
+        session: the session, not started yet.
+        controller: the call's controller.
+        end_call: how to hang up (e.g. delete the room of a SIP call); by default the
+            session is shut down.
+    """
+    adapter = TurnAdapter(session, controller, end_call=end_call)
+    adapter.subscribe()
+    return adapter
+
+
+def adapter_for(session: AgentSession) -> TurnAdapter | None:
+    """The adapter attached to ``session``, if any."""
+    return _ADAPTERS.get(session)
+
+
+class TurnAdapter:
+    """Connects one ``AgentSession`` to one :class:`~turnfsm.TurnController`."""
+
+    def __init__(
+        self,
+        session: AgentSession,
+        controller: TurnController,
+        *,
+        end_call: Callable[[str], None] | None = None,
+    ) -> None:
+        self.session = session
+        self.controller = controller
+        self.end_call = end_call
+        self.gate: InputGate | None = None
+        self.meter: PlayoutMeter | None = None
+        self.agent_hooks_active = False
+        """The running agent is a :class:`~.agent.TurnAgent` (turn commits come from its hook)."""
+        self.speeches: dict[str, SpeechHandle] = {}
+        self.assistant_messages: dict[str, llm.ChatMessage] = {}
+        self.last_segment: dict[str, PlayedSegment] = {}
+        self.played_seconds: dict[str, float] = {}
+        self.pending_drops: dict[str, fx.DropUnspokenText] = {}
+        self.pending_greeting: fx.StartGreeting | None = None
+        self.rejected_turns: set[str] = set()
+        self.cancelled_tool_replies: set[str] = set()
+        self.timers: dict[str, asyncio.TimerHandle] = {}
+        self.held_turn_settings: tuple[Any, bool] | None = None
+        self.closing = False
+        self._segment_speeches: collections.deque[str | None] = collections.deque()
+        self._open_tool_steps: set[str] = set()
+        self._queue: collections.deque[ev.Event] = collections.deque()
+        self._dispatching = False
+        self._origin: float | None = None
+        self._handlers: list[tuple[str, Callable[..., None]]] = []
+        self._tasks: set[asyncio.Future[Any]] = set()
+        self._reported_failures: set[tuple[str, type[BaseException]]] = set()
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def subscribe(self) -> None:
+        """Listen to the session's events (done by :func:`attach`)."""
+        if self.session in _ADAPTERS:
+            raise RuntimeError("a turnfsm adapter is already attached to this session")
+        _ADAPTERS[self.session] = self
+        handlers: dict[str, Callable[[Any], None]] = {
+            "agent_state_changed": self._on_agent_state_changed,
+            "user_state_changed": self._on_user_state_changed,
+            "user_input_transcribed": self._on_user_input_transcribed,
+            "conversation_item_added": self._on_conversation_item_added,
+            "speech_created": self._on_speech_created,
+            "function_tools_executed": self._on_function_tools_executed,
+            "tool_execution_updated": self._on_tool_execution_updated,
+            "error": self._on_error,
+            "close": self._on_close,
+        }
+        for name, handler in handlers.items():
+            guarded = self._guarded(name, handler)
+            self.session.on(name, guarded)  # type: ignore[arg-type]
+            self._handlers.append((name, guarded))
+
+    def detach(self) -> None:
+        """Stop listening, cancel timers and release the input. Idempotent."""
+        for name, handler in self._handlers:
+            self.session.off(name, handler)  # type: ignore[arg-type]
+        self._handlers.clear()
+        for handle in self.timers.values():
+            handle.cancel()
+        self.timers.clear()
+        self._release_input()
+        for task in self._tasks:
+            task.cancel()
+        self._tasks.clear()
+        if _ADAPTERS.get(self.session) is self:
+            del _ADAPTERS[self.session]
+
+    def now(self) -> float:
+        """Seconds since the adapter started: the time stamped on every event."""
+        loop_time = asyncio.get_running_loop().time()
+        if self._origin is None:
+            self._origin = loop_time
+        return max(0.0, loop_time - self._origin)
+
+    # -- the run-to-completion step -----------------------------------------------------
+
+    def dispatch(self, event: ev.Event) -> None:
+        """Feed an event to the controller and execute its effects (queued if re-entered).
+
+        Use it for inputs the adapter cannot see itself, e.g.
+        ``adapter.dispatch(CallAnswered(at=adapter.now()))`` for an outbound call placed
+        without SIP status attributes.
+        """
+        if not self._handlers:
+            logger.debug("turnfsm: %s after detach ignored", event.name)
+            return
+        self._queue.append(event)
+        if self._dispatching:
+            return
+        self._dispatching = True
+        try:
+            while self._queue:
+                self._step(self._queue.popleft())
+        finally:
+            self._dispatching = False
+
+    def _step(self, event: ev.Event) -> None:
+        before = self.controller.state
+        try:
+            effects = self.controller.handle(event)
+        except Exception:
+            logger.exception("turnfsm: controller failed on %s in %s", event.name, before)
+            self._release_input()
+            return
+        for effect in effects:
+            self._execute(effect, before)
+
+    def _execute(self, effect: fx.Effect, state: str) -> None:
+        try:
+            LEVERS[type(effect)](self, effect)
+        except Exception as error:
+            self._report_failure(f"lever {effect.name}", error, f"{effect!r} in {state}")
+            if isinstance(effect, fx.UnmuteInput | fx.ResumeUserTurns):
+                self._release_input()
+
+    def _report_failure(self, where: str, error: BaseException, detail: str) -> None:
+        key = (where, type(error))
+        if key in self._reported_failures:
+            logger.debug("turnfsm: %s failed again: %r", where, error)
+            return
+        self._reported_failures.add(key)
+        logger.warning("turnfsm: %s failed (%s): %r", where, detail, error)
+
+    def _release_input(self) -> None:
+        """Whatever happened, the caller is heard again and user turns are committed."""
+        if self.gate is not None and self.gate.muted:
+            self.gate.unmute(replay_held_audio=False)
+        if self.held_turn_settings is not None:
+            turn_detection, discard = self.held_turn_settings
+            self.held_turn_settings = None
+            try:
+                self.session.options.interruption["discard_audio_if_uninterruptible"] = discard
+                self.session.update_options(turn_detection=turn_detection)
+            except Exception as error:
+                self._report_failure("release input", error, "restoring turn detection")
+
+    def _guarded(self, name: str, handler: Callable[[Any], None]) -> Callable[[Any], None]:
+        def guarded(event: Any) -> None:
+            try:
+                handler(event)
+            except Exception as error:
+                self._report_failure(f"handler {name}", error, type(event).__name__)
+
+        return guarded
+
+    def track(self, awaitable: Awaitable[Any], what: str) -> None:
+        """Keep a lever's future alive and log its failure instead of losing it."""
+        future = asyncio.ensure_future(awaitable)
+        self._tasks.add(future)
+
+        def done(fut: asyncio.Future[Any]) -> None:
+            self._tasks.discard(fut)
+            if not fut.cancelled() and (error := fut.exception()) is not None:
+                self._report_failure(what, error, "awaited lever")
+
+        future.add_done_callback(done)
+
+    def require_gate(self) -> InputGate:
+        """The input gate, or an error naming why it is missing."""
+        if self.gate is None:
+            raise RuntimeError("the session has no audio input to mute")
+        return self.gate
+
+    def timer_expired(self, timer: fx.TimerName) -> None:
+        """A ``loop.call_later`` timer expired: hand it to the machine."""
+        self.timers.pop(timer, None)
+        self.dispatch(ev.TimerFired(at=self.now(), timer=timer))
+
+    # -- session events -----------------------------------------------------------------
+
+    def _on_agent_state_changed(self, event: AgentStateChangedEvent) -> None:
+        if event.old_state == "initializing":
+            self._install_audio_links()
+            self.dispatch(ev.SessionStarted(at=self.now()))
+        if event.new_state == "speaking" and (speech := self.session.current_speech):
+            self.dispatch(ev.AgentSpeechStarted(at=self.now(), speech_id=speech.id))
+
+    def _install_audio_links(self) -> None:
+        session = self.session
+        self.agent_hooks_active = getattr(session.current_agent, "turnfsm_hooks", False)
+        if session.input.audio is not None and self.gate is None:
+            self.gate = InputGate(session.input.audio)
+            session.input.audio = self.gate
+        if session.output.audio is not None and self.meter is None:
+            self.meter = PlayoutMeter(
+                session.output.audio,
+                on_segment_start=self._on_segment_start,
+                on_segment=self._on_segment,
+            )
+            session.output.audio = self.meter
+
+    def _on_segment_start(self) -> None:
+        speech = self.session.current_speech
+        self._segment_speeches.append(speech.id if speech is not None else None)
+
+    def _on_segment(self, segment: PlayedSegment) -> None:
+        speech_id = self._segment_speeches.popleft() if self._segment_speeches else None
+        if speech_id is not None:
+            self.last_segment[speech_id] = segment
+            self.played_seconds[speech_id] = (
+                self.played_seconds.get(speech_id, 0.0) + segment.played_seconds
+            )
+
+    def _on_user_state_changed(self, event: UserStateChangedEvent) -> None:
+        if event.new_state == "speaking":
+            self.dispatch(ev.UserSpeechStarted(at=self.now()))
+        elif event.old_state == "speaking":
+            self.dispatch(ev.UserSpeechEnded(at=self.now()))
+
+    def _on_user_input_transcribed(self, event: UserInputTranscribedEvent) -> None:
+        self.dispatch(
+            ev.UserTranscript(at=self.now(), text=event.transcript, is_final=event.is_final)
+        )
+
+    def _on_conversation_item_added(self, event: ConversationItemAddedEvent) -> None:
+        item = event.item
+        if not isinstance(item, llm.ChatMessage):
+            return
+        if item.role == "user" and not self.agent_hooks_active:
+            self.dispatch(
+                ev.UserTurnCommitted(at=self.now(), text=item.text_content or "", item_id=item.id)
+            )
+        elif item.role == "assistant":
+            speech = self.session.current_speech
+            speech_id = speech.id if speech is not None else ""
+            self.assistant_messages[speech_id] = item
+            if (pending := self.pending_drops.get(speech_id)) is not None:
+                apply_drop(self, pending, item)
+            self.dispatch(
+                ev.AssistantMessageCommitted(
+                    at=self.now(),
+                    item_id=item.id,
+                    speech_id=speech_id,
+                    text=item.text_content or "",
+                    interrupted=item.interrupted,
+                )
+            )
+
+    def _on_speech_created(self, event: SpeechCreatedEvent) -> None:
+        handle = event.speech_handle
+        self.speeches[handle.id] = handle
+        handle.add_done_callback(self._on_speech_done)
+        source = "say" if event.source == "say" else "reply"
+        self.dispatch(ev.AgentSpeechCreated(at=self.now(), speech_id=handle.id, source=source))
+
+    def _on_speech_done(self, handle: SpeechHandle) -> None:
+        try:
+            segment = self.last_segment.get(handle.id)
+            self.dispatch(
+                ev.AgentSpeechEnded(
+                    at=self.now(),
+                    speech_id=handle.id,
+                    interrupted=handle.interrupted,
+                    played_seconds=self.played_seconds.get(handle.id, 0.0),
+                    played_text=segment.synchronized_transcript if segment else None,
+                )
+            )
+        except Exception as error:
+            self._report_failure("speech done", error, handle.id)
+        for table in (self.speeches, self.assistant_messages, self.last_segment):
+            table.pop(handle.id, None)
+        self.played_seconds.pop(handle.id, None)
+        self.pending_drops.pop(handle.id, None)
+        self.cancelled_tool_replies.discard(handle.id)
+        self._open_tool_steps.discard(handle.id)
+
+    def _current_speech_id(self) -> str:
+        speech = self.session.current_speech
+        return speech.id if speech is not None else ""
+
+    def _on_tool_execution_updated(self, event: ToolExecutionUpdatedEvent) -> None:
+        if event.update.type != "tool_call_started":
+            return
+        speech_id = self._current_speech_id()
+        if speech_id not in self._open_tool_steps:
+            self._open_tool_steps.add(speech_id)
+            self.dispatch(ev.ToolStepStarted(at=self.now(), speech_id=speech_id, calls=1))
+
+    def _on_function_tools_executed(self, event: FunctionToolsExecutedEvent) -> None:
+        speech_id = self._current_speech_id()
+        calls = max(1, len(event.function_calls))
+        if speech_id not in self._open_tool_steps:
+            self.dispatch(ev.ToolStepStarted(at=self.now(), speech_id=speech_id, calls=calls))
+        self._open_tool_steps.discard(speech_id)
+        self.dispatch(ev.ToolStepFinished(at=self.now(), speech_id=speech_id, calls=calls))
+        if speech_id in self.cancelled_tool_replies:
+            self.cancelled_tool_replies.discard(speech_id)
+            event.cancel_tool_reply()
+
+    def _on_error(self, event: ErrorEvent) -> None:
+        error = event.error
+        self.dispatch(
+            ev.SessionError(
+                at=self.now(),
+                message=type(error).__name__,
+                recoverable=bool(getattr(error, "recoverable", True)),
+            )
+        )
+
+    def _on_close(self, event: CloseEvent) -> None:
+        self.closing = True
+        self.dispatch(ev.CallEnded(at=self.now(), reason=str(event.reason.value)))
+        self.detach()
+
+    # -- call sites used by TurnAgent ---------------------------------------------------
+
+    def user_turn_completed(self, message: llm.ChatMessage) -> None:
+        """Report a committed user turn from ``on_user_turn_completed``.
+
+        Raises:
+            StopResponse: the machine rejected the turn: no reply, not in the history.
+        """
+        self.dispatch(
+            ev.UserTurnCommitted(
+                at=self.now(), text=message.text_content or "", item_id=message.id
+            )
+        )
+        if message.id in self.rejected_turns:
+            self.rejected_turns.discard(message.id)
+            raise StopResponse()
+
+    def take_greeting(self) -> fx.StartGreeting | None:
+        """The greeting that the reply being generated must be, if any (taken once)."""
+        greeting, self.pending_greeting = self.pending_greeting, None
+        return greeting

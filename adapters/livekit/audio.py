@@ -1,0 +1,176 @@
+"""Two pass-through links the adapter puts into the session's audio chain.
+
+* :class:`InputGate` sits in front of whatever ``session.input.audio`` is (RoomIO or a
+  custom input). Muted, it hands the pipeline silence instead of the caller's frames —
+  so VAD ends a speaking state cleanly — and either drops the caller's frames or holds
+  them to replay them on unmute. It works for every input, unlike
+  ``set_audio_enabled(False)``, whose dropping depends on the input honouring
+  ``on_detached`` and which cannot keep the audio.
+* :class:`PlayoutMeter` sits in front of ``session.output.audio`` and measures every
+  playback segment: seconds pushed, seconds played, interrupted, and the synchronized
+  transcript when the chain has one. The adapter uses it to know what the caller really
+  heard, with or without a ``TranscriptSynchronizer``.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from livekit import rtc
+from livekit.agents.voice.io import AudioInput, AudioOutput, AudioOutputCapabilities
+
+MAX_HELD_SECONDS = 30.0
+"""Held audio beyond this is dropped, oldest first (a muted caller talking for minutes)."""
+
+
+class InputGate(AudioInput):
+    """Open, muted (frames dropped) or holding (frames kept for replay); silence while shut."""
+
+    def __init__(self, source: AudioInput) -> None:
+        super().__init__(label="turnfsm.InputGate", source=source)
+        self._muted = False
+        self._holding = False
+        self._held: collections.deque[rtc.AudioFrame] = collections.deque()
+        self._held_seconds = 0.0
+
+    @property
+    def muted(self) -> bool:
+        """Whether the caller's audio is kept from the pipeline."""
+        return self._muted
+
+    @property
+    def held_seconds(self) -> float:
+        """Seconds of the caller's audio waiting to be replayed."""
+        return self._held_seconds
+
+    def mute(self, *, hold_audio: bool) -> None:
+        """Shut the gate; with ``hold_audio`` keep the caller's frames for :meth:`unmute`."""
+        self._muted = True
+        self._holding = hold_audio
+
+    def unmute(self, *, replay_held_audio: bool) -> None:
+        """Open the gate; held frames are replayed first, or discarded."""
+        self._muted = False
+        self._holding = False
+        if not replay_held_audio:
+            self._held.clear()
+            self._held_seconds = 0.0
+
+    async def __anext__(self) -> rtc.AudioFrame:
+        while True:
+            if not self._muted and self._held:
+                frame = self._held.popleft()
+                self._held_seconds -= frame.duration
+                return frame
+            frame = await super().__anext__()
+            if not self._muted:
+                if self._held:  # keep order: what was held plays before what comes now
+                    self._hold(frame)
+                    continue
+                return frame
+            if self._holding:
+                self._hold(frame)
+            return _silence_like(frame)
+
+    def _hold(self, frame: rtc.AudioFrame) -> None:
+        self._held.append(frame)
+        self._held_seconds += frame.duration
+        while self._held_seconds > MAX_HELD_SECONDS and self._held:
+            self._held_seconds -= self._held.popleft().duration
+
+
+def _silence_like(frame: rtc.AudioFrame) -> rtc.AudioFrame:
+    return rtc.AudioFrame(
+        data=bytes(len(frame.data) * 2),
+        sample_rate=frame.sample_rate,
+        num_channels=frame.num_channels,
+        samples_per_channel=frame.samples_per_channel,
+    )
+
+
+@dataclass(frozen=True)
+class PlayedSegment:
+    """One playback segment, as measured at the head of the output chain."""
+
+    pushed_seconds: float
+    """Audio handed to the output for this segment."""
+    played_seconds: float
+    """Audio the caller heard (the sink's playback position)."""
+    interrupted: bool
+    synchronized_transcript: str | None
+    """What the chain's transcript synchronizer says was heard, if there is one."""
+
+
+class PlayoutMeter(AudioOutput):
+    """Passes audio on unchanged and reports each finished segment to ``on_segment``."""
+
+    def __init__(
+        self,
+        next_in_chain: AudioOutput,
+        *,
+        on_segment_start: Callable[[], None],
+        on_segment: Callable[[PlayedSegment], None],
+    ) -> None:
+        super().__init__(
+            label="turnfsm.PlayoutMeter",
+            capabilities=AudioOutputCapabilities(pause=next_in_chain.can_pause),
+            next_in_chain=next_in_chain,
+            sample_rate=next_in_chain.sample_rate,
+        )
+        self._on_segment_start = on_segment_start
+        self._on_segment = on_segment
+        self._pushed: collections.deque[float] = collections.deque()
+        self._capturing = False
+
+    async def capture_frame(self, frame: rtc.AudioFrame) -> None:
+        if not self._capturing:
+            self._capturing = True
+            self._pushed.append(0.0)
+            self._on_segment_start()
+        self._pushed[-1] += frame.duration
+        await super().capture_frame(frame)
+        assert self.next_in_chain is not None
+        await self.next_in_chain.capture_frame(frame)
+
+    def flush(self) -> None:
+        super().flush()
+        self._capturing = False
+        assert self.next_in_chain is not None
+        self.next_in_chain.flush()
+
+    def clear_buffer(self) -> None:
+        self._capturing = False
+        assert self.next_in_chain is not None
+        self.next_in_chain.clear_buffer()
+
+    def pause(self) -> None:
+        assert self.next_in_chain is not None
+        self.next_in_chain.pause()
+
+    def resume(self) -> None:
+        assert self.next_in_chain is not None
+        self.next_in_chain.resume()
+
+    def on_playback_finished(
+        self,
+        *,
+        playback_position: float,
+        interrupted: bool,
+        synchronized_transcript: str | None = None,
+    ) -> None:
+        pushed = self._pushed.popleft() if self._pushed else playback_position
+        self._on_segment(
+            PlayedSegment(
+                pushed_seconds=max(pushed, playback_position),
+                played_seconds=playback_position,
+                interrupted=interrupted,
+                synchronized_transcript=synchronized_transcript,
+            )
+        )
+        super().on_playback_finished(
+            playback_position=playback_position,
+            interrupted=interrupted,
+            synchronized_transcript=synchronized_transcript,
+        )

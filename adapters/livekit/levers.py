@@ -1,0 +1,218 @@
+"""One function per effect: the exact LiveKit lever that carries it out.
+
+Each lever takes the adapter and the effect. Levers that must act at a particular
+LiveKit call site (raising ``StopResponse`` in ``on_user_turn_completed``, calling
+``cancel_tool_reply()`` inside ``function_tools_executed``) record the decision on the
+adapter, and that call site applies it in the same callback.
+
+=======================  =================================================================
+effect                   lever
+=======================  =================================================================
+MuteInput                :class:`~.audio.InputGate` shut (silence to the pipeline; the
+                         caller's frames dropped, or held with ``hold_audio``)
+UnmuteInput              gate open; held frames replayed or discarded
+LockSpeech               ``speech_handle.allow_interruptions = False``
+StartGreeting            the reply to the callee's turn becomes the greeting
+                         (``TurnAgent.llm_node``), else ``session.say(...,
+                         allow_interruptions=False)`` / ``generate_reply(instructions=)``
+HoldUserTurns            ``session.update_options(turn_detection="manual")`` and
+                         ``interruption["discard_audio_if_uninterruptible"] = False`` so
+                         STT hears the overlap
+ResumeUserTurns          previous turn detection and discard setting restored;
+                         ``session.commit_user_turn()`` when ``commit_pending``
+Interrupt                ``session.interrupt(force=...)``
+DropUnspokenText         the committed assistant message edited in place to the spoken
+                         prefix, or emptied and removed (``agent.update_chat_ctx``,
+                         ``session.history.remove``)
+ClearUserTurn            ``session.clear_user_turn()``
+RejectUserTurn           ``StopResponse`` from ``TurnAgent.on_user_turn_completed``, or
+                         the item removed from the history
+CancelToolReply          ``FunctionToolsExecutedEvent.cancel_tool_reply()``
+FinalReplyWithoutTools   ``session.generate_reply(tool_choice="none")``
+StartTimer, CancelTimer  ``loop.call_later`` / ``TimerHandle.cancel``
+Say                      ``session.say(text)``
+EndCall                  the ``end_call`` callback given to :func:`attach`, else
+                         ``session.shutdown()``
+=======================  =================================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from livekit.agents import llm
+
+from turnfsm import effects as fx
+
+from .text import spoken_prefix
+
+if TYPE_CHECKING:
+    from .adapter import TurnAdapter
+
+
+def mute_input(adapter: TurnAdapter, effect: fx.MuteInput) -> None:
+    adapter.require_gate().mute(hold_audio=effect.hold_audio)
+
+
+def unmute_input(adapter: TurnAdapter, effect: fx.UnmuteInput) -> None:
+    adapter.require_gate().unmute(replay_held_audio=effect.replay_held_audio)
+
+
+def lock_speech(adapter: TurnAdapter, effect: fx.LockSpeech) -> None:
+    handle = adapter.speeches.get(effect.speech_id)
+    if handle is None:
+        raise LookupError(f"no speech {effect.speech_id!r} to lock")
+    if handle.allow_interruptions:
+        handle.allow_interruptions = False
+
+
+def start_greeting(adapter: TurnAdapter, effect: fx.StartGreeting) -> None:
+    if effect.in_reply_to is not None and adapter.agent_hooks_active:
+        adapter.pending_greeting = effect
+        return
+    session = adapter.session
+    if effect.text is not None:
+        session.say(effect.text, allow_interruptions=False)
+    else:
+        session.generate_reply(instructions=effect.instructions, allow_interruptions=False)
+
+
+def hold_user_turns(adapter: TurnAdapter, effect: fx.HoldUserTurns) -> None:
+    session = adapter.session
+    interruption = session.options.interruption
+    adapter.held_turn_settings = (
+        session.turn_detection,
+        interruption["discard_audio_if_uninterruptible"],
+    )
+    interruption["discard_audio_if_uninterruptible"] = False
+    session.update_options(turn_detection="manual")
+
+
+def resume_user_turns(adapter: TurnAdapter, effect: fx.ResumeUserTurns) -> None:
+    session = adapter.session
+    if adapter.held_turn_settings is not None:
+        turn_detection, discard = adapter.held_turn_settings
+        adapter.held_turn_settings = None
+        session.options.interruption["discard_audio_if_uninterruptible"] = discard
+        session.update_options(turn_detection=turn_detection)
+    if effect.commit_pending:
+        adapter.track(session.commit_user_turn(), "commit_user_turn")
+
+
+def interrupt(adapter: TurnAdapter, effect: fx.Interrupt) -> None:
+    adapter.track(adapter.session.interrupt(force=effect.force), "interrupt")
+
+
+def drop_unspoken_text(adapter: TurnAdapter, effect: fx.DropUnspokenText) -> None:
+    message = adapter.assistant_messages.get(effect.speech_id)
+    if message is None:  # nothing committed yet: apply when the message arrives
+        adapter.pending_drops[effect.speech_id] = effect
+        return
+    apply_drop(adapter, effect, message)
+
+
+def apply_drop(
+    adapter: TurnAdapter, effect: fx.DropUnspokenText, message: llm.ChatMessage
+) -> None:
+    """Make ``message`` hold only what the caller heard (edits are in place: the agent's
+    context and the session history share the message object)."""
+    adapter.pending_drops.pop(effect.speech_id, None)
+    heard = "" if effect.keep == "nothing" else heard_text(adapter, effect, message)
+    message.content = [heard] if heard else []
+    if not heard:
+        _remove_message(adapter, message)
+
+
+def heard_text(adapter: TurnAdapter, effect: fx.DropUnspokenText, message: llm.ChatMessage) -> str:
+    """The heard part of ``message``: the synchronizer's transcript, else the share of the
+    text that the played share of the segment's audio covers."""
+    segment = adapter.last_segment.get(effect.speech_id)
+    if segment is not None and segment.synchronized_transcript is not None:
+        return segment.synchronized_transcript
+    if effect.played_text is not None:
+        return effect.played_text
+    text = message.text_content or ""
+    if segment is None:
+        return ""
+    return spoken_prefix(text, segment.played_seconds, segment.pushed_seconds)
+
+
+def _remove_message(adapter: TurnAdapter, message: llm.ChatMessage) -> None:
+    session = adapter.session
+    if session.history.get_by_id(message.id) is not None:
+        session.history.remove(message)
+    agent = session.current_agent
+    if agent.chat_ctx.get_by_id(message.id) is not None:
+        context = agent.chat_ctx.copy()
+        context.remove(message.id)
+        adapter.track(agent.update_chat_ctx(context), "update_chat_ctx")
+
+
+def clear_user_turn(adapter: TurnAdapter, effect: fx.ClearUserTurn) -> None:
+    adapter.session.clear_user_turn()
+
+
+def reject_user_turn(adapter: TurnAdapter, effect: fx.RejectUserTurn) -> None:
+    adapter.rejected_turns.add(effect.item_id)
+    history = adapter.session.history
+    if isinstance(message := history.get_by_id(effect.item_id), llm.ChatMessage):
+        _remove_message(adapter, message)  # already committed: no hook can stop it now
+
+
+def cancel_tool_reply(adapter: TurnAdapter, effect: fx.CancelToolReply) -> None:
+    adapter.cancelled_tool_replies.add(effect.speech_id)
+
+
+def final_reply_without_tools(adapter: TurnAdapter, effect: fx.FinalReplyWithoutTools) -> None:
+    adapter.session.generate_reply(tool_choice="none")
+
+
+def start_timer(adapter: TurnAdapter, effect: fx.StartTimer) -> None:
+    cancel_timer(adapter, fx.CancelTimer(timer=effect.timer))
+    loop = asyncio.get_running_loop()
+    adapter.timers[effect.timer] = loop.call_later(
+        effect.seconds, adapter.timer_expired, effect.timer
+    )
+
+
+def cancel_timer(adapter: TurnAdapter, effect: fx.CancelTimer) -> None:
+    if (handle := adapter.timers.pop(effect.timer, None)) is not None:
+        handle.cancel()
+
+
+def say(adapter: TurnAdapter, effect: fx.Say) -> None:
+    adapter.session.say(effect.text)
+
+
+def end_call(adapter: TurnAdapter, effect: fx.EndCall) -> None:
+    if adapter.closing:  # the session is already closing: the call is over
+        return
+    if adapter.end_call is not None:
+        adapter.end_call(effect.reason)
+    else:
+        adapter.session.shutdown(drain=False)
+
+
+Lever = Callable[["TurnAdapter", Any], None]
+
+LEVERS: dict[type[fx.Effect], Lever] = {
+    fx.MuteInput: mute_input,
+    fx.UnmuteInput: unmute_input,
+    fx.LockSpeech: lock_speech,
+    fx.StartGreeting: start_greeting,
+    fx.HoldUserTurns: hold_user_turns,
+    fx.ResumeUserTurns: resume_user_turns,
+    fx.Interrupt: interrupt,
+    fx.DropUnspokenText: drop_unspoken_text,
+    fx.ClearUserTurn: clear_user_turn,
+    fx.RejectUserTurn: reject_user_turn,
+    fx.CancelToolReply: cancel_tool_reply,
+    fx.FinalReplyWithoutTools: final_reply_without_tools,
+    fx.StartTimer: start_timer,
+    fx.CancelTimer: cancel_timer,
+    fx.Say: say,
+    fx.EndCall: end_call,
+}
+"""Every effect type's lever; a test checks that none is missing."""
