@@ -1,0 +1,250 @@
+"""The ``turnfsm`` command: draw the machine, a call on it, and a call's timeline.
+
+``turnfsm diagram`` prints the machine as Mermaid (default) or DOT, or renders SVG/PNG
+with Graphviz; ``--trace`` overlays a recorded call. ``turnfsm diagrams`` writes the
+committed diagrams (``make diagrams``) and, with ``--check``, fails when they are
+stale. ``turnfsm timeline`` draws a recorded call as an SVG timeline.
+
+This is the only module that reads or writes files or runs a program.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .diagram import build_diagram, to_dot, to_mermaid
+from .machine import TurnMachine
+from .policy import TurnPolicy
+from .timeline import render_timeline
+from .trace import Trace, TraceFormatError
+
+PRESETS: dict[str, TurnPolicy] = {
+    direction: TurnPolicy(
+        direction=direction,
+        greeting="Hello!",
+        idle_timeout=10.0,
+        max_call_duration=600.0,
+    )
+    for direction in ("outbound", "inbound")
+}
+"""``--policy outbound|inbound``: that direction's defaults, with idle re-prompts and a
+maximum call duration turned on so that every feature is drawn."""
+
+FORMATS: tuple[str, ...] = ("mermaid", "dot", "svg", "png")
+SUFFIX_FORMATS: dict[str, str] = {
+    ".mmd": "mermaid",
+    ".mermaid": "mermaid",
+    ".dot": "dot",
+    ".gv": "dot",
+    ".svg": "svg",
+    ".png": "png",
+}
+"""The format ``diagram -o FILE`` picks from the file's suffix when none is given."""
+
+MISSING_DOT = (
+    "Graphviz 'dot' program not found on PATH: install graphviz to render svg/png "
+    "(mermaid and dot need nothing)"
+)
+
+
+class CliError(Exception):
+    """A problem to report in one line, without a traceback."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (0 ok, 1 error, 2 usage)."""
+    args = _parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except CliError as error:
+        print(f"turnfsm: error: {error}", file=sys.stderr)
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="turnfsm", description="Draw the turn machine and recorded calls."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    diagram = commands.add_parser(
+        "diagram",
+        help="draw the machine (Mermaid by default)",
+        description="Draw the turn machine from its class, optionally with a call on it.",
+    )
+    diagram.add_argument(
+        "--policy",
+        metavar="outbound|inbound|FILE.json",
+        help="draw what can happen under this policy: a preset or a JSON object of "
+        "TurnPolicy fields (default: every transition; with --trace, the trace's policy)",
+    )
+    diagram.add_argument(
+        "--format", choices=FORMATS, help="output format (default: from -o's suffix, or mermaid)"
+    )
+    diagram.add_argument(
+        "--trace", type=Path, metavar="CALL.jsonl", help="highlight and count this call"
+    )
+    diagram.add_argument("-o", "--output", type=Path, help="write here instead of stdout")
+    diagram.set_defaults(run=_diagram)
+
+    diagrams = commands.add_parser(
+        "diagrams",
+        help="write the committed diagrams",
+        description="Write <preset>.mmd, .dot and (with Graphviz) .svg for each preset.",
+    )
+    diagrams.add_argument("--out", type=Path, default=Path("diagrams"), help="directory")
+    diagrams.add_argument(
+        "--check", action="store_true", help="write nothing; fail if the text files are stale"
+    )
+    diagrams.set_defaults(run=_diagrams)
+
+    timeline = commands.add_parser(
+        "timeline",
+        help="draw a recorded call as an SVG timeline",
+        description="Draw states, speech, tool rounds and effects of a call over time.",
+    )
+    timeline.add_argument("trace", type=Path, metavar="CALL.jsonl")
+    timeline.add_argument("-o", "--output", type=Path, help="write the SVG here (default stdout)")
+    timeline.set_defaults(run=_timeline)
+    return parser
+
+
+# -- commands -------------------------------------------------------------------------------
+
+
+def _diagram(args: argparse.Namespace) -> int:
+    trace = _read_trace(args.trace) if args.trace else None
+    policy = _policy(args.policy) if args.policy else (trace.policy if trace else None)
+    diagram = build_diagram(policy=policy, trace=trace)
+    for source, target, event in diagram.unmatched:
+        print(
+            f"turnfsm: warning: trace step {source} -> {target} on {event} is on no drawn edge",
+            file=sys.stderr,
+        )
+    fmt = args.format or SUFFIX_FORMATS.get(args.output.suffix if args.output else "", "mermaid")
+    if fmt == "mermaid":
+        _emit(to_mermaid(diagram).encode(), args.output)
+    elif fmt == "dot":
+        _emit(to_dot(diagram).encode(), args.output)
+    else:
+        _emit(render_graphviz(to_dot(diagram), fmt), args.output)
+    return 0
+
+
+def _diagrams(args: argparse.Namespace) -> int:
+    if args.check:
+        stale = stale_diagrams(args.out)
+        for message in stale:
+            print(f"turnfsm: {message}", file=sys.stderr)
+        return 1 if stale else 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    files = committed_diagrams()
+    for name, text in files.items():
+        _write(args.out / name, text.encode())
+    if shutil.which("dot") is None:
+        print(f"turnfsm: skipped the svg files: {MISSING_DOT}", file=sys.stderr)
+        return 0
+    for name in PRESETS:
+        _write(args.out / f"{name}.svg", render_graphviz(files[f"{name}.dot"], "svg"))
+    return 0
+
+
+def _timeline(args: argparse.Namespace) -> int:
+    if args.output and args.output.suffix != ".svg":
+        raise CliError(f"the timeline is an SVG: name the output *.svg, got {args.output}")
+    _emit(render_timeline(_read_trace(args.trace)).encode(), args.output)
+    return 0
+
+
+# -- committed diagrams ---------------------------------------------------------------------
+
+
+def committed_diagrams(machine_class: type[TurnMachine] = TurnMachine) -> dict[str, str]:
+    """The text files ``turnfsm diagrams`` writes, by file name: Mermaid and DOT per preset."""
+    files = {}
+    for name, policy in PRESETS.items():
+        diagram = build_diagram(machine_class, policy=policy)
+        files[f"{name}.mmd"] = to_mermaid(diagram)
+        files[f"{name}.dot"] = to_dot(diagram)
+    return files
+
+
+def stale_diagrams(out: Path, machine_class: type[TurnMachine] = TurnMachine) -> list[str]:
+    """One message per committed text file that differs from a fresh rendering."""
+    stale = []
+    for name, text in committed_diagrams(machine_class).items():
+        path = out / name
+        if not path.exists():
+            stale.append(f"{path} is missing: run `make diagrams`")
+        elif path.read_text(encoding="utf-8") != text:
+            stale.append(f"{path} differs from the machine: run `make diagrams`")
+    return stale
+
+
+# -- files and programs ---------------------------------------------------------------------
+
+
+def render_graphviz(dot_text: str, fmt: str) -> bytes:
+    """Render DOT text to ``fmt`` (``svg``, ``png``) with the Graphviz ``dot`` program.
+
+    Raises:
+        CliError: ``dot`` is not on PATH, or it failed.
+    """
+    program = shutil.which("dot")
+    if program is None:
+        raise CliError(MISSING_DOT)
+    result = subprocess.run(
+        [program, f"-T{fmt}"], input=dot_text.encode(), capture_output=True, check=False
+    )
+    if result.returncode != 0:
+        raise CliError(f"dot -T{fmt} failed: {result.stderr.decode(errors='replace').strip()}")
+    return result.stdout
+
+
+def _policy(spec: str) -> TurnPolicy:
+    if spec in PRESETS:
+        return PRESETS[spec]
+    path = Path(spec)
+    if path.suffix != ".json":
+        raise CliError(f"--policy must be one of {sorted(PRESETS)} or a .json file, got {spec!r}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError("expected a JSON object of TurnPolicy fields")
+        return TurnPolicy(**data)
+    except OSError as error:
+        raise CliError(f"cannot read {path}: {error.strerror}") from None
+    except (ValueError, TypeError) as error:
+        raise CliError(f"{path}: {error}") from None
+
+
+def _read_trace(path: Path) -> Trace:
+    try:
+        return Trace.read(path)
+    except OSError as error:
+        raise CliError(f"cannot read {path}: {error.strerror}") from None
+    except TraceFormatError as error:
+        raise CliError(f"{path}: {error}") from None
+    except UnicodeDecodeError:
+        raise CliError(f"{path}: not a text file, expected JSON lines") from None
+
+
+def _emit(data: bytes, output: Path | None) -> None:
+    if output is None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    else:
+        _write(output, data)
+
+
+def _write(path: Path, data: bytes) -> None:
+    try:
+        path.write_bytes(data)
+    except OSError as error:
+        raise CliError(f"cannot write {path}: {error.strerror}") from None
