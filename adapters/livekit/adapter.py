@@ -130,7 +130,9 @@ class TurnAdapter:
         self.held_turn_settings: tuple[Any, bool] | None = None
         self.closing = False
         self._segment_speeches: collections.deque[str | None] = collections.deque()
-        self._open_tool_steps: set[str] = set()
+        self._tool_step_speech: str | None = None
+        """The speech whose tool step is running: LiveKit's tool events do not name it, and
+        ``session.current_speech`` may already be cleared while a tool-only step runs."""
         self._queue: collections.deque[ev.Event] = collections.deque()
         self._dispatching = False
         self._origin: float | None = None
@@ -373,26 +375,26 @@ class TurnAdapter:
         self.played_seconds.pop(handle.id, None)
         self.pending_drops.pop(handle.id, None)
         self.cancelled_tool_replies.discard(handle.id)
-        self._open_tool_steps.discard(handle.id)
+        if self._tool_step_speech == handle.id:
+            self._tool_step_speech = None
 
     def _current_speech_id(self) -> str:
         speech = self.session.current_speech
         return speech.id if speech is not None else ""
 
     def _on_tool_execution_updated(self, event: ToolExecutionUpdatedEvent) -> None:
-        if event.update.type != "tool_call_started":
+        if event.update.type != "tool_call_started" or self._tool_step_speech is not None:
             return
-        speech_id = self._current_speech_id()
-        if speech_id not in self._open_tool_steps:
-            self._open_tool_steps.add(speech_id)
-            self.dispatch(ev.ToolStepStarted(at=self.now(), speech_id=speech_id, calls=1))
+        self._tool_step_speech = speech_id = self._current_speech_id()
+        self.dispatch(ev.ToolStepStarted(at=self.now(), speech_id=speech_id, calls=1))
 
     def _on_function_tools_executed(self, event: FunctionToolsExecutedEvent) -> None:
-        speech_id = self._current_speech_id()
         calls = max(1, len(event.function_calls))
-        if speech_id not in self._open_tool_steps:
+        speech_id = self._tool_step_speech
+        if speech_id is None:
+            speech_id = self._current_speech_id()
             self.dispatch(ev.ToolStepStarted(at=self.now(), speech_id=speech_id, calls=calls))
-        self._open_tool_steps.discard(speech_id)
+        self._tool_step_speech = None
         self.dispatch(ev.ToolStepFinished(at=self.now(), speech_id=speech_id, calls=calls))
         if speech_id in self.cancelled_tool_replies:
             self.cancelled_tool_replies.discard(speech_id)
