@@ -1,0 +1,79 @@
+"""A recorded call drawn on the machine: visited states and per-edge counts."""
+
+from __future__ import annotations
+
+from turnfsm import Trace, TurnController, TurnPolicy
+from turnfsm import events as ev
+from turnfsm.diagram import build_diagram, to_dot, to_mermaid
+
+
+def _short_call() -> Trace:
+    controller = TurnController(TurnPolicy(direction="outbound", greeting="Hi, it's Ada."))
+    for event in (
+        ev.CallAnswered(at=1.0),
+        ev.UserTurnCommitted(at=2.0, text="Hello?", item_id="u1"),
+        ev.AgentSpeechCreated(at=2.1, speech_id="g", source="say"),
+        ev.AgentSpeechEnded(at=4.0, speech_id="g", played_seconds=1.9),
+        ev.UserTurnCommitted(at=5.0, text="Who is this?", item_id="u2"),
+        ev.UserTurnCommitted(at=6.0, text="Hello?", item_id="u3"),
+        ev.CallEnded(at=7.0),
+    ):
+        controller.handle(event)
+    assert controller.trace is not None
+    return controller.trace
+
+
+def test_overlay_counts_each_transition_taken() -> None:
+    trace = _short_call()
+    diagram = build_diagram(policy=trace.policy, trace=trace)
+    assert dict(diagram.taken) == {
+        ("ringing", "awaiting_user", "call_answered"): 1,
+        ("awaiting_user", "greeting", "user_turn_committed"): 1,
+        ("greeting", "greeting", "agent_speech_created"): 1,
+        ("greeting", "listening", "agent_speech_ended"): 1,
+        ("listening", "listening", "user_turn_committed"): 2,
+        ("listening", "ended", "call_ended"): 1,
+    }
+    assert diagram.visited == {"ringing", "awaiting_user", "greeting", "listening", "ended"}
+    assert diagram.unmatched == ()
+
+
+def test_overlay_labels_and_highlights_in_mermaid() -> None:
+    trace = _short_call()
+    text = to_mermaid(build_diagram(policy=trace.policy, trace=trace))
+    assert "    ringing --> awaiting_user : call_answered ×1 / begin_call\n" in text
+    assert "awaiting_user --> greeting : user_turn_committed ×1 / note_first_words" in text
+    assert "greeting --> listening : agent_speech_ended ×1 [is_greeting_speech]" in text
+    assert (
+        "listening --> ended : call_ended ×1, answering_machine_detected, session_error\n" in text
+    )
+    assert "        user_turn_committed ×2 / note_user_turn\n" in text  # internal, in the note
+    assert "        agent_speech_created ×1 [greeting_speech_pending] / lock_greeting\n" in text
+    # edges never taken stay as they are
+    assert "    listening --> speaking : agent_speech_created / note_speech\n" in text
+    assert "    class ringing,awaiting_user,listening,ended visited\n" in text
+    assert "    class greeting lockedVisited\n" in text
+    assert "trace of 7 steps" in text.splitlines()[1]
+
+
+def test_overlay_in_dot_colours_taken_edges() -> None:
+    trace = _short_call()
+    dot = to_dot(build_diagram(policy=trace.policy, trace=trace))
+    taken = next(
+        line for line in dot.splitlines() if line.startswith("    ringing -> awaiting_user")
+    )
+    assert "penwidth=2.5" in taken
+    untaken = next(
+        line for line in dot.splitlines() if line.startswith("    listening -> speaking")
+    )
+    assert "penwidth" not in untaken
+
+
+def test_a_step_on_no_drawn_edge_is_reported() -> None:
+    trace = _short_call()
+    inbound = TurnPolicy(direction="inbound", greeting="Hi")
+    diagram = build_diagram(policy=inbound, trace=trace)  # ringing is unreachable inbound
+    assert ("ringing", "awaiting_user", "call_answered") in diagram.unmatched
+    assert "%% trace step on no drawn edge: ringing -> awaiting_user -> call_answered" in (
+        to_mermaid(diagram)
+    )
