@@ -1,0 +1,1 @@
+"""turnfsm benchmarks: ``python -m benchmarks`` (``make bench``); see run.py."""

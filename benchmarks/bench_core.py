@@ -1,0 +1,360 @@
+"""The core's costs: dispatch, ignored events, construction and memory, strict mode.
+
+Targets (GitHub issue 6): the controller's dispatch is at most 1.3× a bare
+python-statemachine ``send()`` on the same machine and listener, and an event the
+state does not handle costs at most 5 µs.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+import tracemalloc
+from collections.abc import Callable
+
+from turnfsm import TurnController, TurnMachine
+from turnfsm.context import TurnContext
+from turnfsm.controller import handled_events, initial_state
+from turnfsm.rules import TurnRules
+from turnfsm.testing import event_alphabet
+
+from .callscript import POLICY, dispatch_steps, scripted_call
+from .equivalents import TransitionsTurnMachine, check_equivalent, dict_table
+from .harness import Config, Row, Section, gc_paused, ratio, rounds_of, verdict
+
+DISPATCH_TARGET = 1.3
+"""The controller's dispatch, as a multiple of bare python-statemachine."""
+IGNORED_TARGET_US = 5.0
+"""An ignored event through the controller, in µs."""
+
+START = initial_state(POLICY)
+
+
+def bare_machine(state: str = START) -> tuple[TurnMachine, list]:
+    """A TurnMachine with the rules listener, as the controller builds it, and its outbox."""
+    rules = TurnRules(policy=POLICY)
+    machine = TurnMachine(start_value=state, listeners=[rules])
+    rules.outbox.clear()  # the start state's enter actions are not part of a step
+    return machine, rules.outbox
+
+
+def _per_event(run: Callable[[], None], events: int) -> float:
+    """Time ``run`` with the collector paused; µs per event."""
+    with gc_paused():
+        start = time.perf_counter()
+        run()
+        elapsed = time.perf_counter() - start
+    return elapsed / events * 1e6
+
+
+# -- 1. dispatch -------------------------------------------------------------------------
+
+
+def dispatch(config: Config) -> Section:
+    steps = dispatch_steps()
+    check_equivalent(steps, START)
+    events = [step.event for step in steps]
+    sends = [(step.event.name, step.event) for step in steps]
+    triggers = [(step.event.name, step.branch) for step in steps]
+    passes = config.scaled(5)
+    total = passes * len(steps)
+
+    def controller(**options: bool) -> Callable[[], float]:
+        def case() -> float:
+            controllers = [TurnController(POLICY, **options) for _ in range(passes)]
+
+            def run() -> None:
+                for c in controllers:
+                    handle = c.handle
+                    for event in events:
+                        handle(event)
+
+            return _per_event(run, total)
+
+        return case
+
+    def psm() -> float:
+        machines = [bare_machine() for _ in range(passes)]
+
+        def run() -> None:
+            for machine, outbox in machines:
+                send = machine.send
+                for name, event in sends:
+                    send(name, ev=event)
+                    outbox.clear()
+
+        return _per_event(run, total)
+
+    def transitions() -> float:
+        models = [TransitionsTurnMachine(START).model for _ in range(passes)]
+
+        def run() -> None:
+            for model in models:
+                trigger = model.trigger
+                for name, branch in triggers:
+                    trigger(name, branch=branch)
+
+        return _per_event(run, total)
+
+    table = dict_table()
+
+    def floor() -> float:
+        def run() -> None:
+            for _ in range(passes):
+                state = START
+                for name, branch in triggers:
+                    state = table[state, name, branch]
+
+        return _per_event(run, total)
+
+    names = {
+        "record": "TurnController.handle (record=True, default)",
+        "norecord": "TurnController.handle (record=False)",
+        "psm": "python-statemachine send(), same machine + rules",
+        "transitions": "transitions 0.9.3, equivalent machine, no-op callbacks",
+        "dict": "dict table {(state, event): next} (floor)",
+    }
+    samples = rounds_of(
+        {
+            names["record"]: controller(record=True),
+            names["norecord"]: controller(record=False),
+            names["psm"]: psm,
+            names["transitions"]: transitions,
+            names["dict"]: floor,
+        },
+        config,
+    )
+    rows = {key: Row(names[key], samples[names[key]], "µs/event") for key in names}
+    for key, row in rows.items():
+        parts = [f"{ratio(row.times(rows['psm']))} psm"]
+        if key != "dict":
+            parts.append(f"{ratio(row.times(rows['dict']))} dict")
+        if key == "psm":
+            parts.append(f"{ratio(row.times(rows['transitions']))} transitions")
+        row.ratios = ", ".join(parts)
+    for key in ("record", "norecord"):
+        x = rows[key].times(rows["psm"])
+        rows[key].target = verdict(
+            x <= DISPATCH_TARGET, f"≤ {DISPATCH_TARGET}× psm; {x - DISPATCH_TARGET:+.2f}"
+        )
+    added = {key: rows[key].minus(rows["psm"]) for key in ("record", "norecord")}
+    return Section(
+        "Dispatch, handled events of a call",
+        list(rows.values()),
+        [
+            f"Dispatch: the {len(steps)} handled events of a {len(scripted_call())}-event "
+            f"outbound call (answer, hello, locked greeting, 4 turns, a 2-round tool loop, "
+            f"an idle re-prompt, a barge-in, hang-up), {passes} calls per round, each on a "
+            f"fresh instance. The controller adds {added['record']:+.1f} µs/event with "
+            f"record=True, {added['norecord']:+.1f} µs/event without, over bare send(). "
+            "transitions and the dict table make the same moves (checked), the branch each "
+            "guard chose given to them (transitions: oracle conditions; dict: part of the key).",
+        ],
+    )
+
+
+# -- 2. ignored events -------------------------------------------------------------------
+
+
+def ignored_pairs() -> list[tuple[str, object]]:
+    """(state, event) for every alphabet event a non-final state has no transition for."""
+    handled = handled_events()
+    final = {state.id for state in TurnMachine.states if state.final}
+    return [
+        (state, event)
+        for state in handled
+        if state not in final
+        for event in event_alphabet()
+        if event.name not in handled[state]
+    ]
+
+
+def ignored(config: Config) -> Section:
+    pairs = ignored_pairs()
+    states = sorted({state for state, _ in pairs})
+    loops = config.scaled(15)
+    total = loops * len(pairs)
+
+    def controller(**options: bool) -> Callable[[], float]:
+        def case() -> float:
+            by_state = {}
+            for state in states:
+                c = TurnController(POLICY, **options)
+                c.restore(state, TurnContext())
+                by_state[state] = c.handle
+            work = [(by_state[state], event) for state, event in pairs]
+
+            def run() -> None:
+                for _ in range(loops):
+                    for handle, event in work:
+                        handle(event)
+
+            return _per_event(run, total)
+
+        return case
+
+    def psm() -> float:
+        machines = {state: bare_machine(state)[0].send for state in states}
+        work = [(machines[state], event.name, event) for state, event in pairs]
+
+        def run() -> None:
+            for _ in range(loops):
+                for send, name, event in work:
+                    send(name, ev=event)
+
+        return _per_event(run, total)
+
+    names = {
+        "record": "TurnController.handle (record=True, default)",
+        "norecord": "TurnController.handle (record=False)",
+        "psm": "python-statemachine send(), no transition in state",
+    }
+    samples = rounds_of(
+        {
+            names["record"]: controller(record=True),
+            names["norecord"]: controller(record=False),
+            names["psm"]: psm,
+        },
+        config,
+    )
+    rows = {key: Row(names[key], samples[names[key]], "µs/event") for key in names}
+    for key, row in rows.items():
+        row.ratios = f"{ratio(row.times(rows['psm']))} psm"
+        if key != "psm":
+            row.target = verdict(
+                row.median <= IGNORED_TARGET_US,
+                f"≤ {IGNORED_TARGET_US:g} µs; {row.median - IGNORED_TARGET_US:+.2f} µs",
+            )
+    script = scripted_call()
+    steps = dispatch_steps()
+    return Section(
+        "Ignored events (no transition in state)",
+        list(rows.values()),
+        [
+            f"Ignored: {len(pairs)} (state, event) pairs, every event of testing.event_alphabet "
+            f"a non-final state has no transition for ({', '.join(states)}); e.g. "
+            f"user_transcript and agent_speech_started everywhere, call_ringing outside "
+            f"ringing. The controller drops them before the engine; with record=True it "
+            f"still traces the step (transcript text redacted). In the scripted call "
+            f"{len(script) - len(steps)} of {len(script)} events are of this kind.",
+        ],
+    )
+
+
+# -- 3. construction and memory ----------------------------------------------------------
+
+MEMORY_INSTANCES = 200
+
+
+def _build_transitions() -> object:
+    return TransitionsTurnMachine(START)
+
+
+BARE = "bare TurnMachine + TurnRules listener"
+BUILDERS: dict[str, Callable[[], object]] = {
+    "TurnController(policy), record=True": lambda: TurnController(POLICY),
+    BARE: lambda: bare_machine()[0],
+    "transitions 0.9.3 equivalent Machine": _build_transitions,
+}
+
+
+def _bytes_per_instance(build: Callable[[], object], count: int) -> float:
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        kept = [build() for _ in range(count)]
+        gc.collect()
+        after = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    del kept
+    return (after - before) / count
+
+
+def construction(config: Config) -> Section:
+    for build in BUILDERS.values():
+        build()  # class-level caches are filled once per process, not per call
+    count = config.scaled(15)
+
+    def timing(build: Callable[[], object]) -> Callable[[], float]:
+        def case() -> float:
+            with gc_paused():
+                start = time.perf_counter()
+                kept = [build() for _ in range(count)]
+                elapsed = time.perf_counter() - start
+            del kept
+            return elapsed / count * 1e6
+
+        return case
+
+    memory_config = Config(rounds=min(config.rounds, 2), quick=config.quick)
+    instances = config.scaled(MEMORY_INSTANCES)
+    times = rounds_of({name: timing(build) for name, build in BUILDERS.items()}, config)
+    sizes = rounds_of(
+        {
+            name: (lambda build=build: _bytes_per_instance(build, instances) / 1024)
+            for name, build in BUILDERS.items()
+        },
+        memory_config,
+        warm_up=False,  # deterministic, and the builders were warmed above
+    )
+    rows = []
+    for kind, samples, unit in (("construct", times, "µs"), ("memory", sizes, "KiB")):
+        group = {name: Row(f"{kind}: {name}", samples[name], unit) for name in BUILDERS}
+        for row in group.values():
+            row.ratios = f"{ratio(row.times(group[BARE]))} bare"
+        rows.extend(group.values())
+    return Section(
+        "Construction time and memory per instance",
+        rows,
+        [
+            f"Construction: {count} instances per round, timed; memory is what tracemalloc "
+            f"sees retained by {instances} live instances, per instance, over "
+            f"{memory_config.rounds} rounds (class-level caches warmed first).",
+        ],
+    )
+
+
+# -- 4. strict mode ----------------------------------------------------------------------
+
+
+def strict(config: Config) -> Section:
+    script = scripted_call()
+    passes = config.scaled(5)
+    total = passes * len(script)
+
+    def controller(**options: bool) -> Callable[[], float]:
+        def case() -> float:
+            controllers = [TurnController(POLICY, **options) for _ in range(passes)]
+
+            def run() -> None:
+                for c in controllers:
+                    handle = c.handle
+                    for event in script:
+                        handle(event)
+
+            return _per_event(run, total)
+
+        return case
+
+    off, on = "whole call, strict=False (default)", "whole call, strict=True (SafetyMonitor)"
+    samples = rounds_of({off: controller(strict=False), on: controller(strict=True)}, config)
+    rows = [Row(off, samples[off], "µs/event"), Row(on, samples[on], "µs/event")]
+    rows[0].ratios = "1.00× strict=False"
+    rows[1].ratios = f"{ratio(rows[1].times(rows[0]))} strict=False"
+    per_call_ms = rows[1].median * len(script) / 1000  # absolute: load shows here
+    return Section(
+        "Strict mode (SafetyMonitor on)",
+        rows,
+        [
+            f"Strict: all {len(script)} events of the scripted call (handled and ignored), "
+            f"record=True, {passes} calls per round on fresh controllers; the monitor adds "
+            f"{rows[1].minus(rows[0]):+.1f} µs/event "
+            f"({per_call_ms:.1f} ms for the whole call with it on).",
+        ],
+    )
+
+
+SECTIONS = [dispatch, ignored, construction, strict]
+"""Run in this order by ``python -m benchmarks``."""

@@ -1,0 +1,135 @@
+"""The turn machine rebuilt, by introspection, for the ``transitions`` package and as a
+plain dict table: same states, same (source, event, target) moves, same order.
+
+Guards are what make a machine's move depend on more than (state, event). Neither
+rebuild runs the real rules, so each takes the branch the real machine took, as
+recorded in :class:`~benchmarks.callscript.Step`:
+
+- ``transitions``: every guarded transition gets one condition, an oracle that is true
+  for the recorded branch; every named action, enter and exit gets a no-op callback of
+  the same name (so the engine makes the same calls, which do nothing).
+- the dict table: the branch is part of the key, ``(state, event, branch) -> target``,
+  so one step is one dict lookup: the floor for any table-driven machine.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transitions import Machine
+
+from turnfsm import TurnMachine
+
+from .callscript import Step, transitions_on
+
+
+def _names(callbacks: Any) -> list[str]:
+    """The callbacks a declaration names (python-statemachine's conventions left out)."""
+    return [str(spec.func) for spec in callbacks if not spec.is_convention]
+
+
+def state_ids(machine_class: type[TurnMachine] = TurnMachine) -> list[str]:
+    return [state.id for state in machine_class.states]
+
+
+def moves(machine_class: type[TurnMachine] = TurnMachine) -> list[tuple[str, str, int, Any]]:
+    """Every transition as ``(source, event, branch, transition)``, in the engine's order."""
+    found = []
+    for state in machine_class.states:
+        events = dict.fromkeys(str(e) for t in state.transitions for e in t.events)
+        for event in events:
+            for branch, transition in enumerate(transitions_on(state.id, event)):
+                found.append((state.id, event, branch, transition))
+    return found
+
+
+class _Oracle:
+    """A ``transitions`` condition: true when the step's recorded branch is this one."""
+
+    __slots__ = ("branch",)
+
+    def __init__(self, branch: int) -> None:
+        self.branch = branch
+
+    def __call__(self, *args: object, branch: int, **kwargs: object) -> bool:
+        return branch == self.branch
+
+    def __repr__(self) -> str:  # transitions logs conditions by name
+        return f"oracle({self.branch})"
+
+
+def _noop(self: object, *args: object, **kwargs: object) -> None:
+    return None
+
+
+def transitions_model_class(machine_class: type[TurnMachine] = TurnMachine) -> type:
+    """A model class with a no-op method for every action the machine names."""
+    names: set[str] = set()
+    for state in machine_class.states:
+        names.update(_names(state.enter) + _names(state.exit))
+        for transition in state.transitions:
+            names.update(_names(transition.before) + _names(transition.on))
+            names.update(_names(transition.after))
+    return type("TransitionsTurnModel", (), dict.fromkeys(sorted(names), _noop))
+
+
+def transitions_spec(machine_class: type[TurnMachine] = TurnMachine) -> dict[str, Any]:
+    """Keyword arguments for ``transitions.Machine``, equivalent to ``machine_class``."""
+    states = [
+        {"name": state.id, "on_enter": _names(state.enter), "on_exit": _names(state.exit)}
+        for state in machine_class.states
+    ]
+    table = []
+    for source, event, branch, transition in moves(machine_class):
+        guarded = bool(list(transition.cond))
+        table.append(
+            {
+                "trigger": event,
+                "source": source,
+                # dest=None is an internal transition: no exit or enter, like internal=True
+                "dest": None if transition.internal else transition.target.id,
+                "conditions": [_Oracle(branch)] if guarded else [],
+                "before": _names(transition.before),
+                "after": _names(transition.on) + _names(transition.after),
+            }
+        )
+    return {
+        "states": states,
+        "transitions": table,
+        "auto_transitions": False,
+        "ignore_invalid_triggers": True,
+        "send_event": False,
+    }
+
+
+class TransitionsTurnMachine:
+    """The turn machine on ``transitions``: ``model.trigger(event, branch=...)``."""
+
+    def __init__(self, start: str, machine_class: type[TurnMachine] = TurnMachine) -> None:
+        self.model = transitions_model_class(machine_class)()
+        self.machine = Machine(model=self.model, initial=start, **transitions_spec(machine_class))
+
+
+def dict_table(machine_class: type[TurnMachine] = TurnMachine) -> dict[tuple[str, str, int], str]:
+    """``(state, event, branch) -> next state`` for every transition; branch -1 stays."""
+    table: dict[tuple[str, str, int], str] = {}
+    for source, event, branch, transition in moves(machine_class):
+        table[source, event, branch] = transition.target.id
+        table[source, event, -1] = source
+    return table
+
+
+def check_equivalent(steps: list[Step], start: str) -> None:
+    """Both rebuilds make exactly the recorded moves (raises AssertionError if not)."""
+    rebuilt = TransitionsTurnMachine(start)
+    table = dict_table()
+    state = start
+    for step in steps:
+        if rebuilt.model.state != step.before or state != step.before:
+            raise AssertionError(f"out of step before {step}")
+        rebuilt.model.trigger(step.event.name, branch=step.branch)
+        state = table[state, step.event.name, step.branch]
+        if rebuilt.model.state != step.after or state != step.after:
+            raise AssertionError(
+                f"{step}: transitions went to {rebuilt.model.state}, the table to {state}"
+            )
