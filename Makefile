@@ -35,5 +35,8 @@ diagrams: install
 demo: install
 	$(BIN)/python -m turnfsm.adapters.sim.demo --scenario $(or $(SCENARIO),greeting_barge_in) --out demo-output
 
+bench: install
+	$(BIN)/python -m benchmarks
+
 clean:
 	rm -rf $(VENV) build *.egg-info
