@@ -184,25 +184,31 @@ class ScriptedAudioInput(AudioInput):
             chunk = samples[start : start + self._samples_per_frame]
             data[: len(chunk)] = chunk
             self._utterance_position += len(chunk)
+            frame = self._frame_of(data)
             self._ledger.record_frame(
                 utterance=utterance,
                 offset=start / SAMPLE_RATE,
                 duration=len(chunk) / SAMPLE_RATE,
                 at=now,
                 delivered=self._attached,
+                frame=frame,
             )
             if self._utterance_position >= len(samples):
                 self._ledger.end_utterance(utterance, ended_at=now)
                 self._utterance = None
         else:
+            frame = self._frame_of(data)
             self._ledger.record_frame(
                 utterance=None,
                 offset=0.0,
                 duration=self._frame_duration,
                 at=now,
                 delivered=self._attached,
+                frame=frame,
             )
+        return frame
 
+    def _frame_of(self, data: np.ndarray) -> rtc.AudioFrame:
         return rtc.AudioFrame(
             data=data.tobytes(),
             sample_rate=SAMPLE_RATE,

@@ -310,9 +310,10 @@ class ScriptedSTT(stt.STT):
     END_OF_SPEECH events (which LiveKit uses only with ``turn_detection="stt"``).
 
     Which words were heard is taken from the ledger: each received frame is matched to
-    the frame the audio input delivered, and a word counts as heard when its middle lies
-    in audio that reached the STT unsilenced. If only the tail of a line got through,
-    only its tail is transcribed.
+    the frame the audio input delivered (the same frame object, however late it arrives,
+    e.g. held back and replayed; else by arrival time), and a word counts as heard when
+    its middle lies in audio that reached the STT unsilenced. If only the tail of a line
+    got through, only its tail is transcribed.
 
     Args:
         ledger: The ledger written by the call's audio input.
@@ -398,7 +399,7 @@ class _ScriptedRecognizeStream(stt.RecognizeStream):
     def _on_frame(self, frame: rtc.AudioFrame, *, received_at: float) -> None:
         samples = np.frombuffer(frame.data, dtype=np.int16)
         silenced = not samples.any()
-        delivered = self._match_delivered(received_at)
+        delivered = self._match_delivered(frame, received_at)
         if delivered is not None and delivered.utterance is not None and not silenced:
             utterance = delivered.utterance
             self._utterances[utterance.index] = utterance
@@ -426,12 +427,11 @@ class _ScriptedRecognizeStream(stt.RecognizeStream):
                 self._interim_text = text
                 self._send(self._transcript_event(stt.SpeechEventType.INTERIM_TRANSCRIPT, text))
 
-    def _match_delivered(self, received_at: float) -> DeliveredFrame | None:
-        match = self._scripted_stt.ledger.match_received_frame(
-            received_at, after_seq=self._last_seq
-        )
+    def _match_delivered(self, frame: rtc.AudioFrame, received_at: float) -> DeliveredFrame | None:
+        # by identity first: a frame held back and replayed later is still the input's
+        match = self._scripted_stt.ledger.match_frame(frame, received_at, after_seq=self._last_seq)
         if match is not None:
-            self._last_seq = match.seq
+            self._last_seq = max(self._last_seq, match.seq)
         return match
 
     def _new_words(self) -> list[tuple[Utterance, WordTiming]]:

@@ -4,7 +4,8 @@ The simulated callee speaks recorded lines (16 kHz mono 16-bit WAVs made by
 :mod:`turnfsm.adapters.sim.make_audio`). :class:`ScriptedAudioInput` plays them at their
 scripted times and writes every frame it *delivers* to the session into a
 :class:`SpeechLedger`. The scripted STT reads the same ledger to learn which part of which
-line each frame it receives belongs to, so it transcribes only the words it really heard:
+line each frame it receives belongs to (by the frame object's identity, or else by when it
+arrives), so it transcribes only the words it really heard:
 a line whose head was dropped (input detached) or silenced (locked agent speech) yields
 only its tail, which is how "fragment" turns are produced and detected.
 
@@ -14,6 +15,7 @@ This module does not import livekit.
 from __future__ import annotations
 
 import bisect
+import collections
 import functools
 import wave
 from collections.abc import Iterable, Iterator, Sequence
@@ -30,6 +32,10 @@ AUDIO_DIR = Path(__file__).resolve().with_name("audio")
 
 VOICED_RMS = 200.0
 """RMS (int16 units) above which a 20 ms stretch of a recording counts as voiced."""
+
+IDENTITY_MEMORY = 6000
+"""How many recently delivered frames the ledger can recognise by identity (two minutes
+of 20 ms frames: longer than any stretch of audio a consumer may hold back)."""
 
 
 @dataclass(frozen=True)
@@ -303,6 +309,9 @@ class SpeechLedger:
         """Every line played so far, in order."""
         self._frames: list[DeliveredFrame] = []
         self._delivery_times: list[float] = []
+        # recently delivered frame objects, by identity (kept alive so ids stay unique)
+        self._by_identity: dict[int, tuple[object, DeliveredFrame]] = {}
+        self._identity_order: collections.deque[tuple[int, int]] = collections.deque()
 
     def begin_utterance(self, line: SpeechLine, started_at: float) -> Utterance:
         """Register that the input started playing ``line`` at loop time ``started_at``."""
@@ -322,6 +331,7 @@ class SpeechLedger:
         duration: float,
         at: float,
         delivered: bool,
+        frame: object | None = None,
     ) -> None:
         """Record one frame produced by the input.
 
@@ -331,21 +341,52 @@ class SpeechLedger:
             duration: Length of the frame, in seconds.
             at: Loop time when the frame was produced (and, if delivered, returned).
             delivered: False when the input was detached and dropped the frame.
+            frame: The frame object handed to the session, so that a consumer that gets
+                this very object later (e.g. replayed after being held back) can be
+                matched by identity (:meth:`match_frame`).
         """
         if utterance is not None:
             target = utterance.delivered if delivered else utterance.dropped
             _extend_intervals(target, offset, offset + duration)
         if delivered:
-            self._frames.append(
-                DeliveredFrame(
-                    seq=len(self._frames),
-                    delivered_at=at,
-                    utterance=utterance,
-                    offset=offset,
-                    duration=duration,
-                )
+            record = DeliveredFrame(
+                seq=len(self._frames),
+                delivered_at=at,
+                utterance=utterance,
+                offset=offset,
+                duration=duration,
             )
+            self._frames.append(record)
             self._delivery_times.append(at)
+            if frame is not None:
+                self._remember(frame, record)
+
+    def _remember(self, frame: object, record: DeliveredFrame) -> None:
+        # an entry keeps its frame alive, so no other live object can share its id
+        self._by_identity[id(frame)] = (frame, record)
+        self._identity_order.append((id(frame), record.seq))
+        while len(self._identity_order) > IDENTITY_MEMORY:
+            key, seq = self._identity_order.popleft()
+            if self._by_identity[key][1].seq == seq:  # not since reused by a newer frame
+                del self._by_identity[key]
+
+    def frame_by_identity(self, frame: object) -> DeliveredFrame | None:
+        """The delivered frame that ``frame`` is (the same object), if it is one of the
+        last :data:`IDENTITY_MEMORY` frames the input delivered."""
+        entry = self._by_identity.get(id(frame))
+        return entry[1] if entry is not None and entry[0] is frame else None
+
+    def match_frame(
+        self, frame: object, received_at: float, *, after_seq: int, max_latency: float = 0.1
+    ) -> DeliveredFrame | None:
+        """Find the delivered frame that a consumer received: by identity when the
+        consumer got the very frame object the input delivered (whenever it got it),
+        otherwise by time (:meth:`match_received_frame`), e.g. for a copy or a resampled
+        frame."""
+        found = self.frame_by_identity(frame)
+        if found is not None:
+            return found
+        return self.match_received_frame(received_at, after_seq=after_seq, max_latency=max_latency)
 
     def match_received_frame(
         self, received_at: float, *, after_seq: int, max_latency: float = 0.1
