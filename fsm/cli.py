@@ -122,11 +122,8 @@ def _diagram(args: argparse.Namespace) -> int:
     trace = _read_trace(args.trace) if args.trace else None
     policy = _policy(args.policy) if args.policy else (trace.policy if trace else None)
     diagram = build_diagram(policy=policy, trace=trace)
-    for source, target, event in diagram.unmatched:
-        print(
-            f"turnfsm: warning: trace step {source} -> {target} on {event} is on no drawn edge",
-            file=sys.stderr,
-        )
+    for warning in diagram.warnings:
+        print(f"turnfsm: warning: {warning}", file=sys.stderr)
     fmt = args.format or SUFFIX_FORMATS.get(args.output.suffix if args.output else "", "mermaid")
     if fmt == "mermaid":
         _emit(to_mermaid(diagram).encode(), args.output)

@@ -7,16 +7,18 @@ that :func:`to_mermaid` and :func:`to_dot` print. Both outputs are deterministic
 states keep their declaration order, edges follow it, and no ``id()`` is used.
 
 An edge is labelled ``event [guard, !unless_guard] / action, action``. Transitions
-between the same two states are merged into one edge with a line per event; further
-transitions of the same event on that edge (tried in declaration order) start with
-``or``. Internal transitions, which never leave their state, are listed in a note
-beside it with the state's ``entry`` and ``exit`` actions.
+between the same two states are merged into one edge with a line per transition, in
+priority order. A transition drawn identically from many states into one (``call_ended``
+into ``ended``) shows its event only, and is spelt out once in the target's note.
+Internal transitions, which never leave their state, are listed in a note beside it
+with the state's ``entry`` and ``exit`` actions.
 
 Given a policy, the diagram starts where that policy's calls start, and omits the
 transitions that can never fire under it (a guard that reads only the policy is false,
 a timer is not configured, an earlier transition always wins, or the source state is
 unreachable). Given a trace, it highlights the states the call visited and counts how
-often each transition was taken (``×N``).
+often each transition was taken (``×N``), replaying the trace's events through the
+machine to know exactly which transition fired.
 
 >>> print(to_mermaid(build_diagram()).splitlines()[4])
 stateDiagram-v2
@@ -31,7 +33,7 @@ import attrs
 from statemachine.callbacks import CallbackSpec
 from statemachine.transition import Transition
 
-from .controller import initial_state
+from .controller import TurnController, initial_state
 from .machine import LOCKED_STATES, TurnMachine
 from .policy import TurnPolicy
 from .rules import TurnRules
@@ -54,9 +56,6 @@ TIMER_GUARDS: dict[str, str] = {
 """Guards matching a timer's expiry, and the policy field that must be set for the
 timer to be started at all."""
 
-EdgeKey = tuple[str, str, str]
-"""``(source, target, event)``: how a trace step names the transition it took."""
-
 
 @attrs.frozen
 class Edge:
@@ -77,11 +76,6 @@ class Edge:
     guards: tuple[str, ...]
     actions: tuple[str, ...]
     internal: bool
-
-    @property
-    def key(self) -> EdgeKey:
-        """The edge as a trace step sees it."""
-        return (self.source, self.target, self.event)
 
     @property
     def condition(self) -> str:
@@ -108,8 +102,9 @@ class Diagram:
         edges: the transitions that can fire, in declaration order.
         omitted: the transitions left out because they can never fire.
         visited: states a traced call was in (empty without a trace).
-        taken: how many times a traced call took each ``(source, target, event)``.
-        unmatched: trace steps that changed state along no drawn edge.
+        taken: how many times a traced call took each transition.
+        warnings: where the trace and the drawing disagree (a transition taken but not
+            drawn, a step the machine now takes differently).
     """
 
     title: str
@@ -121,8 +116,8 @@ class Diagram:
     edges: tuple[Edge, ...]
     omitted: tuple[Edge, ...] = ()
     visited: frozenset[str] = frozenset()
-    taken: Mapping[EdgeKey, int] = attrs.field(factory=dict)
-    unmatched: tuple[EdgeKey, ...] = ()
+    taken: Mapping[Edge, int] = attrs.field(factory=dict)
+    warnings: tuple[str, ...] = ()
 
 
 def machine_edges(machine_class: type[TurnMachine] = TurnMachine) -> tuple[Edge, ...]:
@@ -172,7 +167,7 @@ def build_diagram(
         edges=kept,
         omitted=omitted,
     )
-    return diagram if trace is None else _overlay(diagram, trace)
+    return diagram if trace is None else _overlay(diagram, trace, machine_class)
 
 
 def _edge(transition: Transition) -> Edge:
@@ -270,31 +265,48 @@ def _prune(
 # -- trace overlay --------------------------------------------------------------------------
 
 
-def _overlay(diagram: Diagram, trace: Trace) -> Diagram:
-    """``diagram`` with the states ``trace`` visited and how often it took each edge.
+def _overlay(diagram: Diagram, trace: Trace, machine_class: type[TurnMachine]) -> Diagram:
+    """``diagram`` with the states ``trace`` visited and how often it took each transition.
 
-    A step that changes state counts for its ``(before, after, event)``. A step that
-    stays counts for the state's internal transition on that event, if it has one: a
-    trace does not say whether its guards held, so an event the state declares but
-    ignored at that moment counts too.
+    The trace's events are replayed through ``machine_class`` under the trace's policy,
+    recording every transition that fires: an internal transition is told from an
+    ignored event, and of two transitions on one event, the one whose guards held.
     """
-    drawn = {edge.key for edge in diagram.edges}
-    taken: Counter[EdgeKey] = Counter()
-    unmatched: list[EdgeKey] = []
-    for step in trace:
-        key = (step.before, step.after, step.event.name)
-        if key in drawn:
-            taken[key] += 1
-        elif step.before != step.after:
-            unmatched.append(key)
+    fired: list[Transition] = []
+
+    class Recording(TurnRules):
+        def after_transition(self, transition: Transition) -> None:
+            fired.append(transition)
+
+    controller = TurnController(
+        trace.policy, record=False, machine_class=machine_class, rules_class=Recording
+    )
+    taken: Counter[Edge] = Counter()
+    warnings: list[str] = []
+    for number, step in enumerate(trace, start=1):
+        fired.clear()
+        controller.handle(step.event)
+        taken.update(_edge(transition) for transition in fired)
+        if controller.state != step.after:
+            warnings.append(
+                f"step {number} ({step.event.name}) went {step.before} -> {step.after} in the "
+                f"trace but {step.before} -> {controller.state} in the machine"
+            )
+            controller.restore(step.after, controller.context)
+    drawn = set(diagram.edges)
+    warnings += [
+        f"taken {count}x but not drawn: {_edge_text(edge)}"
+        for edge, count in taken.items()
+        if edge not in drawn
+    ]
     visited = frozenset(state for step in trace for state in (step.before, step.after))
     steps = f"{len(trace)} step" + ("" if len(trace) == 1 else "s")
     return attrs.evolve(
         diagram,
         title=f"{diagram.title}, trace of {steps}",
         visited=visited,
-        taken=dict(taken),
-        unmatched=tuple(unmatched),
+        taken={edge: count for edge, count in taken.items() if edge in drawn},
+        warnings=tuple(warnings),
     )
 
 
@@ -363,25 +375,18 @@ def _shared(diagram: Diagram) -> list[Signature]:
     return [key for key, found in sources.items() if len(found) >= SHARED_MIN_SOURCES]
 
 
-def _lines(
-    edges: list[Edge], taken: Mapping[EdgeKey, int], shared: Iterable[Signature]
-) -> list[str]:
+def _lines(edges: list[Edge], taken: Mapping[Edge, int], shared: Iterable[Signature]) -> list[str]:
     """One line ``event ×N [guards] / actions`` per edge, in priority order.
 
-    ``×N`` (times a traced call took the event along this edge) is written once per
-    event. Edges with a ``shared`` signature are reduced to their event names, together
-    on the first line.
+    ``×N`` is how many times a traced call took the transition. Edges with a ``shared``
+    signature are reduced to their event names, together on the first line.
     """
     shared = set(shared)
-    counted: set[EdgeKey] = set()
     short: list[str] = []
     full: list[str] = []
     for edge in edges:
-        name = edge.event
-        if edge.key not in counted:
-            counted.add(edge.key)
-            if count := taken.get(edge.key, 0):
-                name = f"{name} ×{count}"
+        count = taken.get(edge, 0)
+        name = f"{edge.event} ×{count}" if count else edge.event
         if _signature(edge) not in shared:
             full.append(f"{name} {edge.condition}".rstrip())
         elif not any(token.split(" ")[0] == edge.event for token in short):
@@ -433,9 +438,7 @@ def to_mermaid(diagram: Diagram) -> str:
     out.extend(
         f"    %% never fires under this policy: {_edge_text(edge)}" for edge in diagram.omitted
     )
-    out.extend(
-        f"    %% trace step on no drawn edge: {' -> '.join(key)}" for key in diagram.unmatched
-    )
+    out.extend(f"    %% trace overlay: {warning}" for warning in diagram.warnings)
     return "\n".join(out) + "\n"
 
 
@@ -489,7 +492,7 @@ def to_dot(diagram: Diagram) -> str:
     for source, target, lines in edge_groups(diagram):
         label = "".join(_dot_text(line) + "\\l" for line in lines)
         attributes = [f'label="{label}"']
-        if any(key[:2] == (source, target) for key in diagram.taken):
+        if any((edge.source, edge.target) == (source, target) for edge in diagram.taken):
             attributes += ['color="#1d4ed8"', "penwidth=2.5", 'fontcolor="#1d4ed8"']
         out.append(f"    {source} -> {target} [{', '.join(attributes)}];")
     out.append("}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import attrs
+
 from turnfsm import Trace, TurnController, TurnPolicy
 from turnfsm import events as ev
 from turnfsm.diagram import build_diagram, to_dot, to_mermaid
@@ -26,7 +28,8 @@ def _short_call() -> Trace:
 def test_overlay_counts_each_transition_taken() -> None:
     trace = _short_call()
     diagram = build_diagram(policy=trace.policy, trace=trace)
-    assert dict(diagram.taken) == {
+    taken = {(edge.source, edge.target, edge.event): n for edge, n in diagram.taken.items()}
+    assert taken == {
         ("ringing", "awaiting_user", "call_answered"): 1,
         ("awaiting_user", "greeting", "user_turn_committed"): 1,
         ("greeting", "greeting", "agent_speech_created"): 1,
@@ -35,7 +38,27 @@ def test_overlay_counts_each_transition_taken() -> None:
         ("listening", "ended", "call_ended"): 1,
     }
     assert diagram.visited == {"ringing", "awaiting_user", "greeting", "listening", "ended"}
-    assert diagram.unmatched == ()
+    assert diagram.warnings == ()
+
+
+def test_overlay_tells_alternatives_and_ignored_events_apart() -> None:
+    controller = TurnController(TurnPolicy(direction="outbound", greeting="Hi"))
+    for event in (
+        ev.CallAnswered(at=1.0),
+        ev.UserTurnCommitted(at=2.0, text="Hello?", item_id="u1"),
+        ev.AgentSpeechCreated(at=2.1, speech_id="g", source="say"),
+        ev.AgentSpeechCreated(at=2.2, speech_id="x"),  # ignored: the greeting is pending
+        ev.AgentSpeechEnded(at=4.0, speech_id="g"),
+        ev.UserSpeechStarted(at=5.0),
+        ev.UserSpeechEnded(at=6.0),
+    ):
+        controller.handle(event)
+    assert controller.trace is not None
+    text = to_mermaid(build_diagram(policy=controller.trace.policy, trace=controller.trace))
+    assert "        agent_speech_created ×1 [greeting_speech_pending] / lock_greeting\n" in text
+    # two transitions of user_speech_started leave listening; only the unguarded one fired
+    assert "        user_speech_started [in_spill_over_window] / " in text
+    assert "        user_speech_started ×1 / note_user_speaking, cancel_idle_timer\n" in text
 
 
 def test_overlay_labels_and_highlights_in_mermaid() -> None:
@@ -69,11 +92,17 @@ def test_overlay_in_dot_colours_taken_edges() -> None:
     assert "penwidth" not in untaken
 
 
-def test_a_step_on_no_drawn_edge_is_reported() -> None:
+def test_disagreements_with_the_drawing_are_reported() -> None:
     trace = _short_call()
     inbound = TurnPolicy(direction="inbound", greeting="Hi")
     diagram = build_diagram(policy=inbound, trace=trace)  # ringing is unreachable inbound
-    assert ("ringing", "awaiting_user", "call_answered") in diagram.unmatched
-    assert "%% trace step on no drawn edge: ringing -> awaiting_user -> call_answered" in (
-        to_mermaid(diagram)
+    warning = "taken 1x but not drawn: ringing --call_answered--> awaiting_user / begin_call"
+    assert warning in diagram.warnings
+    assert f"    %% trace overlay: {warning}\n" in to_mermaid(diagram)
+
+    trace.steps[-1] = attrs.evolve(trace.steps[-1], after="speaking")  # not what happened
+    diagram = build_diagram(policy=trace.policy, trace=trace)
+    assert diagram.warnings == (
+        "step 7 (call_ended) went listening -> speaking in the trace "
+        "but listening -> ended in the machine",
     )
