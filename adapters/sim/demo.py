@@ -74,7 +74,7 @@ SCENARIOS: dict[str, Scenario] = {
         description="the callee talks over the locked greeting",
         lines=(UserLine(1.0, "hello"), UserLine(3.5, "long_overlap")),
         policy=TurnPolicy(direction="outbound", greeting=GREETING),
-        hang_up_at=11.5,
+        hang_up_at=14.0,
         llm=lambda: ScriptedLLM(["No problem, I'll call you back this afternoon. Drive safe!"]),
         notes=(
             '"Hello?" is answered by the greeting and stays in the history before it;',
