@@ -90,9 +90,17 @@ def attach(
         controller: the call's controller.
         end_call: how to hang up (e.g. delete the room of a SIP call); by default the
             session is shut down.
+
+    The session's ``max_tool_steps`` is raised to the policy's if it is lower: LiveKit's
+    own cap (``max_tool_steps=N`` lets N+1 tool rounds through, then forces a reply with
+    ``tool_choice="none"`` on the same speech) would otherwise end the loop before the
+    policy's cap is reached. At the policy's value it stays one round behind the
+    machine's cap, as a safety net.
     """
     adapter = TurnAdapter(session, controller, end_call=end_call)
     adapter.subscribe()
+    options = session.options
+    options.max_tool_steps = max(options.max_tool_steps, controller.policy.max_tool_steps)
     return adapter
 
 
