@@ -30,7 +30,10 @@ LiveKit                                          turnfsm event
 ``speech_created``                               ``AgentSpeechCreated``
 speech handle done                               ``AgentSpeechEnded`` (played seconds from
                                                  :class:`~.audio.PlayoutMeter`)
-``conversation_item_added``, role assistant      ``AssistantMessageCommitted``
+``conversation_item_added``, role assistant      ``AssistantMessageCommitted`` (an interrupted
+                                                 reply in full: the text
+                                                 ``TurnAgent.transcription_node`` forwarded,
+                                                 also behind a transcript synchronizer)
 ``tool_execution_updated`` (first call started)  ``ToolStepStarted``
 ``function_tools_executed``                      ``ToolStepFinished``
 timer expiry (``loop.call_later``)               ``TimerFired``
@@ -51,7 +54,7 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from livekit.agents import AgentSession, StopResponse, llm
+from livekit.agents import AgentSession, StopResponse, llm, utils
 from livekit.agents.voice import SpeechHandle
 from livekit.agents.voice.events import (
     AgentStateChangedEvent,
@@ -128,6 +131,9 @@ class TurnAdapter:
         """The running agent is a :class:`~.agent.TurnAgent` (turn commits come from its hook)."""
         self.speeches: dict[str, SpeechHandle] = {}
         self.assistant_messages: dict[str, llm.ChatMessage] = {}
+        self.forwarded_texts: dict[str, str] = {}
+        """Each speech's text as forwarded to the transcript (reported by
+        :class:`~.agent.TurnAgent`): what LiveKit commits without a synchronizer."""
         self.last_segment: dict[str, PlayedSegment] = {}
         self.played_seconds: dict[str, float] = {}
         self.pending_drops: dict[str, fx.DropUnspokenText] = {}
@@ -345,6 +351,8 @@ class TurnAdapter:
             speech = self.session.current_speech
             speech_id = speech.id if speech is not None else ""
             self.assistant_messages[speech_id] = item
+            if item.interrupted:
+                self._restore_full_text(speech_id, item)
             if (pending := self.pending_drops.get(speech_id)) is not None:
                 apply_drop(self, pending, item)
             self.dispatch(
@@ -356,6 +364,26 @@ class TurnAdapter:
                     interrupted=item.interrupted,
                 )
             )
+
+    def _restore_full_text(self, speech_id: str, item: llm.ChatMessage) -> None:
+        """Commit an interrupted reply in full, whatever the output chain.
+
+        A ``TranscriptSynchronizer`` makes LiveKit commit only the synchronized prefix of
+        an interrupted reply; without one it commits the full text. The machine decides
+        what an interrupted reply keeps (``interrupted_text``), so the adapter hands it
+        the same full message either way. Not for realtime models, whose server-side
+        item LiveKit truncates to the played audio.
+        """
+        full = self.forwarded_texts.get(speech_id)
+        committed = " ".join((item.text_content or "").split())
+        if full is None or _uses_realtime_model(self.session):
+            return
+        if " ".join(full.split()).startswith(committed) and committed != " ".join(full.split()):
+            item.content = [full]
+
+    def forwarded_text(self, speech_id: str, delta: str) -> None:
+        """Report text of ``speech_id`` forwarded to the transcript (``TurnAgent``)."""
+        self.forwarded_texts[speech_id] = self.forwarded_texts.get(speech_id, "") + delta
 
     def _on_speech_created(self, event: SpeechCreatedEvent) -> None:
         handle = event.speech_handle
@@ -381,6 +409,7 @@ class TurnAdapter:
         for table in (self.speeches, self.assistant_messages, self.last_segment):
             table.pop(handle.id, None)
         self.played_seconds.pop(handle.id, None)
+        self.forwarded_texts.pop(handle.id, None)
         self.pending_drops.pop(handle.id, None)
         self.cancelled_tool_replies.discard(handle.id)
         if self._tool_step_speech == handle.id:
@@ -444,3 +473,9 @@ class TurnAdapter:
         """The greeting that the reply being generated must be, if any (taken once)."""
         greeting, self.pending_greeting = self.pending_greeting, None
         return greeting
+
+
+def _uses_realtime_model(session: AgentSession) -> bool:
+    agent = session.current_agent
+    model = agent.llm if utils.is_given(agent.llm) and agent.llm is not None else session.llm
+    return isinstance(model, llm.RealtimeModel)

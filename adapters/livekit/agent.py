@@ -1,4 +1,4 @@
-"""``TurnAgent``: the two agent hooks the adapter needs where no session event will do.
+"""``TurnAgent``: the agent hooks the adapter needs where no session event will do.
 
 * ``on_user_turn_completed`` reports the committed turn *before* LiveKit replies, so the
   machine can reject it (``StopResponse``: no reply, not in the history) — needed for
@@ -6,6 +6,9 @@
 * ``llm_node`` lets the reply to the callee's first words *be* the greeting: the callee's
   "Hello?" stays in the history, before the greeting, instead of being dropped as a turn
   that completed during a locked speech.
+* ``transcription_node`` reports each speech's text as it is forwarded, so an interrupted
+  reply reaches the machine in full even when a ``TranscriptSynchronizer`` made LiveKit
+  commit only its synchronized prefix (``interrupted_text="keep"`` keeps the full text).
 
 Use it as the base of your agent, or mix it in before ``Agent``::
 
@@ -16,13 +19,15 @@ Use it as the base of your agent, or mix it in before ``Agent``::
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import inspect
+from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
 from livekit.agents import Agent, llm
+from livekit.agents.types import TimedString
 from livekit.agents.voice.agent import ModelSettings
 
-from .adapter import adapter_for
+from .adapter import TurnAdapter, adapter_for
 
 
 class TurnAgent(Agent):
@@ -54,6 +59,27 @@ class TurnAgent(Agent):
         context = chat_ctx.copy()
         context.add_message(role="system", content=greeting.instructions or "")
         return super().llm_node(context, [], model_settings)
+
+    def transcription_node(
+        self, text: AsyncIterable[str | TimedString], model_settings: ModelSettings
+    ) -> Any:
+        adapter = adapter_for(self.session)
+        speech = self.session.current_speech  # the speech being forwarded, at call time
+        node = super().transcription_node(text, model_settings)
+        if adapter is None or speech is None:
+            return node
+        return _reported(adapter, speech.id, node)
+
+
+async def _reported(
+    adapter: TurnAdapter, speech_id: str, node: Any
+) -> AsyncIterator[str | TimedString]:
+    source = await node if inspect.isawaitable(node) else node
+    if source is None:
+        return
+    async for delta in source:
+        adapter.forwarded_text(speech_id, str(delta))
+        yield delta
 
 
 async def _text_stream(text: str) -> AsyncIterator[str]:
