@@ -20,6 +20,7 @@ from typing import Any
 
 from livekit.agents import Agent, AgentSession, llm, vad
 from livekit.agents.voice.events import EventTypes
+from livekit.agents.voice.transcription.synchronizer import TranscriptSynchronizer
 from livekit.agents.voice.turn import TurnHandlingOptions
 from livekit.plugins import silero
 
@@ -107,6 +108,10 @@ class SimulatedCall:
         turn_handling: Overrides of :data:`DEFAULT_TURN_HANDLING` (merged per key).
         vad: The VAD; :func:`load_silero_vad` when omitted.
         text_output: Also attach a :class:`RecordingTextOutput` as transcription sink.
+        transcript_sync: Put a LiveKit ``TranscriptSynchronizer`` in front of the audio
+            output and a :class:`RecordingTextOutput` (implied), as RoomIO does with
+            ``sync_transcription``: text is released as the audio plays, and an
+            interrupted reply is committed only up to what was heard.
         session_options: Further ``AgentSession`` keyword arguments
             (e.g. ``max_tool_steps``, ``user_away_timeout``). Unless given,
             ``session_close_transcript_timeout`` is the STT's ``final_lag`` plus 0.3 s:
@@ -122,6 +127,7 @@ class SimulatedCall:
         audio_input: The callee's microphone.
         audio_output: The callee's loudspeaker, with its log of playback segments.
         text_output: The transcription sink, if requested.
+        synchronizer: The ``TranscriptSynchronizer``, with ``transcript_sync``.
         llm: The LLM.
         stt: The STT.
         tts: The TTS.
@@ -141,6 +147,7 @@ class SimulatedCall:
         turn_handling: TurnHandlingOptions | None = None,
         vad: vad.VAD | None = None,
         text_output: bool = False,
+        transcript_sync: bool = False,
         session_options: Mapping[str, Any] | None = None,
         before_start: Callable[[AgentSession], object] | None = None,
     ) -> None:
@@ -149,7 +156,9 @@ class SimulatedCall:
             script, ledger=self.ledger, frame_duration=frame_duration
         )
         self.audio_output = PacedAudioOutput()
-        self.text_output = RecordingTextOutput() if text_output else None
+        self.text_output = RecordingTextOutput() if text_output or transcript_sync else None
+        self._transcript_sync = transcript_sync
+        self.synchronizer: TranscriptSynchronizer | None = None
         self.llm = llm if llm is not None else ScriptedLLM()
         self.stt = stt if stt is not None else ScriptedSTT(self.ledger, final_lag=final_lag)
         self.tts = tts if tts is not None else ScriptedTTS()
@@ -195,6 +204,12 @@ class SimulatedCall:
         session.output.audio = self.audio_output
         if self.text_output is not None:
             session.output.transcription = self.text_output
+        if self._transcript_sync:
+            self.synchronizer = TranscriptSynchronizer(
+                next_in_chain_audio=self.audio_output, next_in_chain_text=self.text_output
+            )
+            session.output.audio = self.synchronizer.audio_output
+            session.output.transcription = self.synchronizer.text_output
         if self._before_start is not None:
             self._before_start(session)
         self._started_at = loop.time()
@@ -206,6 +221,8 @@ class SimulatedCall:
         """Close the session and stop the simulated IO."""
         if self._session is not None:
             await self._session.aclose()
+        if self.synchronizer is not None:
+            await self.synchronizer.aclose()
         self.audio_input.close()
         await self.audio_output.aclose()
 
