@@ -62,7 +62,8 @@ class InputGate(AudioInput):
         while True:
             if not self._muted and self._held:
                 frame = self._held.popleft()
-                self._held_seconds -= frame.duration
+                # exactly 0 once drained: the sum of float durations drifts off it
+                self._held_seconds = self._held_seconds - frame.duration if self._held else 0.0
                 return frame
             frame = await super().__anext__()
             if not self._muted:
