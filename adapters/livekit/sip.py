@@ -57,16 +57,24 @@ def watch_sip_participant(
         if participant.identity == participant_identity and CALL_STATUS_ATTRIBUTE in changed:
             on_status(changed[CALL_STATUS_ATTRIBUTE])
 
+    def on_connected(participant: Any) -> None:
+        # joining with a status is no attribute change: e.g. watched only after
+        # create_sip_participant(wait_until_answered=True), before the join reached the room
+        if participant.identity == participant_identity:
+            on_status(participant.attributes.get(CALL_STATUS_ATTRIBUTE))
+
     def on_disconnected(participant: Any) -> None:
         if participant.identity == participant_identity:
             adapter.dispatch(ev.CallEnded(at=adapter.now(), reason="participant_disconnected"))
 
+    room.on("participant_connected", on_connected)
     room.on("participant_attributes_changed", on_attributes_changed)
     room.on("participant_disconnected", on_disconnected)
     if (participant := room.remote_participants.get(participant_identity)) is not None:
         on_status(participant.attributes.get(CALL_STATUS_ATTRIBUTE))
 
     def stop() -> None:
+        room.off("participant_connected", on_connected)
         room.off("participant_attributes_changed", on_attributes_changed)
         room.off("participant_disconnected", on_disconnected)
 
