@@ -1,0 +1,155 @@
+"""Every (state, event) pair is decided: a declared transition or a reasoned ``IGNORED``
+entry, and handling it never raises, whatever the state and a plausible context."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+from statemachine.graph import iterate_states
+
+from turnfsm import TurnController, TurnMachine, TurnPolicy
+from turnfsm import effects as fx
+from turnfsm.context import TurnContext
+from turnfsm.controller import handled_events
+from turnfsm.events import EVENT_TYPES, EVENTS_BY_NAME
+from turnfsm.machine import IGNORED
+from turnfsm.testing import event_alphabet
+
+STATES = [state.id for state in TurnMachine.states]
+EVENT_NAMES = sorted(cls.name for cls in EVENT_TYPES)
+
+
+def declared_moves() -> set[tuple[str, str, str]]:
+    """(source, event, target) for every declared transition, by graph introspection."""
+    return {
+        (transition.source.id, str(event), transition.target.id)
+        for state in iterate_states(TurnMachine.states)
+        for transition in state.transitions
+        for event in transition.events
+    }
+
+
+def test_machine_events_are_event_types() -> None:
+    machine_events = {event for _, event, _ in declared_moves()}
+    assert machine_events <= set(EVENTS_BY_NAME)
+    # events no state handles are traced only, and say so
+    assert set(EVENTS_BY_NAME) - machine_events == {"user_transcript", "agent_speech_started"}
+    assert len(EVENTS_BY_NAME) == len(EVENT_TYPES)  # names are unique
+
+
+def test_states_are_the_documented_ones() -> None:
+    assert STATES == [
+        "ringing",
+        "awaiting_user",
+        "greeting",
+        "listening",
+        "speaking",
+        "tool_loop",
+        "ended",
+    ]
+    assert [state.id for state in TurnMachine.states if state.final] == ["ended"]
+
+
+@pytest.mark.parametrize("state", STATES)
+def test_every_pair_is_a_transition_or_ignored_with_a_reason(state: str) -> None:
+    declared = {event for source, event, _ in declared_moves() if source == state}
+    for event in EVENT_NAMES:
+        if event not in declared:
+            assert IGNORED.get(event, "").strip(), f"{state} × {event}: no transition, no reason"
+
+
+def test_ignored_names_only_events_that_some_state_ignores() -> None:
+    assert set(IGNORED) <= set(EVENTS_BY_NAME)
+    ignored_somewhere = {
+        event
+        for state in STATES
+        for event in EVENT_NAMES
+        if event not in {e for s, e, _ in declared_moves() if s == state}
+    }
+    assert set(IGNORED) == ignored_somewhere  # no stale entry
+
+
+def test_the_controller_prefilter_matches_introspection() -> None:
+    expected = {state: {e for s, e, _ in declared_moves() if s == state} for state in STATES}
+    assert {state: set(events) for state, events in handled_events().items()} == expected
+    assert handled_events()["ended"] == frozenset()
+
+
+POLICIES = [
+    TurnPolicy(direction="outbound", greeting="Hi", idle_timeout=5, max_call_duration=60),
+    TurnPolicy(
+        direction="inbound",
+        greeting_instructions="Greet",
+        greeting_lock="mute_input",
+        greeting_overlap="drop",
+        interrupted_text="drop",
+        mute_input_during_tools=True,
+        max_tool_steps=1,
+        on_answering_machine="continue",
+        on_await_user_timeout="hang_up",
+    ),
+]
+
+
+def plausible_contexts(state: str, policy: TurnPolicy) -> list[TurnContext]:
+    """Contexts a call can be in while in ``state``: before the start, a fresh start,
+    and one with every flag and counter busy (speeches active, tools capped, overlap)."""
+    fresh = TurnContext()
+    started = TurnContext(started=True)
+    timers = {"max_duration"} if policy.max_call_duration else set()
+    if state == "awaiting_user" and policy.await_user_timeout:
+        timers.add("await_user")
+    if state == "listening" and policy.idle_timeout:
+        timers.add("idle")
+    busy = attrs.evolve(
+        started,
+        input_muted=(state == "greeting" and policy.mutes_greeting)
+        or (state == "tool_loop" and policy.mute_input_during_tools),
+        turns_held=state == "listening" or (state == "greeting" and not policy.mutes_greeting),
+        user_speaking=True,
+        overlapped_greeting=state == "greeting",
+        discarding_overlap=state == "listening",
+        spill_over_until=1.5 if state == "listening" else None,
+        first_words_item="u1" if state == "greeting" else None,
+        greeting_speech_id="s1" if state == "greeting" else None,
+        active_speeches=frozenset({"s1", "s2"}),
+        dropped_speeches=frozenset({"s2"}),
+        tool_rounds=policy.max_tool_steps,
+        capped=True,
+        final_reply_pending=True,
+        final_speech_id="s2",
+        reprompts=policy.idle_max_reprompts,
+        timers=frozenset(timers),
+    )
+    return [fresh, started, busy]
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=["outbound", "inbound-muting"])
+@pytest.mark.parametrize("state", STATES)
+def test_every_event_in_every_state_is_handled_without_error(
+    state: str, policy: TurnPolicy
+) -> None:
+    controller = TurnController(policy, record=False)
+    for context in plausible_contexts(state, policy):
+        for event in event_alphabet():
+            controller.restore(state, context)
+            effects = controller.handle(event)
+            assert isinstance(effects, tuple)
+            assert all(isinstance(effect, fx.Effect) for effect in effects)
+            assert controller.state in STATES
+            if state == "ended":
+                assert effects == ()
+            if event.name not in handled_events()[state]:
+                assert (effects, controller.state) == ((), state), "ignored, yet acted on"
+
+
+def test_non_events_are_refused() -> None:
+    controller = TurnController(POLICIES[0])
+    with pytest.raises(TypeError, match="must be a turnfsm.events.Event"):
+        controller.handle("call_answered")  # type: ignore[arg-type]
+
+
+def test_restore_refuses_an_unknown_state() -> None:
+    controller = TurnController(POLICIES[0])
+    with pytest.raises(ValueError, match="state must be one of"):
+        controller.restore("dancing", TurnContext())
