@@ -1,0 +1,175 @@
+"""Issue 3, point 5: the tool loop runs exactly ``max_tool_steps`` rounds, then one
+spoken reply without tools.
+
+* A model that always calls a tool: exactly N rounds, then one request with
+  ``tool_choice="none"`` whose reply is played. With the session's own
+  ``max_tool_steps`` left at LiveKit's default (3, i.e. 4 rounds) under a policy cap of
+  5 (which ``attach`` raises), and with LiveKit's cap far above the policy's.
+* A model that ignores ``tool_choice="none"``: the policy's fallback text is said.
+* Three parallel calls in one step count as one round.
+* A barge-in while a (slow) tool runs stops the loop: no further model round for that
+  turn, and the tool's result is never spoken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import AbstractAsyncContextManager
+
+from livekit.agents import function_tool
+from turncalls import TurnCall, line_start, run_scenarios, turn_call, wait_segment
+
+from turnfsm import TurnPolicy
+from turnfsm import effects as fx
+from turnfsm.adapters.livekit import TurnAgent
+from turnfsm.adapters.sim import (
+    LINES,
+    CallScript,
+    LLMRequest,
+    ScriptedLLM,
+    ScriptedReply,
+    ScriptedToolCall,
+    UserLine,
+)
+
+FINAL = "I could not find anything."
+QUESTION = LINES["question"].text
+
+
+class LookupAgent(TurnAgent):
+    def __init__(self, *, tool_seconds: float = 0.0) -> None:
+        super().__init__(instructions="Look things up.")
+        self.tool_seconds = tool_seconds
+        self.started: list[float] = []
+        self.finished: list[float] = []
+
+    @function_tool
+    async def lookup(self) -> str:
+        """Look up the customer's appointment."""
+        loop = asyncio.get_running_loop()
+        self.started.append(loop.time())
+        await asyncio.sleep(self.tool_seconds)
+        self.finished.append(loop.time())
+        return "The appointment is on Tuesday at ten."
+
+
+def _question_call(
+    policy: TurnPolicy, agent: LookupAgent, llm: ScriptedLLM, **options: object
+) -> AbstractAsyncContextManager[TurnCall]:
+    script = CallScript([UserLine(0.3, "question")])
+    return turn_call(policy, script, agent=agent, llm=llm, **options)
+
+
+async def _final_reply_played(tc: TurnCall, text: str) -> None:
+    call = tc.call
+    segment = await wait_segment(call, 0, timeout=LINES["question"].duration + 6, finished=True)
+    await call.sleep_until(call.now() + 1.0)  # no further request or speech comes
+    context = tc.describe()
+    assert segment.interrupted is False, context
+    assert segment.played == segment.pushed, context
+    assert abs(segment.pushed - tc.call.tts.duration_of(text)) < 0.1, context
+    assert len(call.audio_output.segments) == 1, context
+    assert [m.text_content for m in call.messages("assistant")] == [text], context
+    assert tc.controller.state == "listening", context
+
+
+def _tool_rounds(llm: ScriptedLLM) -> list[LLMRequest]:
+    return [r for r in llm.requests if r.reply.tool_calls]
+
+
+async def _capped(cap: int, session_max_tool_steps: int | None) -> None:
+    policy = TurnPolicy(direction="inbound", first_speaker="user", max_tool_steps=cap)
+    agent = LookupAgent()
+    llm = ScriptedLLM([FINAL], always_call_tool="lookup")
+    options = {} if session_max_tool_steps is None else {"max_tool_steps": session_max_tool_steps}
+    async with _question_call(policy, agent, llm, session_options=options) as tc:
+        await _final_reply_played(tc, FINAL)
+        context = tc.describe()
+        executed = tc.call.events_named("function_tools_executed")
+        assert len(executed) == cap, context
+        assert len(agent.finished) == cap, context
+        assert len(_tool_rounds(llm)) == cap, context
+        assert [r.tool_choice for r in llm.requests][-1] == "none", context
+        assert len(llm.requests) == cap + 1, context
+        assert llm.requests[-1].reply.text == FINAL
+        assert tc.call.tts.texts == [FINAL], context
+        assert len(tc.effects(fx.FinalReplyWithoutTools)) == 1, context
+
+
+async def _ignores_tool_choice() -> None:
+    policy = TurnPolicy(direction="inbound", first_speaker="user", max_tool_steps=2)
+    agent = LookupAgent()
+    llm = ScriptedLLM([FINAL], always_call_tool="lookup", ignore_tool_choice=True)
+    async with _question_call(policy, agent, llm) as tc:
+        await _final_reply_played(tc, policy.tool_cap_fallback)
+        context = tc.describe()
+        assert len(agent.finished) == 2, context  # the call made under "none" never ran
+        assert [r.tool_choice for r in llm.requests][-1] == "none", context
+        assert llm.requests[-1].reply.tool_calls, context  # it called a tool anyway
+        assert len(llm.requests) == 3, context
+        assert " ".join(tc.call.tts.texts) == policy.tool_cap_fallback, context
+        says = tc.effects(fx.Say)
+        assert [s.reason for s in says] == ["tool_fallback"], context
+
+
+async def _parallel_calls_count_once() -> None:
+    policy = TurnPolicy(direction="inbound", first_speaker="user", max_tool_steps=2)
+    agent = LookupAgent(tool_seconds=0.2)
+    three = ScriptedReply(tool_calls=(ScriptedToolCall("lookup"),) * 3)
+    llm = ScriptedLLM([three, three, FINAL])
+    async with _question_call(policy, agent, llm) as tc:
+        await _final_reply_played(tc, FINAL)
+        context = tc.describe()
+        executed = tc.call.events_named("function_tools_executed")
+        assert [len(e.event.function_calls) for e in executed] == [3, 3], context
+        assert len(agent.finished) == 6, context
+        # the three calls of a step ran side by side
+        assert max(agent.started[:3]) < min(agent.finished[:3]), context
+        assert [r.tool_choice for r in llm.requests][-1] == "none", context
+        assert len(llm.requests) == 3, context
+        assert len(tc.events("tool_step_started")) == 2, context
+
+
+async def _barge_in_stops_the_loop() -> None:
+    policy = TurnPolicy(direction="inbound", first_speaker="user", max_tool_steps=3)
+    agent = LookupAgent(tool_seconds=1.5)
+    stopped = "Okay, I will stop."
+
+    def reply(request: LLMRequest) -> ScriptedReply:
+        if request.last_user_text == QUESTION:
+            return ScriptedReply(tool_calls=(ScriptedToolCall("lookup"),))
+        return ScriptedReply(text=stopped)
+
+    llm = ScriptedLLM(reply)
+    async with _question_call(policy, agent, llm) as tc:
+        call = tc.call
+        await call.wait_until(lambda: bool(agent.started), timeout=LINES["question"].duration + 3)
+        call.audio_input.say_now("stop")
+        await wait_segment(call, 0, timeout=LINES["stop"].duration + 4, finished=True)
+        await call.sleep_until(call.now() + 1.0)
+        context = tc.describe()
+
+        tool_start = tc.call_time(agent.started[0])
+        tool_end = tc.call_time(agent.finished[0])
+        assert tool_start < line_start(call, "stop") < tool_end - 1.0, context  # during it
+        barge_in = [s for s in tc.events("user_speech_started") if s.before == "tool_loop"]
+        assert barge_in, context
+        assert fx.Interrupt(force=False) in barge_in[0].effects, context
+        assert len(agent.finished) == 1, context  # the tool ran to its end
+        # no further round for the question; the only other request answers "stop"
+        assert [r.last_user_text for r in llm.requests] == [QUESTION, LINES["stop"].text]
+        assert call.tts.texts == [stopped], context  # the tool's result was never spoken
+        assert [m.text_content for m in call.messages("assistant")] == [stopped], context
+        assert len(call.audio_output.segments) == 1, context
+
+
+async def test_tool_loop() -> None:
+    await run_scenarios(
+        {
+            "cap-2": _capped(2, session_max_tool_steps=10),
+            "cap-5-livekit-default": _capped(5, session_max_tool_steps=None),
+            "ignores-tool-choice": _ignores_tool_choice(),
+            "parallel-calls": _parallel_calls_count_once(),
+            "barge-in": _barge_in_stops_the_loop(),
+        }
+    )

@@ -1,0 +1,184 @@
+"""Harness for the integration tests: a simulated call driven by a turnfsm controller.
+
+:func:`turn_call` runs a real ``AgentSession`` (silero VAD, scripted models, paced audio)
+through :class:`~turnfsm.adapters.sim.SimulatedCall` with a strict controller attached,
+and yields a :class:`TurnCall` that maps the controller's trace onto the call's clock
+(seconds since the callee's audio input started), so every assertion uses one clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass
+from typing import Any
+
+from livekit.agents import Agent, AgentSession
+
+from turnfsm import TurnController, TurnPolicy
+from turnfsm import effects as fx
+from turnfsm.adapters.livekit import TurnAdapter, TurnAgent, attach
+from turnfsm.adapters.sim import PlayoutSegment, SimulatedCall
+from turnfsm.events import CallAnswered
+from turnfsm.trace import TraceStep
+
+GREETING = "Hi, this is Ada calling from Acme Dental about your appointment tomorrow."
+"""A greeting of about 4.9 s with the default scripted TTS (15 characters per second)."""
+
+
+@dataclass
+class TurnCall:
+    """One simulated call with its controller and adapter; times are call times."""
+
+    call: SimulatedCall
+    controller: TurnController
+    adapter: TurnAdapter
+    offset: float
+    """Call time minus adapter time (both clocks run on the same event loop)."""
+
+    @property
+    def session(self) -> AgentSession:
+        return self.call.session
+
+    @property
+    def steps(self) -> list[TraceStep]:
+        assert self.controller.trace is not None
+        return self.controller.trace.steps
+
+    def at(self, step: TraceStep) -> float:
+        """The call time of a trace step."""
+        return step.at + self.offset
+
+    def events(self, name: str) -> list[TraceStep]:
+        """The steps whose event is ``name`` (e.g. ``"user_speech_ended"``)."""
+        return [step for step in self.steps if step.event.name == name]
+
+    def effects(self, kind: type[fx.Effect]) -> list[fx.Effect]:
+        """Every effect of ``kind`` emitted so far, in order."""
+        return [e for step in self.steps for e in step.effects if isinstance(e, kind)]
+
+    def call_time(self, loop_time: float) -> float:
+        """A loop time (the sim's segment and ledger stamps) on the call clock."""
+        started = self.call.audio_input.started_at
+        assert started is not None
+        return loop_time - started
+
+    def segment_start(self, segment: PlayoutSegment) -> float:
+        assert segment.started_at is not None
+        return self.call_time(segment.started_at)
+
+    def texts(self, role: str) -> list[str]:
+        return [m.text_content or "" for m in self.call.messages(role)]  # type: ignore[arg-type]
+
+    def describe(self) -> str:
+        """The trace and history, for assertion messages."""
+        lines = [
+            f"{self.at(s):6.2f} {s.before}->{s.after} {s.event!r:.110} "
+            f"{[e.name for e in s.effects]}"
+            for s in self.steps
+        ]
+        lines += [f"history: {m.role}: {m.text_content!r}" for m in self.call.messages()]
+        lines += [
+            f"segment {s.index}: start={self.segment_start(s) if s.started_at else None} "
+            f"pushed={s.pushed:.2f} played={s.played:.2f} interrupted={s.interrupted}"
+            for s in self.call.audio_output.segments
+        ]
+        return "\n".join(lines)
+
+    def now(self) -> float:
+        return self.call.now()
+
+
+@contextlib.asynccontextmanager
+async def turn_call(
+    policy: TurnPolicy,
+    script: Any = (),
+    *,
+    agent: Agent | None = None,
+    answer: bool = True,
+    before_start: Any = None,
+    **sim_options: Any,
+) -> AsyncIterator[TurnCall]:
+    """Start a simulated call with a strict controller attached (and, for outbound
+    policies, answered at once unless ``answer`` is False)."""
+    controller = TurnController(policy, strict=True, keep_text=True)
+    holder: dict[str, TurnAdapter] = {}
+
+    def attach_controller(session: AgentSession) -> None:
+        if before_start is not None:
+            before_start(session)
+        holder["adapter"] = attach(session, controller)
+
+    call = SimulatedCall(
+        script,
+        agent=agent if agent is not None else TurnAgent(instructions="You are on a call."),
+        before_start=attach_controller,
+        **sim_options,
+    )
+    async with call:
+        adapter = holder["adapter"]
+        offset = call.now() - adapter.now()  # same loop, same instant: exact
+        if answer and policy.direction == "outbound":
+            adapter.dispatch(CallAnswered(at=adapter.now()))
+        yield TurnCall(call=call, controller=controller, adapter=adapter, offset=offset)
+
+
+async def settle(seconds: float = 0.3) -> None:
+    """Let callbacks and short-lived tasks of a closed session finish."""
+    await asyncio.sleep(seconds)
+
+
+async def run_scenarios(scenarios: dict[str, Awaitable[None]]) -> None:
+    """Run independent scenarios (each its own call) concurrently, then fail naming every
+    scenario that failed, with its message."""
+    results = await asyncio.gather(*scenarios.values(), return_exceptions=True)
+    failed = [
+        (name, result)
+        for name, result in zip(scenarios, results, strict=True)
+        if isinstance(result, BaseException)
+    ]
+    if failed:
+        report = "\n\n".join(f"[{name}] {type(e).__name__}: {e}" for name, e in failed)
+        raise AssertionError(f"{len(failed)}/{len(scenarios)} scenarios failed:\n\n{report}")
+
+
+def line_end(call: SimulatedCall, name: str, index: int = 0) -> float:
+    """Call time at which the ``index``-th playback of line ``name`` ended."""
+    utterance = call.ledger.utterances_of(name)[index]
+    assert utterance.ended_at is not None, f"{name} is still playing"
+    started = call.audio_input.started_at
+    assert started is not None
+    return utterance.ended_at - started
+
+
+def line_start(call: SimulatedCall, name: str, index: int = 0) -> float:
+    """Call time at which the ``index``-th playback of line ``name`` started."""
+    started = call.audio_input.started_at
+    assert started is not None
+    return call.ledger.utterances_of(name)[index].started_at - started
+
+
+async def wait_line_done(call: SimulatedCall, name: str, *, timeout: float) -> float:
+    """Wait until the first playback of ``name`` has ended; return its end (call time)."""
+    await call.wait_until(
+        lambda: any(u.ended_at is not None for u in call.ledger.utterances_of(name)),
+        timeout=timeout,
+    )
+    return line_end(call, name)
+
+
+async def wait_segment(
+    call: SimulatedCall, index: int, *, timeout: float, finished: bool = False
+) -> PlayoutSegment:
+    """Wait until playout segment ``index`` started playing (or finished)."""
+
+    def ready() -> bool:
+        segments = call.audio_output.segments
+        if len(segments) <= index:
+            return False
+        segment = segments[index]
+        return segment.finished if finished else segment.started_at is not None
+
+    await call.wait_until(ready, timeout=timeout)
+    return call.audio_output.segments[index]
