@@ -17,7 +17,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_LINES] = []
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def summary_line(request: pytest.FixtureRequest) -> Callable[[str], None]:
     """Record one line for the terminal summary."""
     return request.config.stash[_LINES].append

@@ -1,0 +1,180 @@
+"""The exhaustive explorer: every reachable configuration, every event, every invariant.
+
+``make test`` explores four policies that together take every value of direction,
+first_speaker, greeting_lock, greeting_overlap, interrupted_text and
+mute_input_during_tools (and every timer and ending option); ``make test-deep`` explores
+the product of the binary options (32 policies). Policies are explored in parallel, one
+process per core.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+
+import pytest
+
+from turnfsm import TurnMachine, TurnPolicy
+from turnfsm.testing import ExplorationReport, explore
+
+QUICK: dict[str, TurnPolicy] = {  # the costliest first: two processes share the work
+    "inbound-user-keep-drop": TurnPolicy(
+        direction="inbound",
+        first_speaker="user",
+        greeting="Hi there.",
+        greeting_lock="keep_listening",
+        greeting_overlap="drop",
+        interrupted_text="spoken",
+        mute_input_during_tools=True,
+        on_await_user_timeout="hang_up",
+        max_call_duration=60,
+        max_tool_steps=2,
+    ),
+    "outbound-user-keep-answer": TurnPolicy(
+        direction="outbound",
+        first_speaker="user",
+        greeting="Hi, this is Ada.",
+        greeting_lock="keep_listening",
+        greeting_overlap="answer_whole",
+        interrupted_text="spoken",
+        mute_input_during_tools=False,
+        idle_timeout=5,
+        idle_max_reprompts=1,
+        max_tool_steps=2,
+    ),
+    "inbound-agent-mute-answer": TurnPolicy(
+        direction="inbound",
+        first_speaker="agent",
+        greeting="Thanks for calling.",
+        greeting_lock="mute_input",
+        greeting_overlap="answer_whole",
+        interrupted_text="keep",
+        mute_input_during_tools=False,
+        on_answering_machine="continue",
+    ),
+    "outbound-agent-mute-drop": TurnPolicy(
+        direction="outbound",
+        first_speaker="agent",
+        greeting_instructions="Introduce yourself",
+        greeting_lock="mute_input",
+        greeting_overlap="drop",
+        interrupted_text="drop",
+        mute_input_during_tools=True,
+        max_tool_steps=1,
+    ),
+}
+
+OPTIONS = {
+    "direction": ("inbound", "outbound"),
+    "first_speaker": ("user", "agent"),
+    "greeting_lock": ("mute_input", "keep_listening"),
+    "greeting_overlap": ("drop", "answer_whole"),
+    "interrupted_text": ("spoken", "drop", "keep"),
+    "mute_input_during_tools": (False, True),
+}
+
+
+def deep_policies() -> Iterator[TurnPolicy]:
+    """The product of the binary options; interrupted_text takes each value in turn."""
+    binary = [name for name, values in OPTIONS.items() if len(values) == 2]
+    for number, values in enumerate(itertools.product(*(OPTIONS[name] for name in binary))):
+        texts = OPTIONS["interrupted_text"]
+        options = dict(zip(binary, values, strict=True))
+        yield TurnPolicy(greeting="Hi", interrupted_text=texts[number % len(texts)], **options)
+
+
+DECLARED = {
+    (transition.source.id, str(event), transition.target.id)
+    for state in TurnMachine.states
+    for transition in state.transitions
+    for event in transition.events
+}
+STATE_CHANGES = {move for move in DECLARED if move[0] != move[2]}
+
+
+def _timed_explore(policy: TurnPolicy) -> tuple[ExplorationReport, float]:
+    start = time.perf_counter()
+    report = explore(policy)
+    return report, time.perf_counter() - start
+
+
+def explore_all(policies: list[TurnPolicy]) -> list[tuple[ExplorationReport, float]]:
+    workers = min(len(policies), os.cpu_count() or 1, 2)
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(_timed_explore, policies))
+
+
+def expected_states(policy: TurnPolicy) -> set[str]:
+    states = {state.id for state in TurnMachine.states}
+    if policy.direction == "inbound":
+        states.discard("ringing")
+    if policy.first_speaker == "agent":
+        states.discard("awaiting_user")
+    if not policy.has_greeting:
+        states -= {"awaiting_user", "greeting"}
+    return states
+
+
+def check(policy: TurnPolicy, report: ExplorationReport) -> None:
+    assert report.violations == []
+    assert report.states == expected_states(policy)
+    assert report.configurations > 100
+    undeclared = {move for move in report.transitions if move[0] != move[2]} - DECLARED
+    assert not undeclared, f"state changes the machine does not declare: {undeclared}"
+
+
+@pytest.fixture(scope="module")
+def quick_reports(summary_line: Callable[[str], None]) -> dict[str, ExplorationReport]:
+    start = time.perf_counter()
+    results = explore_all(list(QUICK.values()))
+    for name, (report, seconds) in zip(QUICK, results, strict=True):
+        summary_line(
+            f"explore {name}: {report.configurations} configurations, {report.steps} "
+            f"checked steps, {len(report.transitions)} moves, "
+            f"{len(report.violations)} violations ({seconds:.1f} s)"
+        )
+    summary_line(f"explore: {len(QUICK)} policies in {time.perf_counter() - start:.1f} s")
+    return {name: report for name, (report, _) in zip(QUICK, results, strict=True)}
+
+
+def test_quick_policies_cover_every_option_value() -> None:
+    for option, values in OPTIONS.items():
+        assert {getattr(policy, option) for policy in QUICK.values()} == set(values), option
+    policies = QUICK.values()
+    assert {p.on_await_user_timeout for p in policies} == {"greet", "hang_up"}
+    assert {p.on_answering_machine for p in policies} == {"hang_up", "continue"}
+    assert any(p.idle_timeout for p in policies)
+    assert any(p.max_call_duration for p in policies)
+
+
+@pytest.mark.parametrize("name", list(QUICK))
+def test_explore_finds_no_violation(
+    name: str, quick_reports: dict[str, ExplorationReport]
+) -> None:
+    check(QUICK[name], quick_reports[name])
+
+
+def test_explore_takes_every_declared_state_change(
+    quick_reports: dict[str, ExplorationReport],
+) -> None:
+    taken = set().union(*(report.transitions for report in quick_reports.values()))
+    assert not STATE_CHANGES - taken, sorted(STATE_CHANGES - taken)
+
+
+@pytest.mark.deep
+def test_explore_every_binary_option_combination(summary_line: Callable[[str], None]) -> None:
+    policies = list(deep_policies())
+    assert len(policies) == 32
+    start = time.perf_counter()
+    results = explore_all(policies)
+    for policy, (report, _) in zip(policies, results, strict=True):
+        check(policy, report)
+    configurations = sum(report.configurations for report, _ in results)
+    steps = sum(report.steps for report, _ in results)
+    summary_line(
+        f"explore deep: {len(policies)} policies, {configurations} configurations, "
+        f"{steps} checked steps, 0 violations ({time.perf_counter() - start:.0f} s)"
+    )
