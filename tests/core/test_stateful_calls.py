@@ -32,6 +32,7 @@ from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.effects import TIMER_NAMES
 from turnfsm.events import EVENT_TYPES
+from turnfsm.rules import TurnRules
 
 settings.register_profile(
     "turnfsm-core",
@@ -143,6 +144,9 @@ class Totals:
 
 
 class TurnCalls(RuleBasedStateMachine):
+    rules_class: type[TurnRules] = TurnRules
+    """The rules under test (``test_seeded_bugs`` swaps in broken ones)."""
+
     def __init__(self) -> None:
         super().__init__()
         self.controller: TurnController | None = None
@@ -153,7 +157,9 @@ class TurnCalls(RuleBasedStateMachine):
 
     @initialize(policy=policies())
     def start_call(self, policy: TurnPolicy) -> None:
-        self.controller = TurnController(policy, strict=True, keep_text=True)
+        self.controller = TurnController(
+            policy, strict=True, keep_text=True, rules_class=self.rules_class
+        )
         Totals.examples += 1
 
     def deliver(self, event: ev.Event) -> tuple[fx.Effect, ...]:
@@ -248,7 +254,8 @@ class TurnCalls(RuleBasedStateMachine):
             return
         trace = self.controller.trace
         assert trace is not None
-        assert replay(trace, keep_text=True).steps == trace.steps, "replay diverged"
+        replayed = replay(trace, keep_text=True, rules_class=self.rules_class)
+        assert replayed.steps == trace.steps, "replay diverged"
         assert Trace.parse(trace.to_jsonl().splitlines()) == trace
 
 

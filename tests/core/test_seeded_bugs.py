@@ -1,0 +1,260 @@
+"""The checks can fail: deliberately broken rules are caught, each by its named invariant.
+
+The bugs are seeded in subclasses of :class:`turnfsm.rules.TurnRules` (never in a
+``TurnMachine`` subclass: python-statemachine 3.2 shares State objects with the parent,
+so adding transitions would change the real machine in this process). Three tools must
+catch them: the exhaustive explorer, the strict controller's monitor on a plain
+scenario, and the hypothesis state machine of ``test_stateful_calls``.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+
+import pytest
+from hypothesis import Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from turnfsm import INVARIANTS, InvariantViolation, TurnController, TurnPolicy
+from turnfsm import effects as fx
+from turnfsm import events as ev
+from turnfsm.events import AnsweringMachineDetected, Event, ToolStepFinished, UserTurnCommitted
+from turnfsm.rules import TurnRules
+from turnfsm.testing import explore
+
+# -- the seeded bugs -----------------------------------------------------------------------
+
+
+class GreetingLeavesInputMuted(TurnRules):
+    """I2: leaving the greeting forgets to unmute the caller (and to resume turns)."""
+
+    def release_greeting_lock(self, ev: Event, target: object) -> None:
+        self.context.greeting_speech_id = None
+        self.context.first_words_item = None
+        self.context.overlapped_greeting = False
+
+
+class GreetingInterruptedByOverlap(TurnRules):
+    """I1: speech overlapping the greeting interrupts it."""
+
+    def note_overlap(self) -> None:
+        super().note_overlap()
+        self.emit(fx.Interrupt())
+
+
+class ToolCapOffByOne(TurnRules):
+    """I3: the cap lets one round too many through."""
+
+    def tool_loop_must_stop(self) -> bool:
+        ctx = self.context
+        return ctx.tool_loop_stopped or ctx.capped or ctx.tool_rounds > self.policy.max_tool_steps
+
+    def count_tool_round(self, ev: ev.ToolStepStarted) -> None:
+        self._add_active_speech(ev.speech_id)
+        if self.context.capped or self.context.tool_rounds > self.policy.max_tool_steps:
+            self.emit(fx.CancelToolReply(speech_id=ev.speech_id))
+            return
+        self.context.tool_rounds += 1
+
+
+class NoFinalReplyAtTheCap(TurnRules):
+    """I3: the cap cancels the tool reply but never asks for the final reply."""
+
+    def stop_after_tool_step(self, ev: ToolStepFinished) -> None:
+        self.emit(fx.CancelToolReply(speech_id=ev.speech_id))
+        self.context.capped = True
+        self.context.tool_loop_stopped = False
+
+
+class InterruptedTextKept(TurnRules):
+    """I4: an interrupted speech keeps its unspoken text."""
+
+    def _drop_unspoken(self, speech_id: str, played_seconds: float, played_text: object) -> None:
+        return
+
+
+class GoodbyeOnTheWayOut(TurnRules):
+    """I5: ending the call says goodbye (a speech while hanging up)."""
+
+    def clean_up_call(self) -> None:
+        self.emit(fx.Say(text="Goodbye!", reason="reprompt"))
+        super().clean_up_call()
+
+
+class TimersLeftRunning(TurnRules):
+    """I6: ending the call leaves its timers running."""
+
+    def clean_up_call(self) -> None:
+        self.context.timers = frozenset()
+        self._unmute(replay_held_audio=False)
+        self._resume_user_turns(commit_pending=False)
+        self.emit(fx.EndCall(reason=self.context.end_reason or "hangup"))
+
+
+class FirstWordsRejected(TurnRules):
+    """I7: a drop-overlap greeting rejects the callee's first words when re-committed."""
+
+    def is_first_words(self, ev: UserTurnCommitted) -> bool:
+        return False
+
+
+class EarlySpeechLetThrough(TurnRules):
+    """I8: the agent may talk before the callee picked up or spoke."""
+
+    def stop_early_speech(self, ev: ev.AgentSpeechCreated) -> None:
+        self._add_active_speech(ev.speech_id)
+
+
+class MachineHangUpSkipsEndCall(TurnRules):
+    """I5: hanging up on an answering machine forgets the EndCall."""
+
+    def clean_up_call(self) -> None:
+        if self.context.end_reason == "answering_machine":
+            for timer in sorted(self.context.timers):
+                self._cancel_timer(timer)
+            self._unmute(replay_held_audio=False)
+            self._resume_user_turns(commit_pending=False)
+            return
+        super().clean_up_call()
+
+
+# -- the explorer --------------------------------------------------------------------------
+
+CHEAP = TurnPolicy(greeting="Hi", greeting_lock="mute_input", max_tool_steps=1)
+"""Inbound, agent first, muted greeting, one tool round: the smallest space (≈1 000
+configurations) in which the bugs below can show."""
+
+EXPLORED_BUGS = {  # the costliest first (≈6 s; the other two ≈3 s each)
+    GreetingLeavesInputMuted: "I2",
+    ToolCapOffByOne: "I3",
+    InterruptedTextKept: "I4",
+}
+
+
+def _violated(rules_class: type[TurnRules]) -> list[str]:
+    report = explore(CHEAP, rules_class=rules_class)
+    return sorted({violation.split()[0] for violation in report.violations})
+
+
+@pytest.fixture(scope="module")
+def explored() -> dict[type[TurnRules], list[str]]:
+    workers = min(2, os.cpu_count() or 1)
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return dict(zip(EXPLORED_BUGS, pool.map(_violated, EXPLORED_BUGS), strict=True))
+
+
+@pytest.mark.parametrize("bug", list(EXPLORED_BUGS), ids=lambda bug: bug.__name__)
+def test_explorer_catches_the_seeded_bug(
+    bug: type[TurnRules], explored: dict[type[TurnRules], list[str]]
+) -> None:
+    assert explored[bug] == [EXPLORED_BUGS[bug]]
+
+
+# -- the strict controller's monitor -------------------------------------------------------
+
+
+def outbound_greeting_drop(rules_class: type[TurnRules]) -> TurnController:
+    policy = TurnPolicy(
+        direction="outbound", greeting="Hi", greeting_overlap="drop", max_call_duration=600
+    )
+    return TurnController(policy, strict=True, rules_class=rules_class)
+
+
+ANSWERED = [ev.CallAnswered(at=0.0), ev.UserTurnCommitted(at=1.0, text="Hello?", item_id="u1")]
+GREETED = [
+    *ANSWERED,
+    ev.AgentSpeechCreated(at=1.1, speech_id="g1", source="say"),
+    ev.AgentSpeechEnded(at=2.0, speech_id="g1", played_seconds=1),
+]
+TOOL_CAP = [
+    *GREETED,
+    ev.UserTurnCommitted(at=3.0, text="book it", item_id="u2"),
+    ev.AgentSpeechCreated(at=3.1, speech_id="s1"),
+    *(
+        event
+        for step in range(3)  # the default cap
+        for event in (
+            ev.ToolStepStarted(at=4.0 + step, speech_id="s1"),
+            ev.ToolStepFinished(at=4.5 + step, speech_id="s1"),
+        )
+    ),
+]
+
+SCENARIOS: list[tuple[type[TurnRules], list[Event], str]] = [
+    (
+        GreetingInterruptedByOverlap,
+        [*ANSWERED, ev.AgentSpeechCreated(at=1.1, speech_id="g1"), ev.UserSpeechStarted(at=1.5)],
+        "I1",
+    ),
+    # held turns may last into `listening` (an overlap being discarded), not beyond
+    (GreetingLeavesInputMuted, [*GREETED, ev.AgentSpeechCreated(at=3.0, speech_id="s1")], "I2"),
+    (ToolCapOffByOne, TOOL_CAP, "I3"),
+    (NoFinalReplyAtTheCap, TOOL_CAP, "I3"),
+    (
+        InterruptedTextKept,
+        [
+            *GREETED,
+            ev.AgentSpeechCreated(at=3.0, speech_id="s1"),
+            ev.AgentSpeechEnded(at=3.5, speech_id="s1", interrupted=True, played_seconds=0.5),
+        ],
+        "I4",
+    ),
+    (GoodbyeOnTheWayOut, [*ANSWERED, ev.CallEnded(at=2.0)], "I5"),
+    (
+        MachineHangUpSkipsEndCall,
+        [*ANSWERED, AnsweringMachineDetected(at=2.0, result="machine")],
+        "I5",
+    ),
+    (TimersLeftRunning, [ev.CallAnswered(at=0.0), ev.CallEnded(at=2.0)], "I6"),
+    (
+        FirstWordsRejected,
+        [*ANSWERED, ev.UserTurnCommitted(at=1.5, text="Hello?", item_id="u1")],
+        "I7",
+    ),
+    (EarlySpeechLetThrough, [ev.AgentSpeechCreated(at=0.0, speech_id="s1")], "I8"),
+]
+
+
+@pytest.mark.parametrize(
+    ("bug", "events", "invariant"), SCENARIOS, ids=[bug.__name__ for bug, _, _ in SCENARIOS]
+)
+def test_monitor_catches_the_seeded_bug(
+    bug: type[TurnRules], events: list[Event], invariant: str
+) -> None:
+    *before, last = events
+    # the same events pass with the real rules: the scenario is not itself the problem
+    sound = outbound_greeting_drop(TurnRules)
+    for event in events:
+        sound.handle(event)
+    broken = outbound_greeting_drop(bug)
+    for event in before:
+        broken.handle(event)
+    with pytest.raises(InvariantViolation) as breach:
+        broken.handle(last)  # the bug shows on the last event, not before
+    assert breach.value.invariant == invariant
+
+
+def test_every_invariant_has_a_seeded_bug() -> None:
+    assert {invariant for _, _, invariant in SCENARIOS} == set(INVARIANTS)
+
+
+# -- the hypothesis state machine ----------------------------------------------------------
+
+
+def test_hypothesis_state_machine_catches_the_tool_cap_bug() -> None:
+    from test_stateful_calls import TurnCalls
+
+    class BrokenCalls(TurnCalls):
+        rules_class = ToolCapOffByOne
+
+    quick = settings(
+        settings.get_profile("turnfsm-core"),
+        max_examples=1_000,
+        derandomize=True,  # a fixed search, so this test cannot flake
+        phases=[Phase.generate],  # no shrinking: finding it is the point
+        print_blob=False,
+    )
+    with pytest.raises(InvariantViolation) as breach:
+        run_state_machine_as_test(BrokenCalls, settings=quick)
+    assert breach.value.invariant == "I3"
