@@ -73,7 +73,7 @@ from turnfsm import effects as fx
 from turnfsm import events as ev
 
 from .audio import InputGate, PlayedSegment, PlayoutMeter
-from .levers import LEVERS, apply_drop
+from .levers import LEVERS
 
 logger = logging.getLogger("turnfsm.adapters.livekit")
 
@@ -153,6 +153,8 @@ class TurnAdapter:
         self._handlers: list[tuple[str, Callable[..., None]]] = []
         self._tasks: set[asyncio.Future[Any]] = set()
         self._reported_failures: set[tuple[str, type[BaseException]]] = set()
+        self._running: tuple[fx.Effect, str] | None = None
+        """The effect whose lever runs now, and the state it was emitted in."""
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -233,12 +235,18 @@ class TurnAdapter:
             self._execute(effect, before)
 
     def _execute(self, effect: fx.Effect, state: str) -> None:
+        previous, self._running = self._running, (effect, state)
         try:
             LEVERS[type(effect)](self, effect)
         except Exception as error:
-            self._report_failure(f"lever {effect.name}", error, f"{effect!r} in {state}")
+            self._report_failure(f"lever {effect.name}", error, self._describe(effect, state))
             if isinstance(effect, fx.UnmuteInput | fx.ResumeUserTurns):
                 self._release_input()
+        finally:
+            self._running = previous
+
+    def _describe(self, effect: fx.Effect, state: str) -> str:
+        return f"{effect!r} in {state}"
 
     def _report_failure(self, where: str, error: BaseException, detail: str) -> None:
         key = (where, type(error))
@@ -271,14 +279,19 @@ class TurnAdapter:
         return guarded
 
     def track(self, awaitable: Awaitable[Any], what: str) -> None:
-        """Keep a lever's future alive and log its failure instead of losing it."""
+        """Keep a lever's future alive and log its failure instead of losing it (as a
+        failure of the lever that started it, with its effect and state)."""
         future = asyncio.ensure_future(awaitable)
         self._tasks.add(future)
+        where, detail = what, "awaited lever"
+        if self._running is not None:
+            effect, state = self._running
+            where, detail = f"lever {effect.name}", f"{self._describe(effect, state)}, {what}"
 
         def done(fut: asyncio.Future[Any]) -> None:
             self._tasks.discard(fut)
             if not fut.cancelled() and (error := fut.exception()) is not None:
-                self._report_failure(what, error, "awaited lever")
+                self._report_failure(where, error, detail)
 
         future.add_done_callback(done)
 
@@ -354,7 +367,7 @@ class TurnAdapter:
             if item.interrupted:
                 self._restore_full_text(speech_id, item)
             if (pending := self.pending_drops.get(speech_id)) is not None:
-                apply_drop(self, pending, item)
+                self._execute(pending, self.controller.state)
             self.dispatch(
                 ev.AssistantMessageCommitted(
                     at=self.now(),
