@@ -101,6 +101,11 @@ class TurnController:
         return self._rules.context
 
     @property
+    def keep_text(self) -> bool:
+        """Whether transcript text is kept (in the trace, and in the adapter's logs)."""
+        return self._keep_text
+
+    @property
     def is_ended(self) -> bool:
         """Whether the call reached the final ``ended`` state."""
         return self._state == "ended"

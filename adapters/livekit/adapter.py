@@ -50,6 +50,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import traceback
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -71,6 +72,7 @@ from livekit.agents.voice.events import (
 from turnfsm import TurnController
 from turnfsm import effects as fx
 from turnfsm import events as ev
+from turnfsm.trace import redact
 
 from .audio import InputGate, PlayedSegment, PlayoutMeter
 from .levers import LEVERS
@@ -227,8 +229,8 @@ class TurnAdapter:
         before = self.controller.state
         try:
             effects = self.controller.handle(event)
-        except Exception:
-            logger.exception("turnfsm: controller failed on %s in %s", event.name, before)
+        except Exception as error:
+            self._controller_failed(event, before, error)
             self._release_input()
             return
         for effect in effects:
@@ -246,7 +248,26 @@ class TurnAdapter:
             self._running = previous
 
     def _describe(self, effect: fx.Effect, state: str) -> str:
-        return f"{effect!r} in {state}"
+        """The effect for a log line: its transcript text only if the controller keeps it."""
+        shown = effect if self.controller.keep_text else redact(effect)
+        return f"{shown!r} in {state}"
+
+    def _controller_failed(self, event: ev.Event, state: str, error: Exception) -> None:
+        """Log a failing controller step. Its message may quote the call (an invariant
+        violation lists the step's effects), so it is logged only with ``keep_text``."""
+        if self.controller.keep_text:
+            logger.exception("turnfsm: controller failed on %s in %s", event.name, state)
+            return
+        name = type(error).__name__
+        if invariant := getattr(error, "invariant", None):
+            name = f"{name} {invariant}"
+        logger.error(
+            "turnfsm: controller failed on %s in %s: %s (message withheld: keep_text=False)\n%s",
+            event.name,
+            state,
+            name,
+            "".join(traceback.format_tb(error.__traceback__)).rstrip(),
+        )
 
     def _report_failure(self, where: str, error: BaseException, detail: str) -> None:
         key = (where, type(error))
