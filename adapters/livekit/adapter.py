@@ -12,10 +12,25 @@ raised while effects run (LiveKit emits ``speech_created`` inside ``session.say`
 queued and handled right after, in the same callback: the machine runs to completion
 one event at a time.
 
-Nothing escapes into LiveKit's emitter: a translation or lever that raises is logged
-once (with the effect and the state) and the call goes on; a controller that raises
-releases the input (gate open, user turns resumed) so a bug never leaves the caller
-muted.
+Nothing escapes into LiveKit's emitter: a translation or lever that raises (or the
+future a lever awaits) is logged once per lever and error type, as a warning naming the
+effect and the state, and the call goes on; a controller that raises releases the input
+(gate open, user turns resumed) so a bug never leaves the caller muted. Transcript text
+reaches the logs only when the controller keeps it (``keep_text``): otherwise a failed
+lever's effect is shown redacted, and a failed controller step by its error type and
+traceback, without the message.
+
+Events duplicated, out of order or late are no error:
+
+* the machine ignores what does not apply where it arrives (:data:`turnfsm.machine.IGNORED`):
+  the end of a speech it never saw (unknown speech ids), a second ``speech_created`` of
+  the same handle (the handle's end is reported once), a duplicated assistant message
+  (unspoken text is dropped once), a second session start (no second input gate);
+* a speech handle already done when its ``speech_created`` arrives ends right after it;
+* events after the call ended (a tool step finishing after the hang-up) are traced in
+  ``ended`` with no effect;
+* after ``close`` the adapter is detached: session events no longer reach it, and its
+  own late callbacks (a speech handle done, a timer due) are ignored with a debug log.
 
 ==============================================  ============================================
 LiveKit                                          turnfsm event

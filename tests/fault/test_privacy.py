@@ -1,0 +1,161 @@
+"""Issue 6.3: transcript text leaves the process only when the user opts in.
+
+Two real calls run side by side with the same callee and replies; one controller keeps
+text (``keep_text=True``), the other has the default. Each call's trace is written as
+JSON lines and searched for the callee's words and the agent's: absent by default (the
+lengths stay, ``[redacted N chars]``), present with ``keep_text``. The adapter's log
+records (all of them, from DEBUG, on the ``turnfsm`` loggers) are searched too; a lever
+that fails on an effect carrying heard text (``DropUnspokenText.played_text``, behind a
+transcript synchronizer) must not quote it unless text is kept, and neither may a failing
+controller step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import pytest
+from faultcalls import FaultCall, escaped, fault_call, outbound
+from livekit.agents import Agent
+
+from turnfsm import TurnController, TurnPolicy
+from turnfsm import effects as fx
+from turnfsm import events as ev
+from turnfsm.adapters.livekit import LEVERS, TurnAdapter
+from turnfsm.adapters.sim import LINES, ScriptedLLM
+from turnfsm.rules import TurnRules
+from turnfsm.trace import Trace
+
+CALLEE_WORDS = LINES["who_is_this"].text  # "Hi, yes, who is this? I was not expecting ..."
+REPLY = (
+    "This is Ada from Acme Dental, calling to confirm your appointment tomorrow morning "
+    "at nine thirty with doctor Chen."
+)
+
+
+def replies(request: object) -> str:
+    return REPLY if "who is this" in (getattr(request, "last_user_text", "") or "") else "Okay."
+
+
+def failing_drop(adapter: TurnAdapter, effect: fx.DropUnspokenText) -> None:
+    raise RuntimeError("chat context unavailable")
+
+
+HEARD = "This is Ada from Acme Dental, calling to"
+"""What the caller heard of the reply when it was cut (reported as ``played_text``)."""
+
+
+async def call_with_heard_text(keep_text: bool, out: Path) -> FaultCall:
+    """A real call: "Hello?", the greeting, the callee's question and the start of the
+    reply; then the reply is reported cut with the heard text (as a transcript
+    synchronizer reports it), so the machine emits ``DropUnspokenText(played_text=...)``,
+    whose lever fails. The trace is written to ``out``."""
+    async with fault_call(
+        outbound(), name=f"keep_text={keep_text}", keep_text=keep_text, llm=ScriptedLLM(replies)
+    ) as fc:
+        fc.call.audio_input.say_now("hello")
+        await fc.wait_state("listening", timeout=12)
+        fc.call.audio_input.say_now("who_is_this")
+        mark = len(fc.steps)
+        started = await fc.wait_step(
+            lambda s: s.event.name == "agent_speech_started", timeout=15, after=mark
+        )
+        await asyncio.sleep(0.8)
+        assert isinstance(started.event, ev.AgentSpeechStarted)
+        fc.adapter.dispatch(
+            ev.AgentSpeechEnded(
+                at=fc.adapter.now(),
+                speech_id=started.event.speech_id,
+                interrupted=True,
+                played_seconds=0.8,
+                played_text=HEARD,
+            )
+        )
+        fc.adapter.dispatch(ev.CallEnded(at=fc.adapter.now(), reason="hangup"))
+    assert fc.controller.trace is not None
+    fc.controller.trace.write(out / f"keep_text_{keep_text}.jsonl")
+    return fc
+
+
+async def test_traces_and_logs_carry_text_only_with_keep_text(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="turnfsm")
+    monkeypatch.setitem(LEVERS, fx.DropUnspokenText, failing_drop)
+    redacted, kept = await asyncio.gather(
+        call_with_heard_text(False, tmp_path), call_with_heard_text(True, tmp_path)
+    )
+    redacted_file = (tmp_path / "keep_text_False.jsonl").read_text()
+    kept_file = (tmp_path / "keep_text_True.jsonl").read_text()
+
+    assert CALLEE_WORDS in [text for role, text in redacted.history() if role == "user"]
+    # the callee's words and the agent's: absent by default, present with keep_text
+    for words in ("who is this", "not expecting a call", "Hello?", "Acme Dental", HEARD):
+        assert words not in redacted_file
+        assert words in kept_file
+    # the lengths stay
+    users = {m.id: m.text_content or "" for m in redacted.call.messages("user")}
+    committed = [
+        s.event
+        for s in Trace.parse(redacted_file.splitlines())
+        if isinstance(s.event, ev.UserTurnCommitted)
+    ]
+    assert len(committed) == 2
+    assert all(c.text == f"[redacted {len(users[c.item_id])} chars]" for c in committed)
+    drops = redacted.effects(fx.DropUnspokenText)
+    assert [getattr(e, "played_text", None) for e in drops] == [f"[redacted {len(HEARD)} chars]"]
+    assert [getattr(e, "played_text", None) for e in kept.effects(fx.DropUnspokenText)] == [HEARD]
+
+    # the logs: one warning per call for the failing lever, quoting the heard text only
+    # with keep_text; nothing of ours ever logs what the callee said
+    warnings = [
+        r.getMessage() for r in caplog.records if "lever drop_unspoken_text" in r.getMessage()
+    ]
+    assert len(warnings) == 2, warnings
+    assert sum(HEARD in w for w in warnings) == 1
+    assert sum(f"played_text='[redacted {len(HEARD)} chars]'" in w for w in warnings) == 1
+    turnfsm_log = "\n".join(
+        logging.Formatter("%(message)s").format(r)
+        for r in caplog.records
+        if r.name.startswith("turnfsm")
+    )
+    for words in ("who is this", "not expecting a call", "Hello?"):
+        assert words not in turnfsm_log
+    assert escaped(caplog.records) == []
+
+
+class QuotingRules(TurnRules):
+    """A rules bug whose error message quotes the caller (as an invariant message may)."""
+
+    def reject_user_turn(self, ev: ev.UserTurnCommitted) -> None:  # type: ignore[override]
+        raise ValueError(f"cannot reject {ev.text!r}")
+
+
+@pytest.mark.parametrize("keep_text", [False, True])
+async def test_a_failing_controller_step_does_not_quote_the_caller(
+    caplog: pytest.LogCaptureFixture, keep_text: bool
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="turnfsm")
+    policy = TurnPolicy(
+        direction="inbound",
+        greeting="Welcome to Acme Dental, how can I help you today?",
+        greeting_overlap="drop",
+    )
+    controller = TurnController(policy, keep_text=keep_text, rules_class=QuotingRules)
+    async with fault_call(
+        policy, controller=controller, agent=Agent(instructions="You are on a call.")
+    ) as fc:
+        await fc.wait_state("greeting", timeout=5)
+        secret = "my card number is 4111 1111"
+        fc.adapter.dispatch(ev.UserTurnCommitted(at=fc.adapter.now(), text=secret, item_id="x"))
+        assert fc.state == "greeting"  # the step failed; the input was released
+        assert fc.adapter.held_turn_settings is None
+    failures = [r for r in caplog.records if "controller failed" in r.getMessage()]
+    assert len(failures) == 1
+    logged = logging.Formatter("%(message)s").format(failures[0])
+    assert "user_turn_committed in greeting" in logged
+    assert "ValueError" in logged
+    assert "reject_user_turn" in logged
+    assert (secret in logged) is keep_text
