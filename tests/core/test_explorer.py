@@ -31,7 +31,7 @@ QUICK: dict[str, TurnPolicy] = {  # the costliest first: two processes share the
         mute_input_during_tools=True,
         on_await_user_timeout="hang_up",
         max_call_duration=60,
-        max_tool_steps=2,
+        max_tool_steps=1,
     ),
     "outbound-user-keep-answer": TurnPolicy(
         direction="outbound",
@@ -43,7 +43,7 @@ QUICK: dict[str, TurnPolicy] = {  # the costliest first: two processes share the
         mute_input_during_tools=False,
         idle_timeout=5,
         idle_max_reprompts=1,
-        max_tool_steps=2,
+        max_tool_steps=1,
     ),
     "inbound-agent-mute-answer": TurnPolicy(
         direction="inbound",
@@ -54,6 +54,7 @@ QUICK: dict[str, TurnPolicy] = {  # the costliest first: two processes share the
         interrupted_text="keep",
         mute_input_during_tools=False,
         on_answering_machine="continue",
+        max_tool_steps=3,
     ),
     "outbound-agent-mute-drop": TurnPolicy(
         direction="outbound",

@@ -6,6 +6,7 @@ import json
 
 import attrs
 import pytest
+
 from turnfsm import TurnPolicy
 
 GOOD = {"direction": "inbound", "greeting": "Hi, this is Ada."}

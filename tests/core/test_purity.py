@@ -1,0 +1,155 @@
+"""``fsm/`` is pure: no LiveKit, no asyncio, no clock; and its doctests pass.
+
+Purity is checked twice: statically (every import statement of every ``fsm/*.py``) and
+at run time (a subprocess records every import a ``turnfsm`` module performs while the
+package is imported and used, including modules already loaded by someone else, and
+which LiveKit modules end up loaded at all).
+
+The doctests run here rather than through ``--doctest-modules``: pytest would import
+``fsm/x.py`` as ``fsm.x``, a second copy of the package beside ``turnfsm.x``, and any
+doctest mixing the two (``isinstance`` across copies) fails for no real reason.
+"""
+
+from __future__ import annotations
+
+import ast
+import doctest
+import importlib
+import json
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+import turnfsm
+
+FSM = Path(__file__).resolve().parents[2] / "fsm"
+FORBIDDEN = {"livekit", "asyncio", "time", "datetime"}
+"""Roots of modules the pure core must not import: LiveKit, an event loop, a clock."""
+
+SOURCES = sorted(FSM.rglob("*.py"))
+
+
+def imported_roots(path: Path) -> set[str]:
+    """The top-level modules a source file imports (absolute imports only)."""
+    roots: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            roots.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            roots.add(node.module.split(".")[0])
+        elif isinstance(node, ast.ImportFrom) and node.level > 0:
+            # relative imports must stay inside fsm/: never up into the adapters
+            assert node.level == 1, f"{path.name}: relative import above the package"
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "__import__":
+            raise AssertionError(f"{path.name}: dynamic __import__")
+    return roots
+
+
+def test_the_sources_are_found() -> None:
+    names = {path.name for path in SOURCES}
+    assert {"machine.py", "rules.py", "controller.py", "trace.py"} <= names
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda path: path.name)
+def test_no_forbidden_import_statement(path: Path) -> None:
+    assert not imported_roots(path) & FORBIDDEN
+
+
+def test_the_static_check_can_fail(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "import time as clock\nfrom datetime import datetime\n"
+        "def f():\n    from livekit import rtc\n    import asyncio.tasks\n",
+        encoding="utf-8",
+    )
+    assert imported_roots(bad) & FORBIDDEN == FORBIDDEN
+
+
+PROBE = r"""
+import builtins, json, pkgutil, sys
+
+offences = []
+real_import = builtins.__import__
+
+def recording_import(name, globals=None, locals=None, fromlist=(), level=0):
+    importer = (globals or {}).get("__name__", "")
+    if importer.startswith("turnfsm") and level == 0:
+        if name.split(".")[0] in %(forbidden)r:
+            offences.append([importer, name])
+    return real_import(name, globals, locals, fromlist, level)
+
+builtins.__import__ = recording_import
+import turnfsm
+for module in pkgutil.iter_modules(turnfsm.__path__, "turnfsm."):
+    if not module.ispkg and not module.name.endswith("__main__"):
+        __import__(module.name)
+
+# exercise the code paths too: imports inside functions run only when called
+from turnfsm import Trace, TurnController, TurnPolicy, events, replay
+controller = TurnController(TurnPolicy(direction="outbound", greeting="Hi"), strict=True)
+for event in (events.CallAnswered(at=0.0), events.UserTurnCommitted(at=1.0, text="Hi"),
+              events.AgentSpeechCreated(at=1.1, speech_id="g"), events.CallEnded(at=2.0)):
+    controller.handle(event)
+replay(Trace.parse(controller.trace.to_jsonl().splitlines()))
+
+livekit = sorted(name for name in sys.modules if name.split(".")[0] == "livekit")
+print(json.dumps({"offences": offences, "livekit": livekit}))
+"""
+
+
+def test_importing_and_running_turnfsm_imports_nothing_forbidden() -> None:
+    probe = PROBE % {"forbidden": sorted(FORBIDDEN)}
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report == {"offences": [], "livekit": []}
+
+
+def test_the_runtime_check_can_fail() -> None:
+    """The probe sees an import made by a turnfsm module even if already loaded."""
+    probe = PROBE % {"forbidden": ["json"]}  # json is loaded, and trace.py imports it
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    offences = json.loads(result.stdout.splitlines()[-1])["offences"]
+    assert ["turnfsm.trace", "json"] in offences
+
+
+# -- doctests ------------------------------------------------------------------------------
+
+
+def turnfsm_modules() -> list[ModuleType]:
+    names = [
+        module.name
+        for module in pkgutil.iter_modules(turnfsm.__path__, "turnfsm.")
+        if not module.ispkg and not module.name.endswith("__main__")
+    ]
+    return [turnfsm, *(importlib.import_module(name) for name in sorted(names))]
+
+
+def doctests(module: ModuleType) -> list[doctest.DocTest]:
+    return [test for test in doctest.DocTestFinder().find(module) if test.examples]
+
+
+WITH_DOCTESTS = [module for module in turnfsm_modules() if doctests(module)]
+
+
+def test_the_documented_modules_have_doctests() -> None:
+    names = {module.__name__ for module in WITH_DOCTESTS}
+    assert {"turnfsm.controller", "turnfsm.policy", "turnfsm.testing"} <= names
+
+
+@pytest.mark.parametrize("module", WITH_DOCTESTS, ids=lambda module: module.__name__)
+def test_doctests_pass(module: ModuleType) -> None:
+    output: list[str] = []
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    for test in doctests(module):
+        runner.run(test, out=output.append)
+    result = runner.summarize(verbose=False)
+    assert result.failed == 0, "".join(output)
+    assert result.attempted > 0
