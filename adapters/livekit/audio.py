@@ -7,8 +7,10 @@
   ``set_audio_enabled(False)``, whose dropping depends on the input honouring
   ``on_detached`` and which cannot keep the audio.
 * :class:`PlayoutMeter` sits in front of ``session.output.audio`` and measures every
-  playback segment: seconds pushed, seconds played, interrupted, and the synchronized
-  transcript when the chain has one. The adapter uses it to know what the caller really
+  playback segment: seconds pushed, seconds played, interrupted, the synchronized
+  transcript when the chain has one, and where in the audio each piece of text starts
+  when the TTS says so (LiveKit's timed transcripts: per sentence for a non-streaming
+  TTS, per word for aligned ones). The adapter uses it to know what the caller really
   heard, with or without a ``TranscriptSynchronizer``.
 """
 
@@ -19,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from livekit import rtc
+from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT
+from livekit.agents.utils import is_given
 from livekit.agents.voice.io import AudioInput, AudioOutput, AudioOutputCapabilities
 
 MAX_HELD_SECONDS = 30.0
@@ -102,6 +106,9 @@ class PlayedSegment:
     interrupted: bool
     synchronized_transcript: str | None
     """What the chain's transcript synchronizer says was heard, if there is one."""
+    timed_text: tuple[tuple[float, str], ...] = ()
+    """``(start, text)``: where in the segment's audio each piece of its text starts, as
+    the TTS reported it (empty when it did not)."""
 
 
 class PlayoutMeter(AudioOutput):
@@ -123,13 +130,19 @@ class PlayoutMeter(AudioOutput):
         self._on_segment_start = on_segment_start
         self._on_segment = on_segment
         self._pushed: collections.deque[float] = collections.deque()
+        self._timed: collections.deque[list[tuple[float, str]]] = collections.deque()
         self._capturing = False
 
     async def capture_frame(self, frame: rtc.AudioFrame) -> None:
         if not self._capturing:
             self._capturing = True
             self._pushed.append(0.0)
+            self._timed.append([])
             self._on_segment_start()
+        for piece in frame.userdata.get(USERDATA_TIMED_TRANSCRIPT, ()):
+            start = getattr(piece, "start_time", None)
+            offset = float(start) if is_given(start) and start is not None else self._pushed[-1]
+            self._timed[-1].append((offset, str(piece)))
         self._pushed[-1] += frame.duration
         await super().capture_frame(frame)
         assert self.next_in_chain is not None
@@ -162,12 +175,14 @@ class PlayoutMeter(AudioOutput):
         synchronized_transcript: str | None = None,
     ) -> None:
         pushed = self._pushed.popleft() if self._pushed else playback_position
+        timed = self._timed.popleft() if self._timed else []
         self._on_segment(
             PlayedSegment(
                 pushed_seconds=max(pushed, playback_position),
                 played_seconds=playback_position,
                 interrupted=interrupted,
                 synchronized_transcript=synchronized_transcript,
+                timed_text=tuple(timed),
             )
         )
         super().on_playback_finished(

@@ -46,7 +46,7 @@ from livekit.agents import llm
 
 from turnfsm import effects as fx
 
-from .text import spoken_prefix
+from .text import spoken_prefix, spoken_prefix_timed
 
 if TYPE_CHECKING:
     from .adapter import TurnAdapter
@@ -126,8 +126,9 @@ def apply_drop(
 
 
 def heard_text(adapter: TurnAdapter, effect: fx.DropUnspokenText, message: llm.ChatMessage) -> str:
-    """The heard part of ``message``: the synchronizer's transcript, else the share of the
-    text that the played share of the segment's audio covers."""
+    """The heard part of ``message``: the synchronizer's transcript, else the text the TTS
+    placed in the played audio (its timed transcripts), else the share of the text that
+    the played share of the segment's audio covers."""
     segment = adapter.last_segment.get(effect.speech_id)
     if segment is not None and segment.synchronized_transcript is not None:
         return segment.synchronized_transcript
@@ -136,6 +137,10 @@ def heard_text(adapter: TurnAdapter, effect: fx.DropUnspokenText, message: llm.C
     text = message.text_content or ""
     if segment is None:
         return ""
+    if segment.timed_text:
+        return spoken_prefix_timed(
+            segment.timed_text, segment.played_seconds, segment.pushed_seconds
+        )
     return spoken_prefix(text, segment.played_seconds, segment.pushed_seconds)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 _WORD_END = re.compile(r"\S+")
 
@@ -32,3 +33,34 @@ def spoken_prefix(text: str, played_seconds: float, pushed_seconds: float) -> st
         else:
             break
     return text[:best_end]
+
+
+def spoken_prefix_timed(
+    pieces: Sequence[tuple[float, str]], played_seconds: float, pushed_seconds: float
+) -> str:
+    """The heard text, from where in the audio each piece of text starts.
+
+    ``pieces`` are ``(start, text)`` in audio order (LiveKit's timed transcripts: a
+    sentence each for a non-streaming TTS, a word each for an aligned one). Pieces that
+    ended before ``played_seconds`` were heard whole; the piece playing then is cut by
+    :func:`spoken_prefix`, its end being the next piece's start (the last one ends with
+    the ``pushed_seconds`` of audio). Unlike the share of the whole text, this holds
+    when the reply's audio was not all pushed yet: the text of unsynthesized audio is
+    never counted.
+
+    >>> spoken_prefix_timed([(0.0, "One two."), (2.0, " Three four.")], 3.0, 4.0)
+    'One two. Three'
+    >>> spoken_prefix_timed([(0.0, "One two."), (2.0, " Three four.")], 1.0, 2.5)
+    'One'
+    """
+    heard: list[str] = []
+    for index, (start, text) in enumerate(pieces):
+        if start >= played_seconds:
+            break
+        end = pieces[index + 1][0] if index + 1 < len(pieces) else pushed_seconds
+        if played_seconds >= end:
+            heard.append(text)
+        else:
+            heard.append(spoken_prefix(text, played_seconds - start, end - start))
+            break
+    return "".join(heard).rstrip()

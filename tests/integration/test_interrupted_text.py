@@ -6,8 +6,9 @@ text output: ``interrupted_text="spoken"`` keeps the spoken prefix (within one w
 what was played), ``"drop"`` keeps nothing of that reply, ``"keep"`` the full text; the
 agent's ``chat_ctx`` and ``session.history`` always agree.
 
-Plain LiveKit commits the full text without a synchronizer and the synchronized prefix
-with one (see ``tests/sim/test_livekit_baselines.py``).
+Plain LiveKit commits the full text without a synchronizer (see
+``tests/sim/test_livekit_baselines.py``) and the synchronized prefix with one. A slow TTS
+(audio not all pushed when the reply is cut) must not make the spoken prefix longer.
 """
 
 from __future__ import annotations
@@ -16,13 +17,21 @@ import pytest
 from turncalls import run_scenarios, turn_call, wait_segment
 
 from turnfsm import TurnPolicy
-from turnfsm.adapters.sim import LINES, CallScript, ScriptedLLM, UserLine
+from turnfsm.adapters.sim import LINES, CallScript, ScriptedLLM, ScriptedTTS, UserLine
 
 LONG_REPLY = (
     "Good morning, this is the clinic calling to confirm your appointment for Tuesday "
     "at ten, please let us know if that time still works for you."
 )
+SENTENCES = (
+    "Good morning, this is the clinic. We are calling about your visit on Tuesday. "
+    "Please call us back when you can."
+)
+"""Three sentences: LiveKit synthesizes them one by one (a non-streaming TTS behind its
+sentence tokenizer), so with a slow TTS the reply's audio is not all pushed yet when it
+is interrupted."""
 AFTER_STOP = "Okay, I stopped."
+QUESTION = LINES["question"].text
 CHAINS = {
     "synchronizer": {"transcript_sync": True},
     "text-output": {"text_output": True},
@@ -30,10 +39,10 @@ CHAINS = {
 }
 
 
-def _words_heard(text: str, played: float, pushed: float) -> int:
+def _words_heard(text: str, played: float, chars_per_second: float) -> int:
     """Words of ``text`` whose every character was played: the scripted TTS renders
-    characters at a constant rate, so the played share of the audio is that of the text."""
-    heard_chars = len(text) * played / pushed
+    ``chars_per_second`` characters a second (sentences one after the other)."""
+    heard_chars = played * chars_per_second
     count, end = 0, 0
     for word in text.split(" "):
         end += len(word)
@@ -52,47 +61,60 @@ def _assistant_texts(items: list) -> list[str]:
     ]
 
 
-async def _interrupted_reply(trigger: str, chain: str, keep: str) -> None:
+async def _interrupted_reply(
+    trigger: str, chain: str, keep: str, *, reply: str = LONG_REPLY, slow_tts: bool = False
+) -> None:
     policy = TurnPolicy(direction="inbound", first_speaker="user", interrupted_text=keep)
-    llm = ScriptedLLM([LONG_REPLY, AFTER_STOP], chars_per_second=1000)
+    llm = ScriptedLLM(
+        lambda request: reply if request.last_user_text == QUESTION else AFTER_STOP,
+        chars_per_second=1000,
+    )
+    tts = ScriptedTTS(synthesis_delay=1.0 if slow_tts else 0.02)
     script = CallScript([UserLine(0.3, "question")])
-    async with turn_call(policy, script, llm=llm, **CHAINS[chain]) as tc:
+    async with turn_call(policy, script, llm=llm, tts=tts, **CHAINS[chain]) as tc:
         call = tc.call
-        assert call.tts.chars_per_second * call.tts.duration_of(LONG_REPLY) == len(LONG_REPLY)
-        segment = await wait_segment(call, 0, timeout=LINES["question"].duration + 3)
+        segment = await wait_segment(call, 0, timeout=LINES["question"].duration + 4)
         reply_start = tc.segment_start(segment)
         if trigger == "interrupt":
             await call.sleep_until(reply_start + 1.5)
+            pushed_at_interrupt = segment.pushed
             await call.session.interrupt()
         else:
             await call.sleep_until(reply_start + 1.0)
             call.audio_input.say_now("stop")
-        await call.wait_until(lambda: segment.finished, timeout=3)
+        await call.wait_until(lambda: segment.finished, timeout=4)
         if trigger == "barge-in":  # the callee's "stop" is answered; wait for all of it
-            await wait_segment(call, 1, timeout=LINES["stop"].duration + 4, finished=True)
-        await call.wait_until(lambda: tc.controller.state == "listening", timeout=1)
+            await call.wait_until(
+                lambda: AFTER_STOP in _assistant_texts(call.session.history.items),
+                timeout=LINES["stop"].duration + 5,
+            )
+        await call.wait_until(lambda: tc.controller.state == "listening", timeout=2)
         await call.sleep_until(call.now() + 0.3)  # chat context updates land
         context = tc.describe()
 
         assert segment.interrupted is True, context
-        assert 1.0 <= segment.played <= 2.6, context
-        assert segment.pushed > segment.played + 5.0, context
-        expected_words = _words_heard(LONG_REPLY, segment.played, segment.pushed)
+        assert 1.0 <= segment.played <= 3.0, context
+        if slow_tts:  # the reply's audio was not all there when it was cut
+            assert pushed_at_interrupt < tts.duration_of(reply) - 1.0, context
+        else:
+            assert segment.pushed > segment.played + 4.0, context
+        expected_words = _words_heard(reply, segment.played, tts.chars_per_second)
         assert expected_words >= 3, context
 
         history = _assistant_texts(call.session.history.items)
         agent_context = _assistant_texts(call.agent.chat_ctx.items)
         assert history == agent_context, context
-        later = [AFTER_STOP] if trigger == "barge-in" else []
+        # what is left of the interrupted reply (the answers to "stop" aside)
+        left = [text for text in history if not AFTER_STOP.startswith(text)]
         if keep == "keep":
-            assert history == [LONG_REPLY, *later], context
+            assert left == [reply], context
         elif keep == "drop":
-            assert history == later, context
+            assert left == [], context
         else:
-            committed = history[0]
-            assert history == [committed, *later], context
-            assert LONG_REPLY.startswith(committed), context
-            assert LONG_REPLY[len(committed) : len(committed) + 1] in ("", " "), context
+            assert len(left) == 1, context
+            committed = left[0]
+            assert reply.startswith(committed), context
+            assert reply[len(committed) : len(committed) + 1] in ("", " "), context
             words = len(committed.split())
             assert abs(words - expected_words) <= 1, (
                 f"{committed!r}: {words} words, {expected_words} heard\n{context}"
@@ -103,10 +125,18 @@ async def _interrupted_reply(trigger: str, chain: str, keep: str) -> None:
 
 @pytest.mark.parametrize("trigger", ["interrupt", "barge-in"])
 async def test_interrupted_reply_keeps_what_the_policy_says(trigger: str) -> None:
-    await run_scenarios(
-        {
-            f"{chain}/{keep}": _interrupted_reply(trigger, chain, keep)
-            for chain in CHAINS
-            for keep in ("spoken", "drop", "keep")
-        }
-    )
+    scenarios = {
+        f"{chain}/{keep}": _interrupted_reply(trigger, chain, keep)
+        for chain in CHAINS
+        for keep in ("spoken", "drop", "keep")
+    }
+    if trigger == "interrupt":
+        scenarios.update(
+            {
+                f"slow-tts/{chain}/spoken": _interrupted_reply(
+                    trigger, chain, "spoken", reply=SENTENCES, slow_tts=True
+                )
+                for chain in CHAINS
+            }
+        )
+    await run_scenarios(scenarios)
