@@ -90,7 +90,8 @@ from turnfsm import events as ev
 from turnfsm.trace import redact
 
 from .audio import InputGate, PlayedSegment, PlayoutMeter
-from .levers import LEVERS
+from .levers import LEVERS, Lever
+from .realtime import RealtimeLink
 
 logger = logging.getLogger("turnfsm.adapters.livekit")
 
@@ -172,6 +173,13 @@ class TurnAdapter:
         self._reported_failures: set[tuple[str, type[BaseException]]] = set()
         self._running: tuple[fx.Effect, str] | None = None
         """The effect whose lever runs now, and the state it was emitted in."""
+        # -- realtime (turnfsm issue 5): levers that hold under llm.RealtimeModel ------------
+        self.realtime: RealtimeLink | None = None
+        self.levers: dict[type[fx.Effect], Lever] = dict(LEVERS)
+        if isinstance(session.llm, llm.RealtimeModel):
+            self.realtime = RealtimeLink(self)
+            self.levers.update(self.realtime.levers)
+        # -- end realtime ------------------------------------------------------------------
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -205,6 +213,8 @@ class TurnAdapter:
             handle.cancel()
         self.timers.clear()
         self._release_input()
+        if self.realtime is not None:  # realtime: restore options, stop listening
+            self.realtime.release()
         for task in self._tasks:
             task.cancel()
         self._tasks.clear()
@@ -254,7 +264,7 @@ class TurnAdapter:
     def _execute(self, effect: fx.Effect, state: str) -> None:
         previous, self._running = self._running, (effect, state)
         try:
-            LEVERS[type(effect)](self, effect)
+            self.levers[type(effect)](self, effect)
         except Exception as error:
             self._report_failure(f"lever {effect.name}", error, self._describe(effect, state))
             if isinstance(effect, fx.UnmuteInput | fx.ResumeUserTurns):
@@ -354,6 +364,8 @@ class TurnAdapter:
     def _install_audio_links(self) -> None:
         session = self.session
         self.agent_hooks_active = getattr(session.current_agent, "turnfsm_hooks", False)
+        if self.realtime is not None:  # realtime: subscribe to the model's session
+            self.realtime.bind()
         if session.input.audio is not None and self.gate is None:
             self.gate = InputGate(session.input.audio)
             session.input.audio = self.gate
@@ -392,7 +404,9 @@ class TurnAdapter:
         item = event.item
         if not isinstance(item, llm.ChatMessage):
             return
-        if item.role == "user" and not self.agent_hooks_active:
+        if item.role == "user" and self.realtime is not None and self.realtime.owns_user_turns:
+            self.realtime.user_item(item)  # server turn detection: no TurnAgent hook runs
+        elif item.role == "user" and not self.agent_hooks_active:
             self.dispatch(
                 ev.UserTurnCommitted(at=self.now(), text=item.text_content or "", item_id=item.id)
             )
@@ -435,6 +449,8 @@ class TurnAdapter:
         self.forwarded_texts[speech_id] = self.forwarded_texts.get(speech_id, "") + delta
 
     def _on_speech_created(self, event: SpeechCreatedEvent) -> None:
+        if self.realtime is not None and self.realtime.intercept_speech(event):
+            return  # realtime: a server reply cancelled before it plays (see realtime.py)
         handle = event.speech_handle
         self.speeches[handle.id] = handle
         handle.add_done_callback(self._on_speech_done)

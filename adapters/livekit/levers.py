@@ -34,6 +34,28 @@ Say                      ``session.say(text)``
 EndCall                  the ``end_call`` callback given to :func:`attach`, else
                          ``session.shutdown()``
 =======================  =================================================================
+
+With a realtime model (``llm.RealtimeModel``) some of these do not hold, and
+:class:`~.realtime.RealtimeLink` replaces them (its docstring has the table per
+capability); under server-side turn detection:
+
+=======================  =================================================================
+effect                   realtime lever
+=======================  =================================================================
+HoldUserTurns            the gate shut, holding the audio with ``answer_whole`` (the
+                         server would hear the caller and cancel); no-op for a spill-over
+ResumeUserTurns          gate open, held audio replayed (the server commits it as a turn)
+StartGreeting            the server's own reply to the first words cancelled before it
+                         plays, then ``generate_reply(instructions='Say exactly: ...')``
+Say                      ``generate_reply(instructions='Say exactly: ...')`` (no TTS)
+DropUnspokenText         LiveKit's ``conversation.item.truncate``/``delete`` plus the local
+                         message edited in place, or removed (``agent.update_chat_ctx``);
+                         unplayed items of interrupted responses deleted (#6424)
+CancelToolReply          ``cancel_tool_reply()`` and the session's ``tool_choice="none"``
+                         until the final reply ends
+FinalReplyWithoutTools   the server's own tool-free reply adopted, else
+                         ``generate_reply(tool_choice="none")`` once the step is done
+=======================  =================================================================
 """
 
 from __future__ import annotations

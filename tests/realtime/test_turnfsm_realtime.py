@@ -1,0 +1,626 @@
+"""turnfsm with the real ``openai.realtime.RealtimeModel`` against `RealtimeTestServer`.
+
+The lock, the truncation and the tool cap (issue 5) under the model's default server-side
+turn detection: every assertion about what the model was told is read from the events the
+server received, and every assertion about what the caller heard from the loudspeaker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import importlib.util
+import logging
+import re
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from livekit import rtc
+from livekit.agents import AgentSession, function_tool, llm
+from livekit.agents.voice.events import ErrorEvent, SpeechCreatedEvent
+from livekit.agents.voice.io import AudioInput
+from livekit.plugins import openai
+
+from turnfsm import TurnController, TurnPolicy
+from turnfsm import effects as fx
+from turnfsm import events as ev
+from turnfsm.adapters.livekit import TurnAdapter, TurnAgent, attach
+from turnfsm.adapters.livekit.realtime import say_exactly
+from turnfsm.adapters.sim.io import PacedAudioOutput, PlayoutSegment
+from turnfsm.adapters.sim.realtime_server import (
+    SAMPLE_RATE,
+    RealtimeScript,
+    RealtimeTestServer,
+    RecordedEvent,
+    ResponseRequest,
+)
+
+FRAME_SECONDS = 0.02
+FRAME_SAMPLES = int(SAMPLE_RATE * FRAME_SECONDS)
+CPS = 15.0  # the server's speaking rate: a reply lasts len(text) / 15 s
+
+GREETING = "Hi, this is Ada from Acme, calling about the order you placed last week."
+LONG_ANSWER = (
+    "Our shop opens at nine and closes at six, and on every Sunday we open at ten "
+    "and close at four."
+)
+_SAY_EXACTLY = re.compile("(.*)".join(map(re.escape, say_exactly("\x00").split("\x00"))), re.S)
+
+
+class ToneMicrophone(AudioInput):
+    """The callee: a 24 kHz microphone at real-time pace, silence or a loud tone."""
+
+    def __init__(self) -> None:
+        super().__init__(label="ToneMicrophone")
+        self._next_frame_at: float | None = None
+        self._speech_frames_left = 0
+        self._sample_index = 0
+
+    def speak(self, seconds: float) -> None:
+        """Speaks (a 300 Hz tone at 0.3 of full scale) for ``seconds`` from the next frame."""
+        self._speech_frames_left = round(seconds / FRAME_SECONDS)
+
+    async def __anext__(self) -> rtc.AudioFrame:
+        now = time.monotonic()
+        self._next_frame_at = (self._next_frame_at or now) + FRAME_SECONDS
+        await asyncio.sleep(max(0.0, self._next_frame_at - now))
+        samples = np.zeros(FRAME_SAMPLES, dtype=np.int16)
+        if self._speech_frames_left > 0:
+            self._speech_frames_left -= 1
+            t = np.arange(self._sample_index, self._sample_index + FRAME_SAMPLES) / SAMPLE_RATE
+            samples = (0.3 * 32767 * np.sin(2 * np.pi * 300 * t)).astype(np.int16)
+        self._sample_index += FRAME_SAMPLES
+        return rtc.AudioFrame(samples.tobytes(), SAMPLE_RATE, 1, FRAME_SAMPLES)
+
+
+class Loudspeaker(PacedAudioOutput):
+    """The callee's loudspeaker; ``frozen`` keeps it from playing anything (LiveKit
+    resumes its output for every speech, so a plain ``pause()`` does not hold)."""
+
+    frozen = False
+
+    def resume(self) -> None:
+        if not self.frozen:
+            super().resume()
+
+
+class Assistant(TurnAgent):
+    def __init__(self) -> None:
+        super().__init__(instructions="You are Ada, a phone assistant.")
+        self.cities: list[str] = []
+
+    @function_tool
+    async def get_weather(self, city: str) -> str:
+        """Returns the weather in a city.
+
+        Args:
+            city: Name of the city.
+        """
+        self.cities.append(city)
+        return f"sunny in {city}"
+
+
+def scripted_model(answers: list[str]) -> Callable[[ResponseRequest], str]:
+    """The simulated model: says what it was told to say exactly, else the next answer."""
+    queue = deque(answers)
+
+    def decide(request: ResponseRequest) -> str:
+        if match := _SAY_EXACTLY.search(request.instructions or ""):
+            return match.group(1)
+        return queue.popleft() if queue else "Okay."
+
+    return decide
+
+
+class Call:
+    """One real AgentSession on the real RealtimeModel, driven by a strict controller."""
+
+    def __init__(self, server: RealtimeTestServer) -> None:
+        self.server = server
+        self.microphone = ToneMicrophone()
+        self.speaker = Loudspeaker(sample_rate=SAMPLE_RATE)
+        self.model: openai.realtime.RealtimeModel | None = None
+        self.session: AgentSession | None = None
+        self.adapter: TurnAdapter | None = None
+        self.controller: TurnController | None = None
+        self.agent = Assistant()
+        self.created: list[SpeechCreatedEvent] = []
+
+    async def start(
+        self, policy: TurnPolicy, *, auto_tool_reply_generation: bool = False
+    ) -> tuple[AgentSession, TurnAdapter, TurnController]:
+        self.model = openai.realtime.RealtimeModel(api_key="dummy", base_url=self.server.base_url)
+        if auto_tool_reply_generation:  # a model that answers tool output on its own
+            self.model.capabilities.auto_tool_reply_generation = True
+        session: AgentSession = AgentSession(llm=self.model, vad=None, aec_warmup_duration=None)
+        session.input.audio = self.microphone
+        session.output.audio = self.speaker
+        session.on("speech_created", self.created.append)
+        controller = TurnController(policy, strict=True)
+        adapter = attach(session, controller)
+        self.session, self.adapter, self.controller = session, adapter, controller
+        await session.start(self.agent)
+        await self.server.wait_for_event(
+            "session.update", predicate=lambda event: "tools" in event.payload["session"]
+        )
+        return session, adapter, controller
+
+    async def aclose(self) -> None:
+        if self.session is not None:
+            await self.session.aclose()
+        if self.model is not None:
+            await self.model.aclose()
+        await self.speaker.aclose()
+
+    # -- helpers --------------------------------------------------------------------------
+
+    async def segment_playing(self, index: int, *, timeout: float = 10.0) -> PlayoutSegment:
+        """Waits until the loudspeaker's ``index``-th segment started playing."""
+        deadline = time.monotonic() + timeout
+        while (
+            len(self.speaker.segments) <= index or self.speaker.segments[index].started_at is None
+        ):
+            assert time.monotonic() < deadline, f"segment {index} never played"
+            await asyncio.sleep(0.01)
+        return self.speaker.segments[index]
+
+    async def played(self, segment: PlayoutSegment, seconds: float) -> None:
+        """Waits until ``segment`` has played ``seconds``."""
+        assert segment.started_at is not None
+        loop = asyncio.get_running_loop()
+        while loop.time() - segment.started_at < seconds:
+            await asyncio.sleep(0.005)
+
+    def speech_ended(self, speech_id: str) -> ev.AgentSpeechEnded:
+        """The machine's record of a speech's end (played seconds from the PlayoutMeter)."""
+        assert self.controller is not None
+        assert self.controller.trace is not None
+        (ended,) = [
+            step.event
+            for step in self.controller.trace
+            if isinstance(step.event, ev.AgentSpeechEnded) and step.event.speech_id == speech_id
+        ]
+        return ended
+
+
+@pytest.fixture
+async def call() -> AsyncIterator[Call]:
+    async with RealtimeTestServer(RealtimeScript()) as server:
+        test_call = Call(server)
+        try:
+            yield test_call
+        finally:
+            await test_call.aclose()
+
+
+@pytest.fixture(autouse=True)
+def _no_turnfsm_warnings(caplog: pytest.LogCaptureFixture) -> Any:
+    caplog.set_level(logging.DEBUG, logger="turnfsm")
+    yield
+    problems = [
+        record.getMessage()
+        for record in caplog.records
+        if record.levelno >= logging.WARNING and record.getMessage().startswith("turnfsm:")
+    ]
+    assert problems == []
+
+
+def _rms(event: RecordedEvent) -> float:
+    samples = np.frombuffer(base64.b64decode(event.payload["audio"]), dtype="<i2")
+    return (
+        float(np.sqrt(np.mean((samples.astype(np.float64) / 32768) ** 2))) if len(samples) else 0.0
+    )
+
+
+def _voiced_appends(server: RealtimeTestServer, start: float, end: float) -> list[RecordedEvent]:
+    return [
+        event
+        for event in server.events_of_type("input_audio_buffer.append")
+        if start <= event.timestamp <= end and _rms(event) > 0.02
+    ]
+
+
+def _texts(session: AgentSession, role: str) -> list[str]:
+    return [
+        item.text_content or ""
+        for item in session.history.items
+        if item.type == "message" and item.role == role
+    ]
+
+
+# ------------------------------------------------------------------------- (a) the lock
+
+
+async def test_greeting_is_not_cut_by_server_turn_detection(call: Call) -> None:
+    server = call.server
+    server.script.policy = scripted_model(
+        ["Auto reply nobody should hear.", LONG_ANSWER, "Okay, go ahead."]
+    )
+    policy = TurnPolicy(direction="outbound", greeting=GREETING)  # keep_listening, answer_whole
+    session, adapter, controller = await call.start(policy)
+    assert server.turn_detection is not None
+    assert server.turn_detection["type"] == "semantic_vad"
+    adapter.dispatch(ev.CallAnswered(at=adapter.now()))
+
+    call.microphone.speak(0.6)  # "Hello?"
+    greeting = await call.segment_playing(0)
+    greeting_started = time.monotonic()
+    await call.played(greeting, 1.5)
+    call.microphone.speak(1.0)  # talks over the greeting from 1.5 s
+    while not greeting.finished:
+        await asyncio.sleep(0.01)
+    greeting_ended = time.monotonic()
+
+    # the whole greeting was heard
+    assert greeting.interrupted is False
+    assert greeting.played == pytest.approx(greeting.pushed, abs=0.01)
+    assert greeting.played == pytest.approx(len(GREETING) / CPS, abs=0.25)
+    assert controller.state != "greeting"
+    assert adapter.gate is not None
+    assert not adapter.gate.muted
+
+    # the server's own answer to "Hello?" was cancelled before it played and is gone
+    replaced, greeted = server.responses[:2]
+    assert (replaced.trigger, replaced.status) == ("turn_detected", "cancelled")
+    assert greeted.trigger == "response.create"
+    assert greeted.request.instructions is not None
+    assert say_exactly(GREETING) in greeted.request.instructions
+    assert (greeted.status, greeted.reply.text) == ("completed", GREETING)
+    assert greeted.request.tool_choice == "none"
+    assert replaced.message_item_id not in [item["id"] for item in server.conversation]
+    # nobody cancelled the greeting, and the model heard only silence while it played
+    assert greeted.done_at is not None
+    cancels = server.events_of_type("response.cancel")
+    assert not [c for c in cancels if greeted.created_at <= c.timestamp <= greeted.done_at]
+    assert not _voiced_appends(server, greeting_started + 0.2, greeting_ended - 0.1)
+    assert not [
+        e
+        for e in server.events_of_type("input_audio_buffer.speech_started", direction="sent")
+        if greeting_started < e.timestamp < greeting_ended
+    ]
+
+    # the overlap was held and is answered whole after the greeting
+    answer = await call.segment_playing(1)
+    assert _voiced_appends(server, greeting_ended, time.monotonic())
+    assert server.responses[2].trigger == "turn_detected"
+    assert server.responses[2].reply.text == LONG_ANSWER
+
+    # a barge-in after the greeting interrupts as usual
+    await call.played(answer, 1.0)
+    call.microphone.speak(0.5)
+    barge_in = await server.wait_for_event(
+        "input_audio_buffer.speech_started",
+        direction="sent",
+        predicate=lambda e: e.timestamp > greeting_ended + 1.0,
+    )
+    truncate = await server.wait_for_event("conversation.item.truncate", timeout=5)
+    assert truncate.timestamp > barge_in.timestamp
+    assert truncate.payload["item_id"] == server.responses[2].message_item_id
+    assert server.responses[2].status == "cancelled"
+    assert answer.interrupted
+    assert truncate.payload["audio_end_ms"] == pytest.approx(answer.played * 1000, abs=100)
+    assert server.turn_detection is not None
+    assert server.turn_detection["type"] == "semantic_vad"
+
+    await server.wait_for_event("response.done", direction="sent", count=4, timeout=10)
+    assert _texts(session, "assistant")[0] == GREETING
+
+
+async def test_inbound_muted_greeting_drops_the_overlap(call: Call) -> None:
+    """Inbound, ``mute_input`` + ``drop``: speech over the greeting is never answered."""
+    server = call.server
+    server.script.policy = scripted_model(["Sure, what can I do?"])
+    policy = TurnPolicy(
+        direction="inbound", greeting=GREETING, greeting_lock="mute_input", greeting_overlap="drop"
+    )
+    session, adapter, controller = await call.start(policy)
+    greeting = await call.segment_playing(0)
+    started = time.monotonic()
+    await call.played(greeting, 1.0)
+    call.microphone.speak(0.8)
+    while not greeting.finished:
+        await asyncio.sleep(0.01)
+    ended = time.monotonic()
+    assert greeting.interrupted is False
+    assert greeting.played == pytest.approx(len(GREETING) / CPS, abs=0.25)
+    (greeted,) = server.responses
+    assert greeted.trigger == "response.create"
+    assert greeted.reply.text == GREETING
+    assert not server.events_of_type("response.cancel")
+    assert not _voiced_appends(server, started, ended)
+
+    await asyncio.sleep(1.2)  # the dropped overlap is not answered
+    assert len(server.responses) == 1
+    assert adapter.gate is not None
+    assert not adapter.gate.muted
+    call.microphone.speak(0.5)  # but the caller is heard again
+    answer = await call.segment_playing(1)
+    assert server.responses[1].trigger == "turn_detected"
+    while not answer.finished:
+        await asyncio.sleep(0.01)
+    assert _texts(session, "assistant") == [GREETING, "Sure, what can I do?"]
+
+
+# ---------------------------------------------------------------- (b) unspoken output
+
+
+INBOUND = TurnPolicy(direction="inbound", first_speaker="user")  # no greeting: listening
+
+
+async def test_barge_in_truncates_server_item_to_played_audio(call: Call) -> None:
+    server = call.server
+    server.script.policy = scripted_model([LONG_ANSWER, "Sure."])
+    session, adapter, controller = await call.start(INBOUND)
+    assert len(LONG_ANSWER) / CPS == pytest.approx(6.0, abs=0.5)
+
+    handle = session.generate_reply(user_input="When are you open?")
+    answer = await call.segment_playing(0)
+    await call.played(answer, 2.0)
+    call.microphone.speak(0.5)
+    truncate = await server.wait_for_event("conversation.item.truncate", timeout=5)
+    await asyncio.wait_for(handle, 5)
+
+    # the server item is cut where the caller stopped hearing it
+    (message_id,) = [r.message_item_id for r in server.responses[:1]]
+    assert truncate.payload["item_id"] == message_id
+    ended = call.speech_ended(handle.id)
+    assert ended.interrupted
+    assert ended.played_seconds == pytest.approx(2.0, abs=0.35)
+    assert truncate.payload["audio_end_ms"] == pytest.approx(ended.played_seconds * 1000, abs=100)
+    assert not server.events_of_type("conversation.item.delete")
+    await server.wait_for_event("conversation.item.truncated", direction="sent")
+
+    # local history: at most the spoken prefix, the same item as the server's
+    (local,) = [m for m in session.history.items if m.type == "message" and m.id == message_id]
+    assert isinstance(local, llm.ChatMessage)
+    assert local.interrupted
+    spoken = local.text_content or ""
+    server_text = {item["id"]: item for item in server.conversation}[message_id]
+    heard_on_server = server_text["content"][0]["transcript"]
+    assert spoken
+    assert LONG_ANSWER.startswith(spoken)
+    assert len(spoken) < len(LONG_ANSWER)
+    assert heard_on_server.startswith(spoken)
+    assert len(spoken.split()) >= len(heard_on_server.split()) - 1
+    agent_item = session.current_agent.chat_ctx.get_by_id(message_id)
+    assert isinstance(agent_item, llm.ChatMessage)
+    assert agent_item.text_content == spoken
+    # the plugin's view of the server agrees too, so no later diff rewrites the item
+    await server.wait_for_event("response.done", direction="sent", count=2, timeout=10)
+    await asyncio.sleep(0.3)
+    assert not server.events_of_type("conversation.item.delete")
+    assert [i["id"] for i in server.conversation if i.get("role") == "assistant"] == [
+        i.id
+        for i in session.current_agent.chat_ctx.items
+        if i.type == "message" and i.role == "assistant"
+    ]
+
+
+async def test_interrupt_before_any_audio_played_deletes_the_item(call: Call) -> None:
+    server = call.server
+    server.script.policy = scripted_model([LONG_ANSWER])
+    session, adapter, controller = await call.start(INBOUND)
+    call.speaker.frozen = True
+    call.speaker.pause()  # audio arrives but nothing plays
+
+    handle = session.generate_reply(user_input="When are you open?")
+    while not call.speaker.segments or call.speaker.segments[0].pushed < 0.2:
+        await asyncio.sleep(0.01)
+    await asyncio.wait_for(session.interrupt(), 5)
+    await asyncio.wait_for(handle, 5)
+
+    message_id = server.responses[0].message_item_id
+    delete = await server.wait_for_event("conversation.item.delete", timeout=5)
+    assert delete.payload["item_id"] == message_id
+    assert not server.events_of_type("conversation.item.truncate")
+    assert call.speech_ended(handle.id).played_seconds == 0
+    await server.wait_for_event("conversation.item.deleted", direction="sent")
+    assert server.conversation_summary() == [("user", "When are you open?")]
+    assert _texts(session, "assistant") == []
+    assert session.current_agent.chat_ctx.get_by_id(message_id) is None
+
+
+# -------------------------------------------------------------------- (c) tool cap
+
+
+@pytest.mark.parametrize(
+    ("server_replies_to_tools", "auto_tool_reply_generation"),
+    [(False, False), (True, False), (True, True)],
+    ids=["plugin-replies", "server-also-replies", "server-replies"],
+)
+async def test_tool_cap_then_spoken_reply(
+    call: Call, server_replies_to_tools: bool, auto_tool_reply_generation: bool
+) -> None:
+    server = call.server
+    server.script = RealtimeScript(
+        always_call_tool="get_weather",
+        tool_arguments={"city": "Oslo"},
+        auto_tool_reply=server_replies_to_tools,
+        default_text="It is sunny in Oslo.",
+    )
+    policy = TurnPolicy(direction="inbound", first_speaker="user", max_tool_steps=2)
+    session, adapter, controller = await call.start(
+        policy, auto_tool_reply_generation=auto_tool_reply_generation
+    )
+
+    session.generate_reply(user_input="What's the weather in Oslo?")
+    final = await call.segment_playing(0)
+    while not final.finished:
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.5)  # nothing else follows
+
+    assert call.agent.cities == ["Oslo", "Oslo"]  # exactly max_tool_steps rounds
+    assert not final.interrupted
+    assert final.played == pytest.approx(len("It is sunny in Oslo.") / CPS, abs=0.2)
+    assert len(call.speaker.segments) == 1
+    assert _texts(session, "assistant") == ["It is sunny in Oslo."]
+    spoken = [r for r in server.responses if r.reply.text]
+    assert [(r.status, r.request.tool_choice) for r in spoken] == [("completed", "none")]
+    # every call the server holds was run and answered; nothing unplayed is left
+    assert [kind for kind, _ in server.conversation_summary()] == [
+        "user",
+        "function_call",
+        "function_call_output",
+        "function_call",
+        "function_call_output",
+        "assistant",
+    ]
+    assert controller.context.tool_rounds == 2
+    # how the cap held: see realtime.py's table
+    expected = {
+        # LiveKit asks for each step, then turnfsm for the final reply without tools
+        "plugin-replies": ["response.create", "response.create", "response.create"],
+        # the server's duplicate reply to the first output is cancelled (its call deleted);
+        # at the cap its own reply, under tool_choice "none", is the final reply
+        "server-also-replies": [
+            "response.create",
+            "tool_output",
+            "response.create",
+            "tool_output",
+        ],
+        # the server's own replies are the continuation; the last one is tool-free
+        "server-replies": ["response.create", "tool_output", "tool_output"],
+    }
+    variant = {(False, False): "plugin-replies", (True, False): "server-also-replies"}.get(
+        (server_replies_to_tools, auto_tool_reply_generation), "server-replies"
+    )
+    assert [r.trigger for r in server.responses] == expected[variant]
+    assert server.responses[-1].request.tool_choice == "none"
+    deletes = server.events_of_type("conversation.item.delete")
+    assert len(deletes) == (1 if variant == "server-also-replies" else 0)
+    # "none" reached the server before the last tool output, and was restored afterwards
+    first_create = server.events_of_type("response.create")[0].timestamp
+    choices = [
+        (e.timestamp, e.payload["session"]["tool_choice"])
+        for e in server.events_of_type("session.update")
+        if e.timestamp > first_create and "tool_choice" in e.payload["session"]
+    ]
+    outputs = [
+        e.timestamp
+        for e in server.events_of_type("conversation.item.create")
+        if e.payload["item"]["type"] == "function_call_output"
+    ]
+    assert [choice for _, choice in choices] == ["none", "auto"]
+    assert len(outputs) == 2
+    assert outputs[0] < choices[0][0] < outputs[1]
+    assert server.session["tool_choice"] == "auto"
+
+
+# ------------------------------------------------------- (d) every exit path restores
+
+
+async def _hello_then_greeting(call: Call) -> tuple[AgentSession, TurnAdapter]:
+    call.server.script.policy = scripted_model(["Auto reply nobody should hear."])
+    policy = TurnPolicy(direction="outbound", greeting=GREETING)
+    session, adapter, controller = await call.start(policy)
+    adapter.dispatch(ev.CallAnswered(at=adapter.now()))
+    call.microphone.speak(0.6)
+    greeting = await call.segment_playing(0)
+    await call.played(greeting, 0.8)
+    call.microphone.speak(2.0)  # talking over the greeting: held by the gate
+    await call.played(greeting, 1.2)
+    assert controller.state == "greeting"
+    assert adapter.gate is not None
+    assert adapter.gate.muted
+    assert adapter.gate.held_seconds > 0.2
+    return session, adapter
+
+
+@pytest.mark.parametrize("exit_path", ["hang_up", "error"])
+async def test_exit_during_the_lock_restores_input_and_leaves_no_task(
+    exit_path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    before = asyncio.all_tasks()
+    async with RealtimeTestServer(RealtimeScript()) as server:
+        call = Call(server)
+        try:
+            session, adapter = await _hello_then_greeting(call)
+            closed = asyncio.Event()
+            session.on("close", lambda _: closed.set())
+            gate = adapter.gate
+            assert gate is not None
+            exited_at = time.monotonic()
+            if exit_path == "hang_up":  # what the SIP watcher reports
+                adapter.dispatch(ev.CallEnded(at=adapter.now(), reason="hangup"))
+            else:
+                assert call.model is not None
+                error = llm.RealtimeModelError(
+                    timestamp=time.time(),
+                    label="test",
+                    error=RuntimeError("boom"),
+                    recoverable=False,
+                )
+                session.emit("error", ErrorEvent(error=error, source=call.model))
+            await asyncio.wait_for(closed.wait(), 5)
+
+            assert call.controller is not None
+            assert call.controller.is_ended
+            assert not gate.muted
+            assert gate.held_seconds == 0
+            assert adapter.realtime is not None
+            assert adapter.timers == {}
+            assert adapter._tasks == set()
+            assert adapter.realtime._greeting_timer is None
+            assert adapter.realtime._final_timer is None
+            # server turn detection and tool choice were never touched
+            assert server.turn_detection is not None
+            assert server.turn_detection["type"] == "semantic_vad"
+            assert server.session["tool_choice"] == "auto"
+            # the greeting was cancelled by the hang-up only, never during the lock
+            greeted = server.responses[1]
+            assert say_exactly(GREETING) in (greeted.request.instructions or "")
+            cancels = [e.timestamp for e in server.events_of_type("response.cancel")]
+            assert not [t for t in cancels if greeted.created_at <= t < exited_at]
+        finally:
+            await call.aclose()
+    await asyncio.sleep(0.1)
+    left = {task for task in asyncio.all_tasks() - before if not task.done()}
+    assert left == set()
+
+
+# ------------------------------------------------------------------------- the example
+
+
+def _load_example() -> Any:
+    path = Path(__file__).resolve().parents[2] / "examples" / "realtime_agent.py"
+    spec = importlib.util.spec_from_file_location("turnfsm_example_realtime_agent", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+async def test_realtime_agent_example_builds_offline() -> None:
+    example = _load_example()
+    options = example.worker_options()
+    assert options.entrypoint_fnc is example.entrypoint
+    assert options.agent_name == example.AGENT_NAME
+    policy = example.build_policy()
+    assert (policy.direction, policy.greeting, policy.max_tool_steps) == (
+        "outbound",
+        example.GREETING,
+        3,
+    )
+    controller = example.build_controller()
+    assert controller.state == "ringing"
+    session = example.build_session(api_key="dummy", base_url="http://127.0.0.1:9/v1")
+    adapter = attach(session, controller)
+    try:
+        assert isinstance(session.llm, openai.realtime.RealtimeModel)
+        caps = session.llm.capabilities
+        assert caps.turn_detection  # the model's default server-side turn detection
+        assert caps.can_disable_turn_detection
+        assert adapter.realtime is not None
+        assert adapter.levers[fx.StartGreeting] == adapter.realtime.levers[fx.StartGreeting]
+        agent = example.Caller()
+        assert isinstance(agent, TurnAgent)
+        assert [tool.id for tool in agent.tools] == ["lookup_order"]
+    finally:
+        adapter.detach()
+        await session.llm.aclose()
