@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 import pytest
+
 from turnfsm.adapters.sim.realtime_server import SAMPLE_RATE, RealtimeScript, RealtimeTestServer
 
 

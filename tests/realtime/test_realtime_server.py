@@ -15,6 +15,7 @@ from livekit.agents.voice.events import SpeechCreatedEvent
 from livekit.agents.voice.io import AudioInput
 from livekit.plugins import openai
 from openai.types.realtime.realtime_audio_input_turn_detection import SemanticVad, ServerVad
+
 from turnfsm.adapters.sim.io import PacedAudioOutput
 from turnfsm.adapters.sim.realtime_server import (
     SAMPLE_RATE,
