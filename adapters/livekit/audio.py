@@ -16,9 +16,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import collections
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from livekit import rtc
 from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT
@@ -109,6 +110,18 @@ class PlayedSegment:
     timed_text: tuple[tuple[float, str], ...] = ()
     """``(start, text)``: where in the segment's audio each piece of its text starts, as
     the TTS reported it (empty when it did not)."""
+    complete: bool = True
+    """All of the segment's audio had been pushed before it was cut: ``pushed_seconds`` is
+    then its whole length (when a reply is cut while its audio is still coming, it is not)."""
+
+
+@dataclass
+class _SegmentLog:
+    pushed: float = 0.0
+    timed: list[tuple[float, str]] = field(default_factory=list)
+    flushed: bool = False
+    complete: bool = False
+    cut: bool = False
 
 
 class PlayoutMeter(AudioOutput):
@@ -129,32 +142,43 @@ class PlayoutMeter(AudioOutput):
         )
         self._on_segment_start = on_segment_start
         self._on_segment = on_segment
-        self._pushed: collections.deque[float] = collections.deque()
-        self._timed: collections.deque[list[tuple[float, str]]] = collections.deque()
+        self._segments: collections.deque[_SegmentLog] = collections.deque()
         self._capturing = False
 
     async def capture_frame(self, frame: rtc.AudioFrame) -> None:
         if not self._capturing:
             self._capturing = True
-            self._pushed.append(0.0)
-            self._timed.append([])
+            self._segments.append(_SegmentLog())
             self._on_segment_start()
+        log = self._segments[-1]
         for piece in frame.userdata.get(USERDATA_TIMED_TRANSCRIPT, ()):
             start = getattr(piece, "start_time", None)
-            offset = float(start) if is_given(start) and start is not None else self._pushed[-1]
-            self._timed[-1].append((offset, str(piece)))
-        self._pushed[-1] += frame.duration
+            offset = float(start) if is_given(start) and start is not None else log.pushed
+            log.timed.append((offset, str(piece)))
+        log.pushed += frame.duration
         await super().capture_frame(frame)
         assert self.next_in_chain is not None
         await self.next_in_chain.capture_frame(frame)
 
     def flush(self) -> None:
         super().flush()
+        if self._capturing and self._segments:
+            # LiveKit flushes a cancelled forwarding too, and clears the buffer in the same
+            # step: the segment counts as complete only if no clear follows at once
+            log = self._segments[-1]
+            log.flushed = True
+            asyncio.get_running_loop().call_soon(self._confirm_complete, log)
         self._capturing = False
         assert self.next_in_chain is not None
         self.next_in_chain.flush()
 
+    @staticmethod
+    def _confirm_complete(log: _SegmentLog) -> None:
+        log.complete = not log.cut
+
     def clear_buffer(self) -> None:
+        if self._segments and not self._segments[-1].complete:
+            self._segments[-1].cut = True
         self._capturing = False
         assert self.next_in_chain is not None
         self.next_in_chain.clear_buffer()
@@ -174,15 +198,16 @@ class PlayoutMeter(AudioOutput):
         interrupted: bool,
         synchronized_transcript: str | None = None,
     ) -> None:
-        pushed = self._pushed.popleft() if self._pushed else playback_position
-        timed = self._timed.popleft() if self._timed else []
+        log = self._segments.popleft() if self._segments else None
+        pushed = log.pushed if log is not None else playback_position
         self._on_segment(
             PlayedSegment(
                 pushed_seconds=max(pushed, playback_position),
                 played_seconds=playback_position,
                 interrupted=interrupted,
                 synchronized_transcript=synchronized_transcript,
-                timed_text=tuple(timed),
+                timed_text=tuple(log.timed) if log is not None else (),
+                complete=log is None or log.complete or not interrupted,
             )
         )
         super().on_playback_finished(

@@ -148,22 +148,36 @@ def apply_drop(
 
 
 def heard_text(adapter: TurnAdapter, effect: fx.DropUnspokenText, message: llm.ChatMessage) -> str:
-    """The heard part of ``message``: the synchronizer's transcript, else the text the TTS
-    placed in the played audio (its timed transcripts), else the share of the text that
-    the played share of the segment's audio covers."""
+    """The heard part of ``message``.
+
+    First the text the TTS placed in the played audio (its timed transcripts, cut at the
+    sink's playback position), then the synchronizer's transcript, then the share of the
+    text that the played share of the segment's audio covers (its whole length estimated
+    when the reply was cut before all of it was pushed). The timed text goes first
+    because it hangs on the playback position itself: a ``TranscriptSynchronizer``
+    releases text on its own clock and falls behind the audio when the event loop is busy
+    (seen: 3 words committed for 5 played).
+    """
     segment = adapter.last_segment.get(effect.speech_id)
+    if segment is not None and segment.timed_text:
+        return spoken_prefix_timed(
+            segment.timed_text,
+            segment.played_seconds,
+            segment.pushed_seconds,
+            complete=segment.complete,
+        )
     if segment is not None and segment.synchronized_transcript is not None:
         return segment.synchronized_transcript
     if effect.played_text is not None:
         return effect.played_text
-    text = message.text_content or ""
     if segment is None:
         return ""
-    if segment.timed_text:
-        return spoken_prefix_timed(
-            segment.timed_text, segment.played_seconds, segment.pushed_seconds
-        )
-    return spoken_prefix(text, segment.played_seconds, segment.pushed_seconds)
+    return spoken_prefix(
+        message.text_content or "",
+        segment.played_seconds,
+        segment.pushed_seconds,
+        complete=segment.complete,
+    )
 
 
 def _remove_message(adapter: TurnAdapter, message: llm.ChatMessage) -> None:

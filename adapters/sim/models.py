@@ -491,6 +491,8 @@ class ScriptedTTS(tts.TTS):
         tone_hz: Pitch of the tone.
         amplitude: Peak level, as a fraction of full scale.
         synthesis_delay: Time to first audio, in seconds.
+        stream_pace: Push the audio in 0.1 s chunks at this many times real time, like a
+            TTS that streams its audio as it renders it; None pushes it all at once.
     """
 
     def __init__(
@@ -501,6 +503,7 @@ class ScriptedTTS(tts.TTS):
         tone_hz: float = 220.0,
         amplitude: float = 0.2,
         synthesis_delay: float = 0.02,
+        stream_pace: float | None = None,
     ) -> None:
         super().__init__(
             capabilities=tts.TTSCapabilities(streaming=False),
@@ -513,6 +516,9 @@ class ScriptedTTS(tts.TTS):
         self.tone_hz = tone_hz
         self.amplitude = amplitude
         self.synthesis_delay = synthesis_delay
+        if stream_pace is not None and stream_pace <= 0:
+            raise ValueError("stream_pace must be positive")
+        self.stream_pace = stream_pace
         self.texts: list[str] = []
         """Every text synthesized, in order."""
 
@@ -563,5 +569,15 @@ class _ScriptedChunkedStream(tts.ChunkedStream):
             mime_type="audio/pcm",
         )
         await asyncio.sleep(self._scripted_tts.synthesis_delay)
-        output_emitter.push(self._scripted_tts.render(self.input_text).tobytes())
+        samples = self._scripted_tts.render(self.input_text)
+        pace = self._scripted_tts.stream_pace
+        if pace is None:
+            output_emitter.push(samples.tobytes())
+        else:
+            # paced against the clock, so a busy loop delays chunks without slowing them
+            loop = asyncio.get_running_loop()
+            began, chunk = loop.time(), self._scripted_tts.sample_rate // 10
+            for index, start in enumerate(range(0, len(samples), chunk)):
+                output_emitter.push(samples[start : start + chunk].tobytes())
+                await asyncio.sleep(max(0.0, began + (index + 1) * 0.1 / pace - loop.time()))
         output_emitter.flush()

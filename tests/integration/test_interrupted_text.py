@@ -28,8 +28,9 @@ SENTENCES = (
     "Please call us back when you can."
 )
 """Three sentences: LiveKit synthesizes them one by one (a non-streaming TTS behind its
-sentence tokenizer), so with a slow TTS the reply's audio is not all pushed yet when it
-is interrupted."""
+sentence tokenizer). With a slow TTS (0.5 s to first audio, then audio at 1.3 times real
+time) the reply is cut while the audio of its first sentence is still coming; so is
+the one-sentence reply."""
 AFTER_STOP = "Okay, I stopped."
 QUESTION = LINES["question"].text
 CHAINS = {
@@ -69,7 +70,7 @@ async def _interrupted_reply(
         lambda request: reply if request.last_user_text == QUESTION else AFTER_STOP,
         chars_per_second=1000,
     )
-    tts = ScriptedTTS(synthesis_delay=1.0 if slow_tts else 0.02)
+    tts = ScriptedTTS(synthesis_delay=0.5, stream_pace=1.3) if slow_tts else ScriptedTTS()
     script = CallScript([UserLine(0.3, "question")])
     async with turn_call(policy, script, llm=llm, tts=tts, **CHAINS[chain]) as tc:
         call = tc.call
@@ -133,9 +134,10 @@ async def test_interrupted_reply_keeps_what_the_policy_says(trigger: str) -> Non
     if trigger == "interrupt":
         scenarios.update(
             {
-                f"slow-tts/{chain}/spoken": _interrupted_reply(
-                    trigger, chain, "spoken", reply=SENTENCES, slow_tts=True
+                f"slow-tts/{name}/{chain}/spoken": _interrupted_reply(
+                    trigger, chain, "spoken", reply=reply, slow_tts=True
                 )
+                for name, reply in (("sentences", SENTENCES), ("one-sentence", LONG_REPLY))
                 for chain in CHAINS
             }
         )
