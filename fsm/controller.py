@@ -176,9 +176,11 @@ def replay(trace: Trace, **controller_options: object) -> Trace:
     """Run a trace's events through a fresh controller with the trace's policy.
 
     The returned trace has the same steps as ``trace`` when the machine is deterministic
-    (compare them with ``==``); the controller options default to recording, redacted.
+    (compare them with ``==``). The trace's text is already as redacted as it will be, so
+    it is kept as it is (``keep_text=True`` unless given).
     """
-    controller = TurnController(trace.policy, **controller_options)  # type: ignore[arg-type]
+    options = {"keep_text": True, **controller_options}
+    controller = TurnController(trace.policy, **options)  # type: ignore[arg-type]
     for step in trace:
         controller.handle(step.event)
     assert controller.trace is not None

@@ -93,11 +93,6 @@ def test_replay_of_a_redacted_trace_reproduces_it() -> None:
     assert replayed.steps == trace.steps
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug, reported: replay() redacts an already redacted trace again "
-    "('[redacted 6 chars]' becomes '[redacted 18 chars]')",
-)
 def test_replay_with_default_options_reproduces_a_redacted_trace() -> None:
     trace, _ = record()
     assert replay(trace).steps == trace.steps
