@@ -7,6 +7,7 @@ failing after a LiveKit upgrade, the problem it documents may be gone.
 from __future__ import annotations
 
 from livekit.agents import Agent, function_tool, llm
+
 from turnfsm.adapters.sim import LINES, CallScript, ScriptedLLM, SimulatedCall, UserLine
 
 

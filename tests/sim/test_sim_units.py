@@ -8,6 +8,7 @@ import pytest
 from livekit import rtc
 from livekit.agents import llm, stt
 from livekit.agents.voice.io import PlaybackFinishedEvent, PlaybackStartedEvent
+
 from turnfsm.adapters.sim import (
     LINES,
     PacedAudioOutput,
