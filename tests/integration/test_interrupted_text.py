@@ -97,8 +97,7 @@ async def _interrupted_reply(
         assert 0.6 <= segment.played <= 3.0, context  # cut mid-reply (a late TTS underruns)
         if slow_tts:  # the reply's audio was not all there when it was cut
             assert pushed_at_interrupt < tts.duration_of(reply) - 1.0, context
-        else:
-            assert segment.pushed > segment.played + 4.0, context
+        assert segment.played < tts.duration_of(reply) - 4.0, context  # most of it unsaid
         expected_words = _words_heard(reply, segment.played, tts.chars_per_second)
         assert expected_words >= 2, context
 
