@@ -173,13 +173,12 @@ class TurnAdapter:
         self._reported_failures: set[tuple[str, type[BaseException]]] = set()
         self._running: tuple[fx.Effect, str] | None = None
         """The effect whose lever runs now, and the state it was emitted in."""
-        # -- realtime (turnfsm issue 5): levers that hold under llm.RealtimeModel ------------
         self.realtime: RealtimeLink | None = None
+        """Realtime models: the levers that hold there replace the pipeline's (realtime.py)."""
         self.levers: dict[type[fx.Effect], Lever] = dict(LEVERS)
         if isinstance(session.llm, llm.RealtimeModel):
             self.realtime = RealtimeLink(self)
             self.levers.update(self.realtime.levers)
-        # -- end realtime ------------------------------------------------------------------
 
     # -- lifecycle ----------------------------------------------------------------------
 
