@@ -5,7 +5,13 @@ recorded WAVs played in real time, the agent's audio is played out in wall-clock
 and the models are scripted. Used by the integration tests and by ``make demo``.
 """
 
-from .io import PacedAudioOutput, PlayoutSegment, RecordingTextOutput, ScriptedAudioInput
+from .io import (
+    PacedAudioOutput,
+    PlayoutSegment,
+    RecordingTextOutput,
+    ScriptedAudioInput,
+    ToneMicrophone,
+)
 from .models import (
     LLMRequest,
     ScriptedLLM,
@@ -47,6 +53,7 @@ __all__ = [
     "SimulatedCall",
     "SpeechLedger",
     "SpeechLine",
+    "ToneMicrophone",
     "Transcript",
     "UserLine",
     "Utterance",

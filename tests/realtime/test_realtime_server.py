@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import time
 from collections.abc import AsyncIterator
 
 import numpy as np
 import pytest
-from livekit import rtc
 from livekit.agents import Agent, AgentSession, function_tool
 from livekit.agents.voice.events import SpeechCreatedEvent
-from livekit.agents.voice.io import AudioInput
 from livekit.plugins import openai
 from openai.types.realtime.realtime_audio_input_turn_detection import SemanticVad, ServerVad
 
-from turnfsm.adapters.sim.io import PacedAudioOutput
+from turnfsm.adapters.sim.io import PacedAudioOutput, ToneMicrophone
 from turnfsm.adapters.sim.realtime_server import (
     SAMPLE_RATE,
     RealtimeScript,
@@ -24,35 +21,6 @@ from turnfsm.adapters.sim.realtime_server import (
     ScriptedResponse,
     ToolCall,
 )
-
-FRAME_SECONDS = 0.02
-FRAME_SAMPLES = int(SAMPLE_RATE * FRAME_SECONDS)
-
-
-class ToneMicrophone(AudioInput):
-    """A 24 kHz microphone at real-time pace: silence, or a loud tone while "speaking"."""
-
-    def __init__(self) -> None:
-        super().__init__(label="ToneMicrophone")
-        self._next_frame_at: float | None = None
-        self._speech_frames_left = 0
-        self._sample_index = 0
-
-    def speak(self, seconds: float) -> None:
-        """Speaks (a 300 Hz tone at 0.3 of full scale) for ``seconds`` from the next frame."""
-        self._speech_frames_left = round(seconds / FRAME_SECONDS)
-
-    async def __anext__(self) -> rtc.AudioFrame:
-        now = time.monotonic()
-        self._next_frame_at = (self._next_frame_at or now) + FRAME_SECONDS
-        await asyncio.sleep(max(0.0, self._next_frame_at - now))
-        samples = np.zeros(FRAME_SAMPLES, dtype=np.int16)
-        if self._speech_frames_left > 0:
-            self._speech_frames_left -= 1
-            t = np.arange(self._sample_index, self._sample_index + FRAME_SAMPLES) / SAMPLE_RATE
-            samples = (0.3 * 32767 * np.sin(2 * np.pi * 300 * t)).astype(np.int16)
-        self._sample_index += FRAME_SAMPLES
-        return rtc.AudioFrame(samples.tobytes(), SAMPLE_RATE, 1, FRAME_SAMPLES)
 
 
 class WeatherAgent(Agent):

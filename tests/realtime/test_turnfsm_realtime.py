@@ -20,10 +20,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from livekit import rtc
 from livekit.agents import AgentSession, function_tool, llm
 from livekit.agents.voice.events import ErrorEvent, SpeechCreatedEvent
-from livekit.agents.voice.io import AudioInput
 from livekit.plugins import openai
 
 from turnfsm import TurnController, TurnPolicy
@@ -31,7 +29,7 @@ from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.adapters.livekit import TurnAdapter, TurnAgent, attach
 from turnfsm.adapters.livekit.realtime import say_exactly
-from turnfsm.adapters.sim.io import PacedAudioOutput, PlayoutSegment
+from turnfsm.adapters.sim.io import PacedAudioOutput, PlayoutSegment, ToneMicrophone
 from turnfsm.adapters.sim.realtime_server import (
     SAMPLE_RATE,
     RealtimeScript,
@@ -40,8 +38,6 @@ from turnfsm.adapters.sim.realtime_server import (
     ResponseRequest,
 )
 
-FRAME_SECONDS = 0.02
-FRAME_SAMPLES = int(SAMPLE_RATE * FRAME_SECONDS)
 CPS = 15.0  # the server's speaking rate: a reply lasts len(text) / 15 s
 
 GREETING = "Hi, this is Ada from Acme, calling about the order you placed last week."
@@ -50,32 +46,6 @@ LONG_ANSWER = (
     "and close at four."
 )
 _SAY_EXACTLY = re.compile("(.*)".join(map(re.escape, say_exactly("\x00").split("\x00"))), re.S)
-
-
-class ToneMicrophone(AudioInput):
-    """The callee: a 24 kHz microphone at real-time pace, silence or a loud tone."""
-
-    def __init__(self) -> None:
-        super().__init__(label="ToneMicrophone")
-        self._next_frame_at: float | None = None
-        self._speech_frames_left = 0
-        self._sample_index = 0
-
-    def speak(self, seconds: float) -> None:
-        """Speaks (a 300 Hz tone at 0.3 of full scale) for ``seconds`` from the next frame."""
-        self._speech_frames_left = round(seconds / FRAME_SECONDS)
-
-    async def __anext__(self) -> rtc.AudioFrame:
-        now = time.monotonic()
-        self._next_frame_at = (self._next_frame_at or now) + FRAME_SECONDS
-        await asyncio.sleep(max(0.0, self._next_frame_at - now))
-        samples = np.zeros(FRAME_SAMPLES, dtype=np.int16)
-        if self._speech_frames_left > 0:
-            self._speech_frames_left -= 1
-            t = np.arange(self._sample_index, self._sample_index + FRAME_SAMPLES) / SAMPLE_RATE
-            samples = (0.3 * 32767 * np.sin(2 * np.pi * 300 * t)).astype(np.int16)
-        self._sample_index += FRAME_SAMPLES
-        return rtc.AudioFrame(samples.tobytes(), SAMPLE_RATE, 1, FRAME_SAMPLES)
 
 
 class Loudspeaker(PacedAudioOutput):
