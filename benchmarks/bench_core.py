@@ -47,6 +47,23 @@ def _per_event(run: Callable[[], None], events: int) -> float:
     return elapsed / events * 1e6
 
 
+def _whole_call_case(events: list, passes: int, **options: bool) -> Callable[[], float]:
+    """A case: ``passes`` fresh controllers each handle ``events``; µs per event."""
+
+    def case() -> float:
+        controllers = [TurnController(POLICY, **options) for _ in range(passes)]
+
+        def run() -> None:
+            for c in controllers:
+                handle = c.handle
+                for event in events:
+                    handle(event)
+
+        return _per_event(run, passes * len(events))
+
+    return case
+
+
 # -- 1. dispatch -------------------------------------------------------------------------
 
 
@@ -60,18 +77,7 @@ def dispatch(config: Config) -> Section:
     total = passes * len(steps)
 
     def controller(**options: bool) -> Callable[[], float]:
-        def case() -> float:
-            controllers = [TurnController(POLICY, **options) for _ in range(passes)]
-
-            def run() -> None:
-                for c in controllers:
-                    handle = c.handle
-                    for event in events:
-                        handle(event)
-
-            return _per_event(run, total)
-
-        return case
+        return _whole_call_case(events, passes, **options)
 
     def psm() -> float:
         machines = [bare_machine() for _ in range(passes)]
@@ -322,21 +328,9 @@ def construction(config: Config) -> Section:
 def strict(config: Config) -> Section:
     script = scripted_call()
     passes = config.scaled(5)
-    total = passes * len(script)
 
     def controller(**options: bool) -> Callable[[], float]:
-        def case() -> float:
-            controllers = [TurnController(POLICY, **options) for _ in range(passes)]
-
-            def run() -> None:
-                for c in controllers:
-                    handle = c.handle
-                    for event in script:
-                        handle(event)
-
-            return _per_event(run, total)
-
-        return case
+        return _whole_call_case(script, passes, **options)
 
     off, on = "whole call, strict=False (default)", "whole call, strict=True (SafetyMonitor)"
     samples = rounds_of({off: controller(strict=False), on: controller(strict=True)}, config)
