@@ -3,7 +3,8 @@
 ``turnfsm diagram`` prints the machine as Mermaid (default) or DOT, or renders SVG/PNG
 with Graphviz; ``--trace`` overlays a recorded call. ``turnfsm diagrams`` writes the
 committed diagrams (``make diagrams``) and, with ``--check``, fails when they are
-stale. ``turnfsm timeline`` draws a recorded call as an SVG timeline.
+stale. ``turnfsm timeline`` draws a recorded call as an SVG timeline. ``turnfsm report``
+sums many recorded calls into one HTML page, reading one trace at a time.
 
 This is the only module that reads or writes files or runs a program.
 """
@@ -15,12 +16,13 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from .diagram import build_diagram, to_dot, to_mermaid
 from .machine import TurnMachine
 from .policy import TurnPolicy
+from .report import CallReport
 from .timeline import render_timeline
 from .trace import Trace, TraceFormatError
 
@@ -112,6 +114,18 @@ def _parser() -> argparse.ArgumentParser:
     timeline.add_argument("trace", type=Path, metavar="CALL.jsonl")
     timeline.add_argument("-o", "--output", type=Path, help="write the SVG here (default stdout)")
     timeline.set_defaults(run=_timeline)
+
+    report = commands.add_parser(
+        "report",
+        help="sum many recorded calls into one HTML page",
+        description="How calls ended, time to greeting, overlaps, barge-ins, dropped text, "
+        "tool caps, time per state and every call's path on the diagram, in one page.",
+    )
+    report.add_argument(
+        "traces", type=Path, nargs="+", metavar="CALL.jsonl|DIR", help="traces, or folders of them"
+    )
+    report.add_argument("-o", "--output", type=Path, help="write the HTML here (default stdout)")
+    report.set_defaults(run=_report)
     return parser
 
 
@@ -157,6 +171,31 @@ def _timeline(args: argparse.Namespace) -> int:
         raise CliError(f"the timeline is an SVG: name the output *.svg, got {args.output}")
     _emit(render_timeline(_read_trace(args.trace)).encode(), args.output)
     return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    if args.output and args.output.suffix not in (".html", ".htm"):
+        raise CliError(f"the report is an HTML page: name the output *.html, got {args.output}")
+    report = CallReport()
+    for path in _trace_files(args.traces):
+        try:
+            report.add(_read_trace(path))
+        except CliError as error:
+            print(f"turnfsm: warning: skipped {error}", file=sys.stderr)
+            report.skip(str(path), str(error).removeprefix(f"{path}: "))
+    if not report.calls:
+        raise CliError(f"no readable trace among {report.unreadable} file(s)")
+    _emit(report.render().encode(), args.output)
+    return 0
+
+
+def _trace_files(paths: list[Path]) -> Iterator[Path]:
+    """Each path, or the ``*.jsonl`` files of a folder in name order."""
+    for path in paths:
+        if path.is_dir():
+            yield from sorted(path.glob("*.jsonl"))
+        else:
+            yield path
 
 
 # -- committed diagrams ---------------------------------------------------------------------

@@ -1,0 +1,265 @@
+"""Per-call turn metrics, folded from a call's steps: one definition for every consumer.
+
+:class:`CallMeter` takes the steps of one call as they happen (the LiveKit telemetry
+feeds it live) and :meth:`CallMeter.result` gives a :class:`CallMetrics`;
+:func:`call_metrics` folds a recorded :class:`~turnfsm.trace.Trace` the same way (the
+``turnfsm report`` reads thousands of them). Only the steps are read: the event, the
+states before and after, and the effects. Transcript text is never kept, only lengths,
+so a redacted trace gives the same figures as a kept one.
+
+>>> from turnfsm import TurnController, TurnPolicy, events
+>>> controller = TurnController(TurnPolicy(direction="outbound", greeting="Hi"))
+>>> for event in (
+...     events.CallAnswered(at=1.0),
+...     events.UserTurnCommitted(at=3.0, text="Hello?", item_id="u1"),
+...     events.AgentSpeechCreated(at=3.1, speech_id="g"),
+...     events.AgentSpeechStarted(at=3.5, speech_id="g"),
+...     events.CallEnded(at=9.0),
+... ):
+...     _ = controller.handle(event)
+>>> metrics = call_metrics(controller.trace)
+>>> metrics.end_reason, metrics.time_to_greeting
+('hangup', 2.5)
+>>> dict(metrics.state_seconds)
+{'ringing': 0.0, 'awaiting_user': 2.0, 'greeting': 6.0}
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+
+import attrs
+
+from . import effects as fx
+from .trace import Trace, TraceStep
+
+BARGE_IN_STATES: frozenset[str] = frozenset({"greeting", "listening", "speaking", "tool_loop"})
+"""States where an interrupted agent speech is a barge-in by the caller. Before the answer
+the machine itself stops early speech; after the end, the hang-up cut it."""
+
+_REDACTED = re.compile(r"\[redacted (\d+) chars\]")
+
+
+@attrs.frozen
+class CallMetrics:
+    """How one call took its turns. Times are seconds on the call's event clock."""
+
+    direction: str
+    """The policy's ``direction``."""
+
+    steps: int
+    """Steps seen (every event, handled or ignored)."""
+
+    duration: float
+    """From the first step to the last."""
+
+    end_reason: str | None
+    """The ``EndCall`` reason (``hangup``, ``idle``, ``max_duration``, ``no_answer``,
+    ``answering_machine``, ``error``, or LiveKit's close reason); ``None`` while the call
+    has not ended."""
+
+    states_visited: tuple[str, ...]
+    """States in the order first visited, from the start state."""
+
+    state_seconds: Mapping[str, float]
+    """Time spent in each state, from the step that entered it to the step that left
+    it (the first state counts from the first step); ``ended`` has none."""
+
+    time_to_greeting: float | None
+    """From the answer to the greeting's first audio; ``None`` if no greeting was heard."""
+
+    greeting_overlaps: int
+    """Times the caller started speaking during the greeting (heard only with
+    ``greeting_lock="keep_listening"``: a muted input hears nothing)."""
+
+    overlap_answered_whole: int
+    """Overlapping speech committed as one whole turn after the greeting."""
+
+    overlap_dropped: int
+    """Overlapping speech dropped: turns rejected in the greeting, and pending speech
+    cleared after it (its tail, or a spill-over)."""
+
+    agent_speeches: int
+    """Agent speeches that started playing."""
+
+    barge_ins: int
+    """Agent speeches interrupted by the caller (see :data:`BARGE_IN_STATES`)."""
+
+    drops: int
+    """Interrupted replies whose unspoken text was dropped from the history."""
+
+    dropped_chars: int
+    """Unspoken characters dropped, over the drops that could be measured."""
+
+    unmeasured_drops: int
+    """Drops whose heard text the trace does not tell (the adapter cut by played time)."""
+
+    tool_rounds: int
+    """Tool rounds run (parallel calls in one step count once)."""
+
+    tool_rounds_refused: int
+    """Tool rounds past the cap, cancelled."""
+
+    tool_caps: int
+    """Times the cap was hit: a final reply without tools was asked for."""
+
+    tool_fallbacks: int
+    """Times the fallback text was said because the final reply said nothing."""
+
+    reprompts: int
+    """Idle re-prompts said."""
+
+    lever_outcomes: Mapping[str, int] = attrs.field(factory=dict)
+    """Levers that did not do their effect, as ``"effect:outcome"`` (``refused`` by
+    LiveKit or ``failed``) -> count, from ``effect_outcome`` events."""
+
+    @property
+    def greeted(self) -> bool:
+        """Whether the call reached the greeting."""
+        return "greeting" in self.states_visited
+
+
+class CallMeter:
+    """Folds one call's steps into :class:`CallMetrics`; feed it with :meth:`add`."""
+
+    def __init__(self, direction: str) -> None:
+        self._direction = direction
+        self._steps = 0
+        self._first_at: float | None = None
+        self._last_at: float | None = None
+        self._end_reason: str | None = None
+        self._visited: dict[str, None] = {}
+        self._seconds: dict[str, float] = {}
+        self._answered_at: float | None = None
+        self._greeting_speeches: set[str] = set()
+        self._greeting_heard_at: float | None = None
+        self._started: set[str] = set()
+        self._interrupted: set[str] = set()
+        self._message_chars: dict[str, int] = {}
+        self._drops: list[fx.DropUnspokenText] = []
+        self._counts: Counter[str] = Counter()
+        self._outcomes: Counter[str] = Counter()
+
+    def add(self, step: TraceStep) -> None:
+        """Take the next step of the call."""
+        event, name = step.event, step.event.name
+        if self._first_at is None:
+            self._first_at = step.at
+            self._visited[step.before] = None
+            self._seconds[step.before] = 0.0
+        elif self._last_at is not None and step.before != "ended":
+            self._seconds[step.before] = self._seconds.get(step.before, 0.0) + max(
+                0.0, step.at - self._last_at
+            )
+        self._steps += 1
+        self._last_at = step.at
+        self._visited.setdefault(step.after, None)
+        if self._answered_at is None and _answers(step):
+            self._answered_at = step.at
+        if name == "user_speech_started" and step.before == "greeting":
+            self._counts["greeting_overlaps"] += 1
+        elif name == "agent_speech_started":
+            speech = getattr(event, "speech_id", "")
+            self._started.add(speech)
+            if speech in self._greeting_speeches and self._greeting_heard_at is None:
+                self._greeting_heard_at = step.at
+        elif name == "assistant_message_committed":
+            self._message_chars[event.speech_id] = _length(event.text)  # type: ignore[attr-defined]
+        elif name == "tool_step_started" and step.after == "tool_loop":
+            refused = any(isinstance(effect, fx.CancelToolReply) for effect in step.effects)
+            self._counts["tool_rounds_refused" if refused else "tool_rounds"] += 1
+        elif name == "effect_outcome" and getattr(event, "outcome", "done") != "done":
+            self._outcomes[f"{getattr(event, 'effect', '?')}:{event.outcome}"] += 1  # type: ignore[attr-defined]
+        interrupted = name == "agent_speech_interrupted" or (
+            name == "agent_speech_ended" and getattr(event, "interrupted", False)
+        )
+        if interrupted and step.before in BARGE_IN_STATES:
+            self._interrupted.add(getattr(event, "speech_id", ""))
+        for effect in step.effects:
+            self._count(effect)
+
+    def _count(self, effect: fx.Effect) -> None:
+        if isinstance(effect, fx.EndCall) and self._end_reason is None:
+            self._end_reason = effect.reason
+        elif isinstance(effect, fx.LockSpeech):
+            self._greeting_speeches.add(effect.speech_id)
+        elif isinstance(effect, fx.RejectUserTurn | fx.ClearUserTurn):
+            self._counts["overlap_dropped"] += 1
+        elif isinstance(effect, fx.ResumeUserTurns) and effect.commit_pending:
+            self._counts["overlap_answered_whole"] += 1
+        elif isinstance(effect, fx.DropUnspokenText):
+            self._drops.append(effect)
+        elif isinstance(effect, fx.FinalReplyWithoutTools):
+            self._counts["tool_caps"] += 1
+        elif isinstance(effect, fx.Say):
+            self._counts["reprompts" if effect.reason == "reprompt" else "tool_fallbacks"] += 1
+
+    def result(self) -> CallMetrics:
+        """The call's metrics so far."""
+        dropped_chars = unmeasured = 0
+        for drop in self._drops:
+            full = self._message_chars.get(drop.speech_id)
+            if full is not None and drop.keep == "nothing":
+                dropped_chars += full
+            elif full is not None and drop.played_text is not None:
+                dropped_chars += max(0, full - _length(drop.played_text))
+            else:
+                unmeasured += 1
+        heard, answered = self._greeting_heard_at, self._answered_at
+        counts = self._counts
+        return CallMetrics(
+            direction=self._direction,
+            steps=self._steps,
+            duration=(self._last_at or 0.0) - (self._first_at or 0.0),
+            end_reason=self._end_reason,
+            states_visited=tuple(self._visited),
+            state_seconds=dict(self._seconds),
+            time_to_greeting=(
+                max(0.0, heard - answered) if heard is not None and answered is not None else None
+            ),
+            greeting_overlaps=counts["greeting_overlaps"],
+            overlap_answered_whole=counts["overlap_answered_whole"],
+            overlap_dropped=counts["overlap_dropped"],
+            agent_speeches=len(self._started),
+            barge_ins=len(self._interrupted),
+            drops=len(self._drops),
+            dropped_chars=dropped_chars,
+            unmeasured_drops=unmeasured,
+            tool_rounds=counts["tool_rounds"],
+            tool_rounds_refused=counts["tool_rounds_refused"],
+            tool_caps=counts["tool_caps"],
+            tool_fallbacks=counts["tool_fallbacks"],
+            reprompts=counts["reprompts"],
+            lever_outcomes=dict(self._outcomes),
+        )
+
+
+def call_metrics(trace: Trace) -> CallMetrics:
+    """The metrics of a recorded call."""
+    return metrics_of(trace.policy.direction, trace.steps)
+
+
+def metrics_of(direction: str, steps: Iterable[TraceStep]) -> CallMetrics:
+    """The metrics of a call's steps, in order."""
+    meter = CallMeter(direction)
+    for step in steps:
+        meter.add(step)
+    return meter.result()
+
+
+def _answers(step: TraceStep) -> bool:
+    """Whether this step answered the call: an outbound call left ``ringing`` for a live
+    state, or an inbound session started."""
+    if step.before == "ringing":
+        return step.after not in ("ringing", "ended")
+    return step.event.name == "session_started"
+
+
+def _length(text: str | None) -> int:
+    """The length of a transcript field, kept or redacted (``[redacted N chars]``)."""
+    if text is None:
+        return 0
+    match = _REDACTED.fullmatch(text)
+    return int(match[1]) if match else len(text)

@@ -1,0 +1,192 @@
+"""The figures of calls, computed straight from their traces, for tests to compare with.
+
+Written apart from ``turnfsm.metrics`` and ``turnfsm.report`` (whole lists, no folding,
+no shared helper) so that a slip in either shows up as a difference. The definitions are
+the documented ones: see ``CallMetrics`` and the report's glossary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from turnfsm import Trace
+from turnfsm import effects as fx
+
+LIVE = {"greeting", "listening", "speaking", "tool_loop"}
+
+
+def text_length(text: str | None) -> int:
+    if text is None:
+        return 0
+    if text.startswith("[redacted ") and text.endswith(" chars]"):
+        return int(text[len("[redacted ") : -len(" chars]")])
+    return len(text)
+
+
+def call_figures(trace: Trace) -> dict[str, Any]:
+    steps = trace.steps
+    effects = [(step, effect) for step in steps for effect in step.effects]
+
+    def effects_of(kind: type) -> list[Any]:
+        return [effect for _, effect in effects if isinstance(effect, kind)]
+
+    ends = effects_of(fx.EndCall)
+    seconds: dict[str, float] = {steps[0].before: 0.0} if steps else {}
+    for previous, step in zip(steps, steps[1:]):
+        if step.before != "ended":
+            seconds[step.before] = seconds.get(step.before, 0.0) + max(0.0, step.at - previous.at)
+    visited = []
+    for state in [steps[0].before] + [step.after for step in steps] if steps else []:
+        if state not in visited:
+            visited.append(state)
+
+    if trace.policy.direction == "outbound":
+        answers = [
+            s for s in steps if s.before == "ringing" and s.after not in ("ringing", "ended")
+        ]
+    else:
+        answers = [s for s in steps if s.event.name == "session_started"]
+    locked = {e.speech_id for e in effects_of(fx.LockSpeech)}
+    heard = [
+        s for s in steps if s.event.name == "agent_speech_started" and s.event.speech_id in locked
+    ]
+    to_greeting = max(0.0, heard[0].at - answers[0].at) if answers and heard else None
+
+    messages = {
+        s.event.speech_id: text_length(s.event.text)
+        for s in steps
+        if s.event.name == "assistant_message_committed"
+    }
+    dropped = unmeasured = 0
+    for drop in effects_of(fx.DropUnspokenText):
+        if drop.speech_id not in messages:
+            unmeasured += 1
+        elif drop.keep == "nothing":
+            dropped += messages[drop.speech_id]
+        elif drop.played_text is None:
+            unmeasured += 1
+        else:
+            dropped += max(0, messages[drop.speech_id] - text_length(drop.played_text))
+
+    tool_starts = [
+        s for s in steps if s.event.name == "tool_step_started" and s.after == "tool_loop"
+    ]
+    refused = [s for s in tool_starts if any(isinstance(e, fx.CancelToolReply) for e in s.effects)]
+    says = effects_of(fx.Say)
+    return {
+        "direction": trace.policy.direction,
+        "end_reason": ends[0].reason if ends else None,
+        "duration": steps[-1].at - steps[0].at if steps else 0.0,
+        "states_visited": visited,
+        "state_seconds": seconds,
+        "time_to_greeting": to_greeting,
+        "greeting_overlaps": sum(
+            1 for s in steps if s.event.name == "user_speech_started" and s.before == "greeting"
+        ),
+        "overlap_answered_whole": sum(
+            1 for e in effects_of(fx.ResumeUserTurns) if e.commit_pending
+        ),
+        "overlap_dropped": len(effects_of(fx.RejectUserTurn)) + len(effects_of(fx.ClearUserTurn)),
+        "agent_speeches": len(
+            {s.event.speech_id for s in steps if s.event.name == "agent_speech_started"}
+        ),
+        "barge_ins": len(
+            {
+                s.event.speech_id
+                for s in steps
+                if s.before in LIVE
+                and (
+                    s.event.name == "agent_speech_interrupted"
+                    or (s.event.name == "agent_speech_ended" and s.event.interrupted)
+                )
+            }
+        ),
+        "drops": len(effects_of(fx.DropUnspokenText)),
+        "dropped_chars": dropped,
+        "unmeasured_drops": unmeasured,
+        "tool_rounds": len(tool_starts) - len(refused),
+        "tool_rounds_refused": len(refused),
+        "tool_caps": len(effects_of(fx.FinalReplyWithoutTools)),
+        "tool_fallbacks": sum(1 for e in says if e.reason == "tool_fallback"),
+        "reprompts": sum(1 for e in says if e.reason == "reprompt"),
+    }
+
+
+def bound(values: Sequence[float], edges: Sequence[float], fraction: float) -> float | None:
+    """The smallest edge with at least ``fraction`` of ``values`` at or below it, else the
+    largest value (the report's "within")."""
+    if not values:
+        return None
+    for edge in edges:
+        if sum(1 for v in values if v <= edge) >= fraction * len(values):
+            return min(edge, max(values))
+    return max(values)
+
+
+def percent(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.1f}%" if whole else "–"
+
+
+def seconds(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f} s"
+
+
+def report_figures(
+    calls: list[dict[str, Any]], greeting_edges: Sequence[float], state_edges: Sequence[float]
+) -> dict[str, str]:
+    """The report's headline figures, as it prints them."""
+    n = len(calls)
+
+    def total(name: str) -> int:
+        return sum(call[name] for call in calls)
+
+    def having(name: str) -> int:
+        return sum(1 for call in calls if call[name] > 0)
+
+    def share(part: int) -> str:
+        return f"{part} ({percent(part, n)})"
+
+    greet = [c["time_to_greeting"] for c in calls if c["time_to_greeting"] is not None]
+    greeted = sum(1 for c in calls if "greeting" in c["states_visited"])
+    figures = {
+        "calls": str(n),
+        "greeting_heard": share(len(greet)),
+        "greeting_median": seconds(bound(greet, greeting_edges, 0.5)),
+        "greeting_p90": seconds(bound(greet, greeting_edges, 0.9)),
+        "greeting_mean": seconds(sum(greet) / len(greet) if greet else None),
+        "greeting_max": seconds(max(greet) if greet else None),
+        "greeted": str(greeted),
+        "overlap_rate": percent(having("greeting_overlaps"), greeted),
+        "overlaps": str(total("greeting_overlaps")),
+        "overlap_answered_whole": str(total("overlap_answered_whole")),
+        "overlap_dropped": str(total("overlap_dropped")),
+        "agent_speeches": str(total("agent_speeches")),
+        "barge_ins": str(total("barge_ins")),
+        "barge_in_rate": percent(total("barge_ins"), total("agent_speeches")),
+        "calls_with_barge_in": share(having("barge_ins")),
+        "drops": str(total("drops")),
+        "dropped_chars": str(total("dropped_chars")),
+        "unmeasured_drops": str(total("unmeasured_drops")),
+        "calls_with_drop": share(having("drops")),
+        "tool_rounds": str(total("tool_rounds")),
+        "tool_rounds_refused": str(total("tool_rounds_refused")),
+        "tool_caps": str(total("tool_caps")),
+        "calls_with_tool_cap": share(having("tool_caps")),
+        "tool_cap_rate": percent(having("tool_caps"), n),
+        "tool_fallbacks": str(total("tool_fallbacks")),
+        "reprompts": str(total("reprompts")),
+        "calls_with_reprompt": share(having("reprompts")),
+        "duration_mean": seconds(sum(c["duration"] for c in calls) / n if n else None),
+    }
+    reasons = [c["end_reason"] or "not ended" for c in calls]
+    for reason in set(reasons):
+        figures[f"ended_{reason}"] = share(reasons.count(reason))
+    all_time = sum(sum(c["state_seconds"].values()) for c in calls)
+    for state in {s for c in calls for s in c["state_seconds"]}:
+        times = [c["state_seconds"][state] for c in calls if state in c["state_seconds"]]
+        figures[f"state_{state}_calls"] = str(len(times))
+        figures[f"state_{state}_mean"] = seconds(sum(times) / len(times))
+        figures[f"state_{state}_p90"] = seconds(bound(times, state_edges, 0.9))
+        figures[f"state_{state}_share"] = percent(sum(times), all_time)
+    return figures
