@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -190,10 +191,13 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _trace_files(paths: list[Path]) -> Iterator[Path]:
-    """Each path, or the ``*.jsonl`` files of a folder in name order."""
+    """Each path, or the ``*.jsonl`` files of a folder (as listed: never all at once)."""
     for path in paths:
         if path.is_dir():
-            yield from sorted(path.glob("*.jsonl"))
+            with os.scandir(path) as entries:
+                for entry in entries:
+                    if entry.name.endswith(".jsonl") and entry.is_file():
+                        yield Path(entry.path)
         else:
             yield path
 

@@ -33,7 +33,7 @@ def call_figures(trace: Trace) -> dict[str, Any]:
 
     ends = effects_of(fx.EndCall)
     seconds: dict[str, float] = {steps[0].before: 0.0} if steps else {}
-    for previous, step in zip(steps, steps[1:]):
+    for previous, step in zip(steps, steps[1:], strict=False):
         if step.before != "ended":
             seconds[step.before] = seconds.get(step.before, 0.0) + max(0.0, step.at - previous.at)
     visited = []
