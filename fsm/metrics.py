@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping
 import attrs
 
 from . import effects as fx
+from .policy import GreetingOverlap, TurnPolicy
 from .trace import Trace, TraceStep
 
 BARGE_IN_STATES: frozenset[str] = frozenset({"greeting", "listening", "speaking", "tool_loop"})
@@ -74,12 +75,15 @@ class CallMetrics:
     """Times the caller started speaking during the greeting (heard only with
     ``greeting_lock="keep_listening"``: a muted input hears nothing)."""
 
-    overlap_answered_whole: int
-    """Overlapping speech committed as one whole turn after the greeting."""
+    overlap_handling: GreetingOverlap | None
+    """How the caller's speech over the greeting was handled, when there was some: the
+    policy's ``greeting_overlap`` (``answer_whole``: one whole turn after the greeting;
+    ``drop``)."""
 
     overlap_dropped: int
-    """Overlapping speech dropped: turns rejected in the greeting, and pending speech
-    cleared after it (its tail, or a spill-over)."""
+    """Pieces of overlapping speech dropped: turns rejected in the greeting, pending
+    speech cleared as the greeting ends after the caller talked over it, and the tail of
+    an overlap or a spill-over cleared once the caller stops."""
 
     agent_speeches: int
     """Agent speeches that started playing."""
@@ -94,7 +98,9 @@ class CallMetrics:
     """Unspoken characters dropped, over the drops that could be measured."""
 
     unmeasured_drops: int
-    """Drops whose heard text the trace does not tell (the adapter cut by played time)."""
+    """Drops whose heard text the trace does not tell (the adapter cut by played time).
+    The heard text is the drop's own, or else the interrupted speech's ``played_text``
+    (the message may be committed before the speech ends)."""
 
     tool_rounds: int
     """Tool rounds run (parallel calls in one step count once)."""
@@ -124,8 +130,8 @@ class CallMetrics:
 class CallMeter:
     """Folds one call's steps into :class:`CallMetrics`; feed it with :meth:`add`."""
 
-    def __init__(self, direction: str) -> None:
-        self._direction = direction
+    def __init__(self, policy: TurnPolicy) -> None:
+        self._policy = policy
         self._steps = 0
         self._first_at: float | None = None
         self._last_at: float | None = None
@@ -138,8 +144,11 @@ class CallMeter:
         self._started: set[str] = set()
         self._interrupted: set[str] = set()
         self._message_chars: dict[str, int] = {}
+        self._heard_chars: dict[str, int] = {}
         self._drops: list[fx.DropUnspokenText] = []
         self._counts: Counter[str] = Counter()
+        self._overlapped = False
+        """The caller talked over the greeting being played."""
         self._outcomes: Counter[str] = Counter()
 
     def add(self, step: TraceStep) -> None:
@@ -160,11 +169,14 @@ class CallMeter:
             self._answered_at = step.at
         if name == "user_speech_started" and step.before == "greeting":
             self._counts["greeting_overlaps"] += 1
+            self._overlapped = True
         elif name == "agent_speech_started":
             speech = getattr(event, "speech_id", "")
             self._started.add(speech)
             if speech in self._greeting_speeches and self._greeting_heard_at is None:
                 self._greeting_heard_at = step.at
+        elif name == "agent_speech_ended" and getattr(event, "played_text", None) is not None:
+            self._heard_chars[event.speech_id] = _length(event.played_text)  # type: ignore[attr-defined]
         elif name == "assistant_message_committed":
             self._message_chars[event.speech_id] = _length(event.text)  # type: ignore[attr-defined]
         elif name == "tool_step_started" and step.after == "tool_loop":
@@ -178,17 +190,21 @@ class CallMeter:
         if interrupted and step.before in BARGE_IN_STATES:
             self._interrupted.add(getattr(event, "speech_id", ""))
         for effect in step.effects:
-            self._count(effect)
+            self._count(step, effect)
+        if step.before == "greeting" and step.after != "greeting":
+            self._overlapped = False
 
-    def _count(self, effect: fx.Effect) -> None:
+    def _count(self, step: TraceStep, effect: fx.Effect) -> None:
         if isinstance(effect, fx.EndCall) and self._end_reason is None:
             self._end_reason = effect.reason
         elif isinstance(effect, fx.LockSpeech):
             self._greeting_speeches.add(effect.speech_id)
-        elif isinstance(effect, fx.RejectUserTurn | fx.ClearUserTurn):
+        elif isinstance(effect, fx.RejectUserTurn) or (
+            # leaving the greeting clears pending speech even when nobody talked over it
+            isinstance(effect, fx.ClearUserTurn)
+            and (step.before != "greeting" or self._overlapped)
+        ):
             self._counts["overlap_dropped"] += 1
-        elif isinstance(effect, fx.ResumeUserTurns) and effect.commit_pending:
-            self._counts["overlap_answered_whole"] += 1
         elif isinstance(effect, fx.DropUnspokenText):
             self._drops.append(effect)
         elif isinstance(effect, fx.FinalReplyWithoutTools):
@@ -201,16 +217,21 @@ class CallMeter:
         dropped_chars = unmeasured = 0
         for drop in self._drops:
             full = self._message_chars.get(drop.speech_id)
+            spoken = (
+                _length(drop.played_text)
+                if drop.played_text is not None
+                else self._heard_chars.get(drop.speech_id)
+            )
             if full is not None and drop.keep == "nothing":
                 dropped_chars += full
-            elif full is not None and drop.played_text is not None:
-                dropped_chars += max(0, full - _length(drop.played_text))
+            elif full is not None and spoken is not None:
+                dropped_chars += max(0, full - spoken)
             else:
                 unmeasured += 1
         heard, answered = self._greeting_heard_at, self._answered_at
         counts = self._counts
         return CallMetrics(
-            direction=self._direction,
+            direction=self._policy.direction,
             steps=self._steps,
             duration=(self._last_at or 0.0) - (self._first_at or 0.0),
             end_reason=self._end_reason,
@@ -220,7 +241,9 @@ class CallMeter:
                 max(0.0, heard - answered) if heard is not None and answered is not None else None
             ),
             greeting_overlaps=counts["greeting_overlaps"],
-            overlap_answered_whole=counts["overlap_answered_whole"],
+            overlap_handling=(
+                self._policy.greeting_overlap if counts["greeting_overlaps"] else None
+            ),
             overlap_dropped=counts["overlap_dropped"],
             agent_speeches=len(self._started),
             barge_ins=len(self._interrupted),
@@ -238,12 +261,12 @@ class CallMeter:
 
 def call_metrics(trace: Trace) -> CallMetrics:
     """The metrics of a recorded call."""
-    return metrics_of(trace.policy.direction, trace.steps)
+    return metrics_of(trace.policy, trace.steps)
 
 
-def metrics_of(direction: str, steps: Iterable[TraceStep]) -> CallMetrics:
-    """The metrics of a call's steps, in order."""
-    meter = CallMeter(direction)
+def metrics_of(policy: TurnPolicy, steps: Iterable[TraceStep]) -> CallMetrics:
+    """The metrics of a call's steps under ``policy``, in order."""
+    meter = CallMeter(policy)
     for step in steps:
         meter.add(step)
     return meter.result()

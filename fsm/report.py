@@ -110,6 +110,8 @@ class CallReport:
         self.calls_with: Counter[str] = Counter()
         """Calls where a count was at least one (``greeting_overlaps``, ``tool_caps``...)."""
         self.lever_outcomes: Counter[str] = Counter()
+        self.overlap_handling: Counter[str] = Counter()
+        """``answer_whole`` / ``drop`` -> calls whose greeting was talked over."""
         self.paths: Counter[tuple[str, str, str]] = Counter()
         """``(before, event, after)`` -> times a call moved between two states that way."""
         self.visits: Counter[str] = Counter()
@@ -148,6 +150,8 @@ class CallReport:
             self.totals[name] += value
             self.calls_with[name] += value > 0
         self.lever_outcomes.update(metrics.lever_outcomes)
+        if metrics.overlap_handling is not None:
+            self.overlap_handling[metrics.overlap_handling] += 1
 
     def skip(self, name: str, problem: str) -> None:
         """Count a trace that could not be read (listed on the page, up to a limit)."""
@@ -177,7 +181,8 @@ class CallReport:
             "greeted": str(self.greeted),
             "overlap_rate": _percent(w["greeting_overlaps"], self.greeted),
             "overlaps": str(t["greeting_overlaps"]),
-            "overlap_answered_whole": str(t["overlap_answered_whole"]),
+            "overlap_answered_whole": str(self.overlap_handling["answer_whole"]),
+            "overlap_drop_policy": str(self.overlap_handling["drop"]),
             "overlap_dropped": str(t["overlap_dropped"]),
             "agent_speeches": str(t["agent_speeches"]),
             "barge_ins": str(t["barge_ins"]),
@@ -287,10 +292,11 @@ class CallReport:
             f"<p>The callee talked over the greeting in <b data-figure='overlap_rate'>"
             f"{f['overlap_rate']}</b> of the <b data-figure='greeted'>{f['greeted']}</b> "
             f"calls that reached it (<b data-figure='overlaps'>{f['overlaps']}</b> overlaps; "
-            "a muted greeting hears none). Overlapping speech answered as one whole turn "
-            f"after the greeting: <b data-figure='overlap_answered_whole'>"
-            f"{f['overlap_answered_whole']}</b>; dropped: <b data-figure='overlap_dropped'>"
-            f"{f['overlap_dropped']}</b>.</p>"
+            "a muted greeting hears none). Of those calls, <b data-figure="
+            f"'overlap_answered_whole'>{f['overlap_answered_whole']}</b> answered the "
+            "overlapping speech as one whole turn after the greeting and <b data-figure="
+            f"'overlap_drop_policy'>{f['overlap_drop_policy']}</b> dropped it; pieces of "
+            f"speech dropped: <b data-figure='overlap_dropped'>{f['overlap_dropped']}</b>.</p>"
         )
         return _section("Greeting", text + histogram)
 
@@ -386,7 +392,6 @@ class CallReport:
 
 COUNTS: tuple[str, ...] = (
     "greeting_overlaps",
-    "overlap_answered_whole",
     "overlap_dropped",
     "agent_speeches",
     "barge_ins",

@@ -87,7 +87,7 @@ from livekit.agents.voice.events import (
 from turnfsm import TurnController
 from turnfsm import effects as fx
 from turnfsm import events as ev
-from turnfsm.trace import redact
+from turnfsm.trace import TraceStep, redact
 
 from .audio import InputGate, PlayedSegment, PlayoutMeter
 from .levers import LEVERS, Lever
@@ -176,6 +176,8 @@ class TurnAdapter:
         self.realtime: RealtimeLink | None = None
         """Realtime models: the levers that hold there replace the pipeline's (realtime.py)."""
         self.levers: dict[type[fx.Effect], Lever] = dict(LEVERS)
+        self.observers: list[Callable[[TraceStep], None]] = []
+        """Called with every step, before its effects run (the telemetry: telemetry.py)."""
         if isinstance(session.llm, llm.RealtimeModel):
             self.realtime = RealtimeLink(self)
             self.levers.update(self.realtime.levers)
@@ -257,8 +259,17 @@ class TurnAdapter:
             self._controller_failed(event, before, error)
             self._release_input()
             return
+        if self.observers:
+            self._observe(TraceStep(event.at, event, before, self.controller.state, effects))
         for effect in effects:
             self._execute(effect, before)
+
+    def _observe(self, step: TraceStep) -> None:
+        for observer in self.observers:
+            try:
+                observer(step)
+            except Exception as error:
+                self._report_failure("step observer", error, f"{step.event.name} in {step.before}")
 
     def _execute(self, effect: fx.Effect, state: str) -> None:
         previous, self._running = self._running, (effect, state)

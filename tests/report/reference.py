@@ -58,22 +58,46 @@ def call_figures(trace: Trace) -> dict[str, Any]:
         for s in steps
         if s.event.name == "assistant_message_committed"
     }
+    heard = {
+        s.event.speech_id: text_length(s.event.played_text)
+        for s in steps
+        if s.event.name == "agent_speech_ended" and s.event.played_text is not None
+    }
     dropped = unmeasured = 0
     for drop in effects_of(fx.DropUnspokenText):
         if drop.speech_id not in messages:
             unmeasured += 1
         elif drop.keep == "nothing":
             dropped += messages[drop.speech_id]
-        elif drop.played_text is None:
-            unmeasured += 1
-        else:
+        elif drop.played_text is not None:
             dropped += max(0, messages[drop.speech_id] - text_length(drop.played_text))
+        elif heard.get(drop.speech_id) is not None:
+            dropped += max(0, messages[drop.speech_id] - heard[drop.speech_id])
+        else:
+            unmeasured += 1
 
     tool_starts = [
         s for s in steps if s.event.name == "tool_step_started" and s.after == "tool_loop"
     ]
     refused = [s for s in tool_starts if any(isinstance(e, fx.CancelToolReply) for e in s.effects)]
     says = effects_of(fx.Say)
+    cleared = 0
+    for index, step in enumerate(steps):
+        clears = sum(1 for e in step.effects if isinstance(e, fx.ClearUserTurn))
+        if clears and step.before == "greeting":
+            entered = max(
+                (i for i in range(index) if steps[i].after == "greeting" != steps[i].before),
+                default=0,
+            )
+            talked_over = any(
+                s.event.name == "user_speech_started" and s.before == "greeting"
+                for s in steps[entered : index + 1]
+            )
+            clears = clears if talked_over else 0
+        cleared += clears
+    overlaps = sum(
+        1 for s in steps if s.event.name == "user_speech_started" and s.before == "greeting"
+    )
     return {
         "direction": trace.policy.direction,
         "end_reason": ends[0].reason if ends else None,
@@ -81,13 +105,9 @@ def call_figures(trace: Trace) -> dict[str, Any]:
         "states_visited": visited,
         "state_seconds": seconds,
         "time_to_greeting": to_greeting,
-        "greeting_overlaps": sum(
-            1 for s in steps if s.event.name == "user_speech_started" and s.before == "greeting"
-        ),
-        "overlap_answered_whole": sum(
-            1 for e in effects_of(fx.ResumeUserTurns) if e.commit_pending
-        ),
-        "overlap_dropped": len(effects_of(fx.RejectUserTurn)) + len(effects_of(fx.ClearUserTurn)),
+        "greeting_overlaps": overlaps,
+        "overlap_handling": trace.policy.greeting_overlap if overlaps else None,
+        "overlap_dropped": len(effects_of(fx.RejectUserTurn)) + cleared,
         "agent_speeches": len(
             {s.event.speech_id for s in steps if s.event.name == "agent_speech_started"}
         ),
@@ -149,6 +169,7 @@ def report_figures(
 
     greet = [c["time_to_greeting"] for c in calls if c["time_to_greeting"] is not None]
     greeted = sum(1 for c in calls if "greeting" in c["states_visited"])
+    handled = [c["overlap_handling"] for c in calls]
     figures = {
         "calls": str(n),
         "greeting_heard": share(len(greet)),
@@ -159,7 +180,8 @@ def report_figures(
         "greeted": str(greeted),
         "overlap_rate": percent(having("greeting_overlaps"), greeted),
         "overlaps": str(total("greeting_overlaps")),
-        "overlap_answered_whole": str(total("overlap_answered_whole")),
+        "overlap_answered_whole": str(handled.count("answer_whole")),
+        "overlap_drop_policy": str(handled.count("drop")),
         "overlap_dropped": str(total("overlap_dropped")),
         "agent_speeches": str(total("agent_speeches")),
         "barge_ins": str(total("barge_ins")),

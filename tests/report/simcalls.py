@@ -113,18 +113,18 @@ class Driver:
         self.send(ev.UserSpeechStarted(at=self.t))
         self.advance(0.4)
         if speech in self.active:
-            heard = REPLY[: self.rng.randrange(5, 40)] if self.rng.random() < 0.7 else None
+            heard = REPLY[: self.rng.randrange(5, 40)] if self.rng.random() < 0.6 else None
+            message = ev.AssistantMessageCommitted(
+                at=self.t, speech_id=speech, text=REPLY, interrupted=True
+            )
+            message_first = self.rng.random() < 0.5  # LiveKit commits it before or after
+            if message_first:
+                self.send(message)
             self.end(
-                speech,
-                interrupted=True,
-                played_seconds=barge_in_after + 0.4,
-                played_text=heard,
+                speech, interrupted=True, played_seconds=barge_in_after + 0.4, played_text=heard
             )
-            self.send(
-                ev.AssistantMessageCommitted(
-                    at=self.t, speech_id=speech, text=REPLY, interrupted=True
-                )
-            )
+            if not message_first:
+                self.send(message)
         self.user_turn(speaking=True)
 
     def user_turn(self, *, speaking: bool = False, seconds: float = 1.2) -> None:

@@ -80,7 +80,6 @@ def test_the_calls_cover_every_figure(traces: list[Trace]) -> None:
     calls = [call_figures(t) for t in traces]
     for name in (
         "greeting_overlaps",
-        "overlap_answered_whole",
         "overlap_dropped",
         "barge_ins",
         "drops",
@@ -93,6 +92,7 @@ def test_the_calls_cover_every_figure(traces: list[Trace]) -> None:
         "reprompts",
     ):
         assert sum(c[name] for c in calls) > 0, name
+    assert {c["overlap_handling"] for c in calls} == {None, "drop", "answer_whole"}
     reasons = {c["end_reason"] for c in calls}
     assert {"hangup", "idle", "no_answer", "answering_machine", "max_duration"} <= reasons
     assert {c["direction"] for c in calls} == {"inbound", "outbound"}
