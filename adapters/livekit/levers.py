@@ -224,7 +224,9 @@ def cancel_timer(adapter: TurnAdapter, effect: fx.CancelTimer) -> None:
 
 
 def say(adapter: TurnAdapter, effect: fx.Say) -> None:
-    adapter.session.say(effect.text)
+    # only a locked say (the retried greeting) overrides the session's interruption default
+    locked = {} if effect.allow_interruptions else {"allow_interruptions": False}
+    adapter.session.say(effect.text, **locked)
 
 
 def end_call(adapter: TurnAdapter, effect: fx.EndCall) -> None:
