@@ -33,12 +33,20 @@ from collections.abc import Iterable, Mapping
 import attrs
 
 from . import effects as fx
+from . import events as ev
 from .policy import GreetingOverlap, TurnPolicy
 from .trace import Trace, TraceStep
 
 BARGE_IN_STATES: frozenset[str] = frozenset({"greeting", "listening", "speaking", "tool_loop"})
 """States where an interrupted agent speech is a barge-in by the caller. Before the answer
 the machine itself stops early speech; after the end, the hang-up cut it."""
+
+_SAY_COUNTS: dict[str, str] = {
+    "reprompt": "reprompts",
+    "tool_fallback": "tool_fallbacks",
+    "greeting": "greeting_retries",
+}
+"""The count each reason of a ``Say`` adds to."""
 
 _REDACTED = re.compile(r"\[redacted (\d+) chars\]")
 
@@ -117,6 +125,9 @@ class CallMetrics:
     reprompts: int
     """Idle re-prompts said."""
 
+    greeting_retries: int
+    """Greetings said again because the first start was refused or failed."""
+
     lever_outcomes: Mapping[str, int] = attrs.field(factory=dict)
     """Levers that did not do their effect, as ``"effect:outcome"`` (``refused`` by
     LiveKit or ``failed``) -> count, from ``effect_outcome`` events."""
@@ -153,7 +164,6 @@ class CallMeter:
 
     def add(self, step: TraceStep) -> None:
         """Take the next step of the call."""
-        event, name = step.event, step.event.name
         if self._first_at is None:
             self._first_at = step.at
             self._visited[step.before] = None
@@ -167,32 +177,35 @@ class CallMeter:
         self._visited.setdefault(step.after, None)
         if self._answered_at is None and _answers(step):
             self._answered_at = step.at
-        if name == "user_speech_started" and step.before == "greeting":
-            self._counts["greeting_overlaps"] += 1
-            self._overlapped = True
-        elif name == "agent_speech_started":
-            speech = getattr(event, "speech_id", "")
-            self._started.add(speech)
-            if speech in self._greeting_speeches and self._greeting_heard_at is None:
-                self._greeting_heard_at = step.at
-        elif name == "agent_speech_ended" and getattr(event, "played_text", None) is not None:
-            self._heard_chars[event.speech_id] = _length(event.played_text)  # type: ignore[attr-defined]
-        elif name == "assistant_message_committed":
-            self._message_chars[event.speech_id] = _length(event.text)  # type: ignore[attr-defined]
-        elif name == "tool_step_started" and step.after == "tool_loop":
-            refused = any(isinstance(effect, fx.CancelToolReply) for effect in step.effects)
-            self._counts["tool_rounds_refused" if refused else "tool_rounds"] += 1
-        elif name == "effect_outcome" and getattr(event, "outcome", "done") != "done":
-            self._outcomes[f"{getattr(event, 'effect', '?')}:{event.outcome}"] += 1  # type: ignore[attr-defined]
-        interrupted = name == "agent_speech_interrupted" or (
-            name == "agent_speech_ended" and getattr(event, "interrupted", False)
-        )
-        if interrupted and step.before in BARGE_IN_STATES:
-            self._interrupted.add(getattr(event, "speech_id", ""))
+        self._count_event(step)
         for effect in step.effects:
             self._count(step, effect)
         if step.before == "greeting" and step.after != "greeting":
             self._overlapped = False
+
+    def _count_event(self, step: TraceStep) -> None:
+        event = step.event
+        if isinstance(event, ev.UserSpeechStarted) and step.before == "greeting":
+            self._counts["greeting_overlaps"] += 1
+            self._overlapped = True
+        elif isinstance(event, ev.AgentSpeechStarted):
+            self._started.add(event.speech_id)
+            if event.speech_id in self._greeting_speeches and self._greeting_heard_at is None:
+                self._greeting_heard_at = step.at
+        elif isinstance(event, ev.AssistantMessageCommitted):
+            self._message_chars[event.speech_id] = _length(event.text)
+        elif isinstance(event, ev.ToolStepStarted) and step.after == "tool_loop":
+            refused = any(isinstance(effect, fx.CancelToolReply) for effect in step.effects)
+            self._counts["tool_rounds_refused" if refused else "tool_rounds"] += 1
+        elif isinstance(event, ev.EffectOutcome) and event.outcome != "done":
+            self._outcomes[f"{event.effect}:{event.outcome}"] += 1
+        if isinstance(event, ev.AgentSpeechEnded) and event.played_text is not None:
+            self._heard_chars[event.speech_id] = _length(event.played_text)
+        if step.before in BARGE_IN_STATES and (
+            isinstance(event, ev.AgentSpeechInterrupted)
+            or (isinstance(event, ev.AgentSpeechEnded) and event.interrupted)
+        ):
+            self._interrupted.add(event.speech_id)
 
     def _count(self, step: TraceStep, effect: fx.Effect) -> None:
         if isinstance(effect, fx.EndCall) and self._end_reason is None:
@@ -210,7 +223,7 @@ class CallMeter:
         elif isinstance(effect, fx.FinalReplyWithoutTools):
             self._counts["tool_caps"] += 1
         elif isinstance(effect, fx.Say):
-            self._counts["reprompts" if effect.reason == "reprompt" else "tool_fallbacks"] += 1
+            self._counts[_SAY_COUNTS[effect.reason]] += 1
 
     def result(self) -> CallMetrics:
         """The call's metrics so far."""
@@ -255,6 +268,7 @@ class CallMeter:
             tool_caps=counts["tool_caps"],
             tool_fallbacks=counts["tool_fallbacks"],
             reprompts=counts["reprompts"],
+            greeting_retries=counts["greeting_retries"],
             lever_outcomes=dict(self._outcomes),
         )
 

@@ -200,6 +200,8 @@ class CallReport:
             "tool_fallbacks": str(t["tool_fallbacks"]),
             "reprompts": str(t["reprompts"]),
             "calls_with_reprompt": _share(w["reprompts"], self.calls),
+            "greeting_retries": str(t["greeting_retries"]),
+            "lever_problems": str(sum(self.lever_outcomes.values())),
             "duration_mean": _seconds(self.durations.mean),
         }
         for reason, count in self.end_reasons.items():
@@ -316,6 +318,8 @@ class CallReport:
             ("Fallbacks said after the cap", "tool_fallbacks", ""),
             ("Idle re-prompts", "reprompts", ""),
             ("Calls with a re-prompt", "calls_with_reprompt", ""),
+            ("Greetings said again after a failed start", "greeting_retries", ""),
+            ("Levers refused by LiveKit or failed", "lever_problems", ""),
         ]
         cells = [
             f"<tr><td>{escape(label)}</td><td class='num' data-figure='{key}'>{f[key]}</td>"
@@ -403,6 +407,7 @@ COUNTS: tuple[str, ...] = (
     "tool_caps",
     "tool_fallbacks",
     "reprompts",
+    "greeting_retries",
 )
 """The per-call counts of :class:`~turnfsm.metrics.CallMetrics` summed across calls."""
 

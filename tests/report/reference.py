@@ -7,6 +7,7 @@ the documented ones: see ``CallMetrics`` and the report's glossary.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -130,6 +131,14 @@ def call_figures(trace: Trace) -> dict[str, Any]:
         "tool_caps": len(effects_of(fx.FinalReplyWithoutTools)),
         "tool_fallbacks": sum(1 for e in says if e.reason == "tool_fallback"),
         "reprompts": sum(1 for e in says if e.reason == "reprompt"),
+        "greeting_retries": sum(1 for e in says if e.reason == "greeting"),
+        "lever_outcomes": dict(
+            Counter(
+                f"{s.event.effect}:{s.event.outcome}"
+                for s in steps
+                if s.event.name == "effect_outcome" and s.event.outcome != "done"
+            )
+        ),
     }
 
 
@@ -199,6 +208,8 @@ def report_figures(
         "tool_fallbacks": str(total("tool_fallbacks")),
         "reprompts": str(total("reprompts")),
         "calls_with_reprompt": share(having("reprompts")),
+        "greeting_retries": str(total("greeting_retries")),
+        "lever_problems": str(sum(sum(c["lever_outcomes"].values()) for c in calls)),
         "duration_mean": seconds(sum(c["duration"] for c in calls) / n if n else None),
     }
     reasons = [c["end_reason"] or "not ended" for c in calls]

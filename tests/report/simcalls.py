@@ -37,6 +37,8 @@ class Driver:
         self.active: set[str] = set()
         """Speeches created and not ended; an ``Interrupt`` cuts them all."""
         self.serial = 0
+        self.greeting_fails = rng.random() < 0.05
+        """The greeting's start fails (the machine says it again, locked)."""
 
     @property
     def state(self) -> str:
@@ -56,7 +58,18 @@ class Driver:
                     self.end(speech, interrupted=True)
         if self.controller.is_ended:
             raise CallOver
+        for effect in effects:  # each lever reports what it did, after the step
+            self.send(
+                ev.EffectOutcome(at=self.t, effect=effect.name, outcome=self.outcome(effect))
+            )
         return effects
+
+    def outcome(self, effect: fx.Effect) -> str:
+        if isinstance(effect, fx.StartGreeting) and self.greeting_fails:
+            return "failed"
+        if isinstance(effect, fx.DropUnspokenText | fx.StartTimer) and self.rng.random() < 0.05:
+            return self.rng.choice(["refused", "failed"])
+        return "done"
 
     def advance(self, seconds: float) -> None:
         """Let time pass; timers due meanwhile fire, and what they ask for is said."""
@@ -117,6 +130,7 @@ class Driver:
             message = ev.AssistantMessageCommitted(
                 at=self.t, speech_id=speech, text=REPLY, interrupted=True
             )
+            self.send(ev.AgentSpeechInterrupted(at=self.t, speech_id=speech))
             message_first = self.rng.random() < 0.5  # LiveKit commits it before or after
             if message_first:
                 self.send(message)
@@ -198,6 +212,9 @@ def _script(call: Driver, rng: random.Random) -> None:
     else:
         call.send(ev.SessionStarted(at=call.t))
     if call.state == "greeting":
+        retry = [r for r in call.requests if isinstance(r, fx.Say) and r.reason == "greeting"]
+        for request in retry:  # the retried greeting replaces the failed one
+            call.requests.remove(request)
         greeting = call.new_speech("say")
         call.advance(rng.uniform(0.2, 1.6))
         call.send(ev.AgentSpeechStarted(at=call.t, speech_id=greeting))
@@ -224,12 +241,16 @@ def _reply(call: Driver, rng: random.Random) -> None:
             for e in call.send(ev.ToolStepStarted(at=call.t, speech_id=speech))
         ):
             break
-        if rng.random() < 0.1:  # the caller talks while the tool runs
+        if rng.random() < 0.1:  # the caller talks while the tool runs; LiveKit interrupts
             call.send(ev.UserSpeechStarted(at=call.t))
+            call.send(ev.AgentSpeechInterrupted(at=call.t, speech_id=speech))
             call.advance(0.5)
             call.send(ev.UserSpeechEnded(at=call.t))
         call.advance(rng.uniform(0.2, 1.5))
         call.send(ev.ToolStepFinished(at=call.t, speech_id=speech))
+        if call.requests and rng.random() < 0.3:  # LiveKit's own cap lets one more through
+            call.send(ev.ToolStepStarted(at=call.t, speech_id=speech))
+            call.send(ev.ToolStepFinished(at=call.t, speech_id=speech))
         if call.requests:
             break
     call.advance(rng.uniform(0.3, 0.9))

@@ -90,8 +90,10 @@ def test_the_calls_cover_every_figure(traces: list[Trace]) -> None:
         "tool_caps",
         "tool_fallbacks",
         "reprompts",
+        "greeting_retries",
     ):
         assert sum(c[name] for c in calls) > 0, name
+    assert any(c["lever_outcomes"] for c in calls)
     assert {c["overlap_handling"] for c in calls} == {None, "drop", "answer_whole"}
     reasons = {c["end_reason"] for c in calls}
     assert {"hangup", "idle", "no_answer", "answering_machine", "max_duration"} <= reasons

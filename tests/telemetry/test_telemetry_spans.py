@@ -39,7 +39,7 @@ from turnfsm import Trace, TurnController, TurnPolicy
 from turnfsm.adapters.livekit import TurnAgent, attach
 from turnfsm.adapters.livekit.telemetry import TurnTelemetry, trace_turns
 from turnfsm.adapters.sim import LINES, CallScript, ScriptedLLM, SimulatedCall, UserLine
-from turnfsm.events import CallAnswered
+from turnfsm.events import CallAnswered, EffectOutcome
 from turnfsm.metrics import CallMetrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
@@ -111,6 +111,11 @@ async def _outbound_overlap(call: Call) -> None:
         greeting = sim.audio_output.segments[0]
         await sim.wait_until(lambda: greeting.started_at is not None, timeout=4)
         await sim.sleep_until(sim.now() + 1.0)
+        # a lever outcome arrives as a machine event (the adapter reports its levers')
+        adapter = call.telemetry.adapter  # type: ignore[union-attr]
+        adapter.dispatch(
+            EffectOutcome(at=adapter.now(), effect="start_timer", outcome="refused", detail="x")
+        )
         sim.audio_input.say_now("long_overlap")
         await sim.wait_until(lambda: len(sim.audio_output.segments) > 1, timeout=12)
         await sim.wait_until(lambda: sim.audio_output.segments[1].finished, timeout=8)
@@ -204,6 +209,24 @@ def _check_spans(call: Call, exported: list[ReadableSpan]) -> None:
     assert shown == expected, context
     assert expected, "the call emitted no effect"
 
+    # every lever outcome a span event too, with its fields
+    outcomes = [
+        (s.after, s.event.effect, s.event.outcome)
+        for s in steps
+        if isinstance(s.event, EffectOutcome)
+    ]
+    shown_outcomes = [
+        (
+            span.attributes["turnfsm.state"],
+            event.attributes["turnfsm.outcome.effect"],
+            event.attributes["turnfsm.outcome.outcome"],
+        )
+        for span in spans
+        for event in span.events
+        if event.name == "effect_outcome"
+    ]
+    assert shown_outcomes == outcomes, context
+
     # the spans' lengths are the time per state (wall clock against the loop's clock)
     per_state: dict[str, float] = {}
     for span in spans[:-1]:
@@ -248,6 +271,7 @@ async def test_states_spans_effects_and_metrics_on_real_sessions(
     # the calls did what they were scripted for: the figures are not all zero
     first, second = outbound.reported[0], inbound.reported[0]
     assert first.greeting_overlaps >= 1, first
+    assert first.lever_outcomes.get("start_timer:refused", 0) >= 1, first
     assert first.overlap_handling == "answer_whole", first
     assert first.time_to_greeting is not None, first
     assert first.time_to_greeting > 1.0, first
