@@ -467,7 +467,9 @@ def _arc(y1: float, y2: float, count: int, busiest: int, tip: str) -> str:
     span = abs(y2 - y1) / _GAP
     x = _MID + side * _BOX_W / 2
     reach = x + side * (24 + 22 * span)
-    start, end = y1 + (6 if down else -6), y2 + (-6 if down else 6)
+    # longer jumps leave and arrive further from the boxes' middle, so arcs fan out
+    offset = side * min(17.0, 4 + 4 * (span - 1))
+    start, end = y1 + offset, y2 - offset
     width = 1 + 7 * count / busiest if count else 1
     colour = "#1d4ed8" if count else "#94a3b8"
     dash = "" if count else ' stroke-dasharray="4 3"'
@@ -628,7 +630,8 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 svg.overlay { display: block; margin: 8px auto; }
 svg .state { font: bold 14px Helvetica, Arial, sans-serif; }
 svg .visits { font: 11px Helvetica, Arial, sans-serif; fill: #334155; }
-svg .count { font: 11px Helvetica, Arial, sans-serif; fill: #1d4ed8; }
+svg .count { font: 11px Helvetica, Arial, sans-serif; fill: #1d4ed8; paint-order: stroke;
+  stroke: #ffffff; stroke-width: 3px; }
 .glossary { color: #475569; font-size: 13px; }
 """
 
