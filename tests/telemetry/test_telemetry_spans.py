@@ -282,3 +282,36 @@ async def test_states_spans_effects_and_metrics_on_real_sessions(
     assert second.dropped_chars > 50, second
     failures = [r.getMessage() for r in caplog.records if r.name.startswith("turnfsm")]
     assert failures == []
+
+
+async def test_a_failing_metrics_callback_does_not_break_the_call(
+    spans: InMemorySpanExporter, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(metrics: CallMetrics) -> None:
+        raise RuntimeError("dashboard down")
+
+    caplog.set_level(logging.WARNING, logger="turnfsm")
+    call = Call("broken-callback", TurnPolicy(direction="inbound", greeting=GREETING))
+    script = CallScript([UserLine(0.3, "question")])
+    async with traced_call(call, script, llm=ScriptedLLM(["We open at nine."])) as c:
+        assert call.telemetry is not None
+        call.telemetry.on_metrics = broken
+        sim = c.sim
+        assert sim is not None
+        await sim.wait_until(lambda: len(sim.audio_output.segments) > 1, timeout=15)
+        await sim.wait_until(lambda: sim.audio_output.segments[1].finished, timeout=8)
+    await asyncio.sleep(0.3)
+    warnings = [r.getMessage() for r in caplog.records if r.name.startswith("turnfsm")]
+    assert len(warnings) == 1, warnings
+    assert "step observer failed" in warnings[0]
+    assert "dashboard down" in warnings[0]
+    assert call.controller.is_ended
+    assert call.telemetry.metrics is not None
+    names = [s.name for s in _state_spans(list(spans.get_finished_spans()), call.name)]
+    assert names == [
+        "turnfsm.greeting",
+        "turnfsm.listening",
+        "turnfsm.speaking",
+        "turnfsm.listening",
+        "turnfsm.ended",
+    ]
