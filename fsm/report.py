@@ -110,14 +110,16 @@ class CallReport:
         self.calls_with: Counter[str] = Counter()
         """Calls where a count was at least one (``greeting_overlaps``, ``tool_caps``...)."""
         self.lever_outcomes: Counter[str] = Counter()
+        """``"effect:outcome"`` -> levers refused by LiveKit or failed."""
         self.overlap_handling: Counter[str] = Counter()
         """``answer_whole`` / ``drop`` -> calls whose greeting was talked over."""
         self.paths: Counter[tuple[str, str, str]] = Counter()
         """``(before, event, after)`` -> times a call moved between two states that way."""
         self.visits: Counter[str] = Counter()
         """State -> calls that were in it."""
-        self.policies: set[str] = set()
-        self.first_policy: TurnPolicy | None = None
+        self.policy: TurnPolicy | None = None
+        """The calls' policy (the first call's, when they differ)."""
+        self.mixed_policies = False
         self.problems: list[str] = []
         self.unreadable = 0
 
@@ -129,10 +131,10 @@ class CallReport:
         for step in trace.steps:
             if step.before != step.after:
                 self.paths[(step.before, step.event.name, step.after)] += 1
-        if self.first_policy is None:
-            self.first_policy = trace.policy
-        if len(self.policies) < 2:
-            self.policies.add(repr(trace.policy))
+        if self.policy is None:
+            self.policy = trace.policy
+        elif trace.policy != self.policy:
+            self.mixed_policies = True
 
     def add_metrics(self, metrics: CallMetrics) -> None:
         """Count one call's metrics (its paths are not drawn)."""
@@ -218,8 +220,7 @@ class CallReport:
 
     def diagram(self) -> Diagram:
         """The machine drawn under the calls' policy when they share one, else whole."""
-        one_policy = len(self.policies) == 1 and self.first_policy is not None
-        return build_diagram(policy=self.first_policy if one_policy else None)
+        return build_diagram(policy=None if self.mixed_policies else self.policy)
 
     # -- the page --------------------------------------------------------------------------
 
@@ -434,16 +435,18 @@ def overlay_svg(
 ) -> str:
     """The diagram's states in a column, every move between two states as an arc (down on
     the right, up on the left), its width and label from how often calls took it."""
-    states = list(diagram.states)
+    # calls are in leaf states only: a compound state's box would stay empty
+    compound = set(getattr(diagram, "parents", {}).values())
+    states = [state for state in diagram.states if state not in compound]
     y = {state: 30 + i * _GAP for i, state in enumerate(states)}
     pairs: Counter[tuple[str, str]] = Counter()
     for (before, _, after), count in paths.items():
         pairs[(before, after)] += count
-    drawn = {(source, target) for source, target, _ in edge_groups(diagram)}
+    drawn = [(s, t) for s, t, _ in edge_groups(diagram) if s in y and t in y]
     extra = sorted(p for p in pairs if p not in drawn and p[0] in y and p[1] in y)
     busiest = max(pairs.values(), default=1)
     arcs = []
-    for source, target in [(s, t) for s, t, _ in edge_groups(diagram)] + extra:
+    for source, target in drawn + extra:
         count = pairs.get((source, target), 0)
         arcs.append(_arc(y[source], y[target], count, busiest, f"{source} → {target}"))
     boxes = [_box(state, y[state], diagram, visits.get(state, 0), calls) for state in states]

@@ -47,6 +47,7 @@ from opentelemetry import trace as otel_trace
 from opentelemetry.util.types import AttributeValue
 
 from turnfsm import effects as fx
+from turnfsm import events as ev
 from turnfsm.metrics import CallMeter, CallMetrics
 from turnfsm.trace import TraceStep, redact
 
@@ -115,8 +116,8 @@ class TurnTelemetry:
         assert span is not None
         for effect in step.effects:
             span.add_event(effect.name, self._effect_attributes(step, effect), timestamp=now)
-        if step.event.name == "effect_outcome":
-            span.add_event("effect_outcome", _fields(step.event, "turnfsm.outcome."), now)
+        if isinstance(step.event, ev.EffectOutcome):
+            span.add_event(step.event.name, _fields(step.event, "turnfsm.outcome."), now)
         if step.after == "ended":
             self._end(now)
 
@@ -130,8 +131,7 @@ class TurnTelemetry:
         )
 
     def _leave(self, step: TraceStep, now: int) -> None:
-        if self._span is None:
-            return
+        assert self._span is not None
         self._span.set_attributes(
             {"turnfsm.exit_event": step.event.name, "turnfsm.next_state": step.after}
         )

@@ -8,7 +8,10 @@ from pathlib import Path
 import pytest
 from simcalls import simulated_trace
 
+from turnfsm import Trace, TurnController, TurnPolicy
+from turnfsm import events as ev
 from turnfsm.cli import main
+from turnfsm.report import build_report
 
 
 @pytest.fixture
@@ -62,3 +65,21 @@ def test_the_output_must_be_html(
 ) -> None:
     assert main(["report", str(folder), "-o", str(tmp_path / "report.pdf")]) == 1
     assert "name the output *.html" in capsys.readouterr().err
+
+
+def _short_call(policy: TurnPolicy) -> Trace:
+    controller = TurnController(policy)
+    for event in (ev.SessionStarted(at=0.0), ev.CallAnswered(at=1.0), ev.CallEnded(at=2.0)):
+        controller.handle(event)
+    assert controller.trace is not None
+    return controller.trace
+
+
+def test_the_diagram_is_drawn_under_the_calls_policy() -> None:
+    outbound = TurnPolicy(direction="outbound", greeting="Hi")
+    inbound = TurnPolicy(direction="inbound", greeting="Hi")
+    same = build_report([_short_call(outbound), _short_call(outbound)])
+    assert same.diagram().title.endswith("outbound call, user speaks first")
+    mixed = build_report([_short_call(outbound), _short_call(inbound)])
+    assert mixed.diagram().title.endswith("every declared transition")
+    assert "every declared transition" in mixed.render()
