@@ -48,7 +48,8 @@ _SAY_COUNTS: dict[str, str] = {
 }
 """The count each reason of a ``Say`` adds to."""
 
-_REDACTED = re.compile(r"\[redacted (\d+) chars\]")
+_REDACTED = re.compile(r"\[redacted(?: (\d+) chars)?\]")
+"""A redacted text: ``[redacted N chars]`` keeps its length, ``[redacted]`` hides it."""
 
 
 @attrs.frozen
@@ -106,7 +107,8 @@ class CallMetrics:
     """Unspoken characters dropped, over the drops that could be measured."""
 
     unmeasured_drops: int
-    """Drops whose heard text the trace does not tell (the adapter cut by played time).
+    """Drops the trace cannot measure: the heard text is unknown (the adapter cut by played
+    time), or the texts were redacted without their lengths.
     The heard text is the drop's own, or else the interrupted speech's ``played_text``
     (the message may be committed before the speech ends)."""
 
@@ -154,8 +156,8 @@ class CallMeter:
         self._greeting_heard_at: float | None = None
         self._started: set[str] = set()
         self._interrupted: set[str] = set()
-        self._message_chars: dict[str, int] = {}
-        self._heard_chars: dict[str, int] = {}
+        self._message_chars: dict[str, int | None] = {}
+        self._heard_chars: dict[str, int | None] = {}
         self._drops: list[fx.DropUnspokenText] = []
         self._counts: Counter[str] = Counter()
         self._overlapped = False
@@ -294,9 +296,10 @@ def _answers(step: TraceStep) -> bool:
     return step.event.name == "session_started"
 
 
-def _length(text: str | None) -> int:
-    """The length of a transcript field, kept or redacted (``[redacted N chars]``)."""
-    if text is None:
-        return 0
+def _length(text: str) -> int | None:
+    """The length of a transcript field, kept or redacted; ``None`` when redacted without
+    its length."""
     match = _REDACTED.fullmatch(text)
-    return int(match[1]) if match else len(text)
+    if match is None:
+        return len(text)
+    return int(match[1]) if match[1] is not None else None

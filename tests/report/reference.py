@@ -17,9 +17,10 @@ from turnfsm import effects as fx
 LIVE = {"greeting", "listening", "speaking", "tool_loop"}
 
 
-def text_length(text: str | None) -> int:
-    if text is None:
-        return 0
+def text_length(text: str) -> int | None:
+    """A text's length, kept or redacted; unknown (None) when redacted without it."""
+    if text == "[redacted]":
+        return None
     if text.startswith("[redacted ") and text.endswith(" chars]"):
         return int(text[len("[redacted ") : -len(" chars]")])
     return len(text)
@@ -66,16 +67,18 @@ def call_figures(trace: Trace) -> dict[str, Any]:
     }
     dropped = unmeasured = 0
     for drop in effects_of(fx.DropUnspokenText):
-        if drop.speech_id not in messages:
+        full = messages.get(drop.speech_id)
+        spoken = text_length(drop.played_text) if drop.played_text is not None else None
+        if drop.played_text is None:
+            spoken = heard.get(drop.speech_id)
+        if full is None:
             unmeasured += 1
         elif drop.keep == "nothing":
-            dropped += messages[drop.speech_id]
-        elif drop.played_text is not None:
-            dropped += max(0, messages[drop.speech_id] - text_length(drop.played_text))
-        elif heard.get(drop.speech_id) is not None:
-            dropped += max(0, messages[drop.speech_id] - heard[drop.speech_id])
-        else:
+            dropped += full
+        elif spoken is None:
             unmeasured += 1
+        else:
+            dropped += max(0, full - spoken)
 
     tool_starts = [
         s for s in steps if s.event.name == "tool_step_started" and s.after == "tool_loop"
