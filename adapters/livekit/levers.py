@@ -68,6 +68,7 @@ from livekit.agents import llm
 
 from turnfsm import effects as fx
 
+from .effect_outcomes import EffectRefused
 from .text import spoken_prefix, spoken_prefix_timed
 
 if TYPE_CHECKING:
@@ -86,6 +87,8 @@ def lock_speech(adapter: TurnAdapter, effect: fx.LockSpeech) -> None:
     handle = adapter.speeches.get(effect.speech_id)
     if handle is None:
         raise LookupError(f"no speech {effect.speech_id!r} to lock")
+    if handle.interrupted:  # LiveKit cannot lock it any more (its setter raises)
+        raise EffectRefused("the speech is already interrupted")
     if handle.allow_interruptions:
         handle.allow_interruptions = False
 
@@ -93,6 +96,8 @@ def lock_speech(adapter: TurnAdapter, effect: fx.LockSpeech) -> None:
 def start_greeting(adapter: TurnAdapter, effect: fx.StartGreeting) -> None:
     if effect.in_reply_to is not None and adapter.agent_hooks_active:
         adapter.pending_greeting = effect
+        # done when TurnAgent.llm_node takes it; refused if another reply plays first
+        adapter.greeting_outcome = adapter.defer_outcome()
         return
     session = adapter.session
     if effect.text is not None:
@@ -124,7 +129,15 @@ def resume_user_turns(adapter: TurnAdapter, effect: fx.ResumeUserTurns) -> None:
 
 
 def interrupt(adapter: TurnAdapter, effect: fx.Interrupt) -> None:
-    adapter.track(adapter.session.interrupt(force=effect.force), "interrupt")
+    session = adapter.session
+    speech = session.current_speech
+    try:
+        done = session.interrupt(force=effect.force)
+    except RuntimeError as error:
+        if effect.force or speech is None or speech.allow_interruptions:
+            raise  # not LiveKit's refusal (e.g. the session is not running)
+        raise EffectRefused("the current speech does not allow interruptions") from error
+    adapter.track(done, "interrupt")
 
 
 def drop_unspoken_text(adapter: TurnAdapter, effect: fx.DropUnspokenText) -> None:
