@@ -13,10 +13,15 @@ from typing import ClassVar, Literal
 
 import attrs
 
+from .effects import EFFECTS_BY_NAME
+
 SpeechSource = Literal["say", "reply", "tool_reply"]
 """Where an agent speech came from: ``session.say``, a reply, or a reply after tools."""
 
 AnsweringMachineResult = Literal["human", "machine"]
+
+EffectOutcomeKind = Literal["done", "refused", "failed"]
+"""What a lever did with an effect: ``done``, ``refused`` by LiveKit, or ``failed`` (raised)."""
 
 
 def _non_negative(_instance: object, attribute: attrs.Attribute, value: float) -> None:
@@ -172,6 +177,38 @@ class AnsweringMachineDetected(Event):
 
 
 @attrs.frozen
+class AgentSpeechInterrupted(Event):
+    """LiveKit really interrupted a speech (after its own interruption rules:
+    enabled, min_duration, min_words, false-interruption resume). Not raw VAD."""
+
+    name: ClassVar[str] = "agent_speech_interrupted"
+    speech_id: str
+
+
+def _effect_name(_instance: object, attribute: attrs.Attribute, value: object) -> None:
+    if value not in EFFECTS_BY_NAME:
+        raise ValueError(
+            f"{attribute.name} must be one of {sorted(EFFECTS_BY_NAME)}, got {value!r}"
+        )
+
+
+@attrs.frozen
+class EffectOutcome(Event):
+    """What a lever did with an effect: done, refused by LiveKit, or failed (raised)."""
+
+    name: ClassVar[str] = "effect_outcome"
+    effect: str = attrs.field(validator=_effect_name)
+    """The effect's ``name``, e.g. ``"interrupt"``, ``"start_greeting"``."""
+    outcome: EffectOutcomeKind = attrs.field(
+        validator=attrs.validators.in_(("done", "refused", "failed"))
+    )
+    speech_id: str | None = None
+    """The speech the effect was about, when there is one."""
+    detail: str = ""
+    """A short reason, never transcript text."""
+
+
+@attrs.frozen
 class SessionError(Event):
     """The session reported an error; an unrecoverable one ends the call."""
 
@@ -198,6 +235,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     TimerFired,
     AnsweringMachineDetected,
     SessionError,
+    AgentSpeechInterrupted,
+    EffectOutcome,
 )
 """The whole input alphabet, in a stable order."""
 
