@@ -79,8 +79,8 @@ class TurnRules:
             and ev.speech_id not in self.context.dropped_speeches
         )
 
-    def is_active_speech(self, ev: AgentSpeechInterrupted) -> bool:
-        return ev.speech_id in self.context.active_speeches
+    def is_tool_step_speech(self, ev: AgentSpeechInterrupted) -> bool:
+        return ev.speech_id == self.context.tool_speech_id
 
     def interrupt_not_done(self, ev: EffectOutcome) -> bool:
         return ev.effect == "interrupt" and ev.outcome != "done"
@@ -350,6 +350,8 @@ class TurnRules:
         if ev.interrupted and self.policy.interrupted_text != "keep":
             self._drop_unspoken(ev.speech_id, ev.played_seconds, ev.played_text)
         ctx.active_speeches = ctx.active_speeches - {ev.speech_id}
+        if ev.speech_id == ctx.tool_speech_id:
+            ctx.tool_speech_id = None
         ctx.dropped_speeches = ctx.dropped_speeches - {ev.speech_id}
         if ev.speech_id == ctx.final_speech_id:
             ctx.final_speech_id = None
@@ -389,6 +391,7 @@ class TurnRules:
             self.emit(fx.CancelToolReply(speech_id=ev.speech_id))
             return
         ctx.tool_rounds += 1
+        ctx.tool_speech_id = ev.speech_id
 
     def note_tool_loop_interrupted(self) -> None:
         """LiveKit interrupted the speech during a tool step: no further round, the tool
