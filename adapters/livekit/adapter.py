@@ -91,7 +91,7 @@ from turnfsm.trace import redact
 
 from .audio import InputGate, PlayedSegment, PlayoutMeter
 from .effect_outcomes import EffectRefused, PendingOutcome
-from .interruption import InterruptionWatch
+from .interruption import InterruptionWatch, ToolStepMinWords
 from .levers import LEVERS, Lever
 from .outcomes import OutcomeMonitor
 from .realtime import RealtimeLink
@@ -189,6 +189,7 @@ class TurnAdapter:
         self.greeting_outcome: PendingOutcome | None = None
         """The outcome of a greeting waiting for the reply that will say it."""
         self.interruptions = InterruptionWatch(self._speech_interrupted)
+        self.tool_step_min_words = ToolStepMinWords(session)
         self.outcomes = OutcomeMonitor(self, strict=strict)
         """Checks what the session did (audio, history, tool rounds, input)."""
         self.realtime: RealtimeLink | None = None
@@ -543,10 +544,13 @@ class TurnAdapter:
         if event.update.type != "tool_call_started" or self._tool_step_speech is not None:
             return
         self._tool_step_speech = speech_id = self._current_speech_id()
+        if self.agent_hooks_active:  # its turn hook judges the turns of the step
+            self.tool_step_min_words.step_started(self.speeches.get(speech_id))
         self.dispatch(ev.ToolStepStarted(at=self.now(), speech_id=speech_id, calls=1))
 
     def _on_function_tools_executed(self, event: FunctionToolsExecutedEvent) -> None:
         calls = max(1, len(event.function_calls))
+        self.tool_step_min_words.step_finished()
         speech_id = self._tool_step_speech
         if speech_id is None:
             speech_id = self._current_speech_id()
@@ -578,8 +582,13 @@ class TurnAdapter:
         """Report a committed user turn from ``on_user_turn_completed``.
 
         Raises:
-            StopResponse: the machine rejected the turn: no reply, not in the history.
+            StopResponse: the machine rejected the turn, or it is a backchannel during a
+                tool step (:class:`~.interruption.ToolStepMinWords`): no reply, not in
+                the history.
         """
+        if self.tool_step_min_words.is_backchannel(message.text_content or ""):
+            logger.debug("turnfsm: a turn under min_words during a tool step: no turn")
+            raise StopResponse()
         self._guarded("on_user_turn_completed", self.dispatch)(
             ev.UserTurnCommitted(
                 at=self.now(), text=message.text_content or "", item_id=message.id
