@@ -12,6 +12,16 @@ raised while effects run (LiveKit emits ``speech_created`` inside ``session.say`
 queued and handled right after, in the same callback: the machine runs to completion
 one event at a time.
 
+Every effect's outcome comes back to the machine as ``EffectOutcome`` (done, refused by
+LiveKit, or failed: :mod:`.effect_outcomes`), queued like any event. Barge-in is
+LiveKit's decision: a speech handle that LiveKit (or a lever) really interrupted is
+reported as ``AgentSpeechInterrupted`` (:mod:`.interruption`), never the raw VAD start.
+Beside the machine's effect invariants, :class:`~.outcomes.OutcomeMonitor` checks what
+the session did (audio before and of the greeting, replies to an overlap, committed text
+against played audio, tool rounds, the input); ``attach(..., strict=True)`` raises a
+breach, otherwise it is one warning per check and call, counted in
+``adapter.outcomes.counts``.
+
 Nothing escapes into LiveKit's emitter: a translation or lever that raises (or the
 future a lever awaits) is logged once per lever and error type, as a warning naming the
 effect and the state, and the call goes on; a controller that raises releases the input
@@ -43,6 +53,8 @@ LiveKit                                          turnfsm event
 ``TurnAgent.on_user_turn_completed``             ``UserTurnCommitted`` (without ``TurnAgent``:
                                                  ``conversation_item_added``, role user)
 ``speech_created``                               ``AgentSpeechCreated``
+speech handle interrupted (``speech_handle.``   ``AgentSpeechInterrupted`` (before its
+``wait_if_not_interrupted``)                     ``AgentSpeechEnded``)
 speech handle done                               ``AgentSpeechEnded`` (played seconds from
                                                  :class:`~.audio.PlayoutMeter`)
 ``conversation_item_added``, role assistant      ``AssistantMessageCommitted`` (an interrupted
@@ -54,6 +66,7 @@ speech handle done                               ``AgentSpeechEnded`` (played se
 timer expiry (``loop.call_later``)               ``TimerFired``
 ``error``                                        ``SessionError`` (``recoverable`` as given)
 ``close``                                        ``CallEnded``
+every lever (and the futures it started)         ``EffectOutcome``
 SIP ``sip.callStatus`` (:mod:`.sip`)             ``CallRinging`` / ``CallAnswered`` /
                                                  ``CallEnded``
 AMD ``amd_prediction`` (:meth:`watch_amd`)       ``AnsweringMachineDetected``

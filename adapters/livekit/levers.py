@@ -1,6 +1,8 @@
 """One function per effect: the exact LiveKit lever that carries it out.
 
-Each lever takes the adapter and the effect. Levers that must act at a particular
+Each lever takes the adapter and the effect; returning is ``done``, raising
+:class:`~.effect_outcomes.EffectRefused` is LiveKit's refusal, any other exception a
+failure — the adapter reports each as ``EffectOutcome``. Levers that must act at a particular
 LiveKit call site (raising ``StopResponse`` in ``on_user_turn_completed``, calling
 ``cancel_tool_reply()`` inside ``function_tools_executed``) record the decision on the
 adapter, and that call site applies it in the same callback.
@@ -11,16 +13,19 @@ effect                   lever
 MuteInput                :class:`~.audio.InputGate` shut (silence to the pipeline; the
                          caller's frames dropped, or held with ``hold_audio``)
 UnmuteInput              gate open; held frames replayed or discarded
-LockSpeech               ``speech_handle.allow_interruptions = False``
+LockSpeech               ``speech_handle.allow_interruptions = False``; refused once the
+                         speech is interrupted
 StartGreeting            the reply to the callee's turn becomes the greeting
-                         (``TurnAgent.llm_node``), else ``session.say(...,
+                         (``TurnAgent.llm_node``; done when it takes it, refused if another
+                         reply starts playing first), else ``session.say(...,
                          allow_interruptions=False)`` / ``generate_reply(instructions=)``
 HoldUserTurns            ``session.update_options(turn_detection="manual")`` and
                          ``interruption["discard_audio_if_uninterruptible"] = False`` so
                          STT hears the overlap
 ResumeUserTurns          previous turn detection and discard setting restored;
                          ``session.commit_user_turn()`` when ``commit_pending``
-Interrupt                ``session.interrupt(force=...)``
+Interrupt                ``session.interrupt(force=...)``; refused when the current speech
+                         does not allow interruptions (LiveKit raises)
 DropUnspokenText         the committed assistant message edited in place to the spoken
                          prefix, or emptied and removed (``agent.update_chat_ctx``,
                          ``session.history.remove``)
