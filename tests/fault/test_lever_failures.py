@@ -524,6 +524,15 @@ def test_a_raising_lever_is_logged_once_and_the_call_goes_on(
     failed_in = next(s for s in fc.steps if any(type(e) is effect_type for e in s.effects))
     assert f"lever {name} failed" in message
     assert f" in {failed_in.before})" in message
+    # the machine heard it: the effect's outcome came back as failed, naming the error
+    outcomes = [
+        s.event
+        for s in fc.steps
+        if isinstance(s.event, ev.EffectOutcome) and s.event.effect == name
+    ]
+    failed = [o for o in outcomes if o.outcome == "failed"]
+    assert failed, outcome.describe()
+    assert failed[0].detail == SimulatedLeverFailure.__name__
     # the controller stayed consistent: the trace went on to the end, no invariant broke
     assert fc.steps.index(failed_in) < len(fc.steps) - 1
     assert fc.steps[-1].after == "ended", outcome.describe()
@@ -593,10 +602,14 @@ def test_levers_on_a_closed_session_fail_once_each_and_the_machine_ends(run: Run
     )
     # the fresh controller's levers hit the closed session
     logged = warnings_with(run, "isn't running")
+    # the greeting that failed to start is said again once (locked), which fails too:
+    # the machine ends the call rather than stay in a deaf greeting
     assert [r.getMessage().split(" failed")[0] for r in logged] == [
         "turnfsm: lever interrupt",
         "turnfsm: lever start_greeting",
+        "turnfsm: lever say",
     ]
+    assert outcome.fresh.context.end_reason == "greeting_failed"
     assert outcome.fresh.state == "ended"
     assert outcome.fresh.trace is not None
     assert outcome.fresh.trace.steps[-1].after == "ended"
