@@ -89,11 +89,13 @@ class TurnRules:
         return self.context.tool_loop_stopped
 
     def greeting_start_not_done(self, ev: EffectOutcome) -> bool:
-        """The greeting did not start and no speech of it exists: the call would be deaf."""
+        """The greeting did not start and no speech of it exists (or the speech taken for
+        it played something else, named by the outcome): the call would be deaf."""
+        greeting_speech = self.context.greeting_speech_id
         return (
             ev.effect == "start_greeting"
             and ev.outcome != "done"
-            and self.context.greeting_speech_id is None
+            and (greeting_speech is None or ev.speech_id == greeting_speech)
         )
 
     def greeting_retry_not_done(self, ev: EffectOutcome) -> bool:
@@ -237,6 +239,7 @@ class TurnRules:
         """The greeting's start was refused or failed: say its text once more, locked."""
         assert self.policy.greeting is not None  # guarded by has_greeting_text
         self.context.greeting_retried = True
+        self.context.greeting_speech_id = None  # the say's speech is the greeting's
         self.emit(fx.Say(text=self.policy.greeting, reason="greeting", allow_interruptions=False))
 
     def note_overlap(self) -> None:

@@ -420,6 +420,7 @@ class TurnAdapter:
             if self.greeting_outcome is not None and self.pending_greeting is not None:
                 # another reply plays: the greeting is not coming from it
                 self.pending_greeting = None
+                self.greeting_outcome.speech_id = speech.id  # the speech that played instead
                 self.greeting_outcome.resolve("refused", "another reply played first")
                 self.greeting_outcome = None
             self.dispatch(ev.AgentSpeechStarted(at=self.now(), speech_id=speech.id))

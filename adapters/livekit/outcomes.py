@@ -98,7 +98,8 @@ class OutcomeMonitor:
         self._unraised: list[OutcomeBreach] = []
         # O1, O2: the greeting's speeches and whether its audio started
         self._greeting_speeches: set[str] = set()
-        self._greeting_heard = False
+        self._greeting_heard_from: str | None = None
+        """The speech whose audio counted as the greeting's first audio."""
         self._greeting_cut: str | None = None
         """O2's verdict on a cut greeting, given once the call goes on (a hang-up cuts
         whatever plays, and LiveKit cuts the speech before it reports the close)."""
@@ -147,10 +148,10 @@ class OutcomeMonitor:
 
     def segment_started(self, speech_id: str | None) -> None:
         """A speech's first audio frame reached the output."""
-        if not self.policy.has_greeting or self._greeting_heard:
+        if not self.policy.has_greeting or self._greeting_heard_from is not None:
             return
         if speech_id is not None and speech_id in self._greeting_speeches:
-            self._greeting_heard = True
+            self._greeting_heard_from = speech_id
         elif self.adapter.controller.state in PRE_GREETING_STATES:
             self.breach(
                 "O1", f"speech {speech_id!r} reached the output before the greeting's audio"
@@ -186,10 +187,19 @@ class OutcomeMonitor:
         elif (
             isinstance(event, ev.EffectOutcome)
             and event.effect == fx.StartGreeting.name
-            and event.outcome == "done"
             and event.speech_id
         ):
-            self._greeting_speeches.add(event.speech_id)
+            if event.outcome == "done":
+                self._greeting_speeches.add(event.speech_id)
+            else:  # the speech taken for the greeting played something else
+                self._greeting_speeches.discard(event.speech_id)
+                if self._greeting_heard_from == event.speech_id:
+                    self._greeting_heard_from = None
+                    self.breach(
+                        "O1",
+                        f"speech {event.speech_id!r} reached the output before the "
+                        "greeting's audio",
+                    )
         if before == "greeting" and after != "greeting":
             self._greeting_ended_at = event.at
 
