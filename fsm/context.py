@@ -55,6 +55,10 @@ class TurnContext:
     tool_rounds: int = 0
     """Tool steps in the current user turn."""
 
+    tool_speech_id: str | None = None
+    """The speech whose reply runs the current tool steps: only its interruption stops
+    the loop (LiveKit also interrupts the preemptive replies it discards meanwhile)."""
+
     capped: bool = False
     """The final reply without tools was asked for in this user turn."""
 

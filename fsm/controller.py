@@ -106,6 +106,11 @@ class TurnController:
         return self._keep_text
 
     @property
+    def strict(self) -> bool:
+        """Whether every step is checked against the safety invariants."""
+        return self._monitor is not None
+
+    @property
     def is_ended(self) -> bool:
         """Whether the call reached the final ``ended`` state."""
         return self._state == "ended"

@@ -92,7 +92,7 @@ class TurnMachine(StateChart):
     )
 
     agent_speech_interrupted = tool_loop.to.itself(
-        internal=True, cond="is_active_speech", on="note_tool_loop_interrupted"
+        internal=True, cond="is_tool_step_speech", on="note_tool_loop_interrupted"
     )
 
     effect_outcome = (

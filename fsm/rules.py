@@ -79,8 +79,8 @@ class TurnRules:
             and ev.speech_id not in self.context.dropped_speeches
         )
 
-    def is_active_speech(self, ev: AgentSpeechInterrupted) -> bool:
-        return ev.speech_id in self.context.active_speeches
+    def is_tool_step_speech(self, ev: AgentSpeechInterrupted) -> bool:
+        return ev.speech_id == self.context.tool_speech_id
 
     def interrupt_not_done(self, ev: EffectOutcome) -> bool:
         return ev.effect == "interrupt" and ev.outcome != "done"
@@ -89,11 +89,13 @@ class TurnRules:
         return self.context.tool_loop_stopped
 
     def greeting_start_not_done(self, ev: EffectOutcome) -> bool:
-        """The greeting did not start and no speech of it exists: the call would be deaf."""
+        """The greeting did not start and no speech of it exists (or the speech taken for
+        it played something else, named by the outcome): the call would be deaf."""
+        greeting_speech = self.context.greeting_speech_id
         return (
             ev.effect == "start_greeting"
             and ev.outcome != "done"
-            and self.context.greeting_speech_id is None
+            and (greeting_speech is None or ev.speech_id == greeting_speech)
         )
 
     def greeting_retry_not_done(self, ev: EffectOutcome) -> bool:
@@ -237,6 +239,7 @@ class TurnRules:
         """The greeting's start was refused or failed: say its text once more, locked."""
         assert self.policy.greeting is not None  # guarded by has_greeting_text
         self.context.greeting_retried = True
+        self.context.greeting_speech_id = None  # the say's speech is the greeting's
         self.emit(fx.Say(text=self.policy.greeting, reason="greeting", allow_interruptions=False))
 
     def note_overlap(self) -> None:
@@ -350,6 +353,8 @@ class TurnRules:
         if ev.interrupted and self.policy.interrupted_text != "keep":
             self._drop_unspoken(ev.speech_id, ev.played_seconds, ev.played_text)
         ctx.active_speeches = ctx.active_speeches - {ev.speech_id}
+        if ev.speech_id == ctx.tool_speech_id:
+            ctx.tool_speech_id = None
         ctx.dropped_speeches = ctx.dropped_speeches - {ev.speech_id}
         if ev.speech_id == ctx.final_speech_id:
             ctx.final_speech_id = None
@@ -389,6 +394,7 @@ class TurnRules:
             self.emit(fx.CancelToolReply(speech_id=ev.speech_id))
             return
         ctx.tool_rounds += 1
+        ctx.tool_speech_id = ev.speech_id
 
     def note_tool_loop_interrupted(self) -> None:
         """LiveKit interrupted the speech during a tool step: no further round, the tool

@@ -12,6 +12,16 @@ raised while effects run (LiveKit emits ``speech_created`` inside ``session.say`
 queued and handled right after, in the same callback: the machine runs to completion
 one event at a time.
 
+Every effect's outcome comes back to the machine as ``EffectOutcome`` (done, refused by
+LiveKit, or failed: :mod:`.effect_outcomes`), queued like any event. Barge-in is
+LiveKit's decision: a speech handle that LiveKit (or a lever) really interrupted is
+reported as ``AgentSpeechInterrupted`` (:mod:`.interruption`), never the raw VAD start.
+Beside the machine's effect invariants, :class:`~.outcomes.OutcomeMonitor` checks what
+the session did (audio before and of the greeting, replies to an overlap, committed text
+against played audio, tool rounds, the input); ``attach(..., strict=True)`` raises a
+breach, otherwise it is one warning per check and call, counted in
+``adapter.outcomes.counts``.
+
 Nothing escapes into LiveKit's emitter: a translation or lever that raises (or the
 future a lever awaits) is logged once per lever and error type, as a warning naming the
 effect and the state, and the call goes on; a controller that raises releases the input
@@ -43,6 +53,8 @@ LiveKit                                          turnfsm event
 ``TurnAgent.on_user_turn_completed``             ``UserTurnCommitted`` (without ``TurnAgent``:
                                                  ``conversation_item_added``, role user)
 ``speech_created``                               ``AgentSpeechCreated``
+speech handle interrupted (``speech_handle.``   ``AgentSpeechInterrupted`` (before its
+``wait_if_not_interrupted``)                     ``AgentSpeechEnded``)
 speech handle done                               ``AgentSpeechEnded`` (played seconds from
                                                  :class:`~.audio.PlayoutMeter`)
 ``conversation_item_added``, role assistant      ``AssistantMessageCommitted`` (an interrupted
@@ -54,6 +66,7 @@ speech handle done                               ``AgentSpeechEnded`` (played se
 timer expiry (``loop.call_later``)               ``TimerFired``
 ``error``                                        ``SessionError`` (``recoverable`` as given)
 ``close``                                        ``CallEnded``
+every lever (and the futures it started)         ``EffectOutcome``
 SIP ``sip.callStatus`` (:mod:`.sip`)             ``CallRinging`` / ``CallAnswered`` /
                                                  ``CallEnded``
 AMD ``amd_prediction`` (:meth:`watch_amd`)       ``AnsweringMachineDetected``
@@ -90,7 +103,10 @@ from turnfsm import events as ev
 from turnfsm.trace import TraceStep, redact
 
 from .audio import InputGate, PlayedSegment, PlayoutMeter
+from .effect_outcomes import EffectRefused, PendingOutcome
+from .interruption import InterruptionWatch, ToolStepMinWords
 from .levers import LEVERS, Lever
+from .outcomes import OutcomeMonitor
 from .realtime import RealtimeLink
 
 logger = logging.getLogger("turnfsm.adapters.livekit")
@@ -103,6 +119,7 @@ def attach(
     controller: TurnController,
     *,
     end_call: Callable[[str], None] | None = None,
+    strict: bool | None = None,
 ) -> TurnAdapter:
     """Drive ``session``'s turn-taking with ``controller``. Call before ``session.start``.
 
@@ -111,6 +128,9 @@ def attach(
         controller: the call's controller.
         end_call: how to hang up (e.g. delete the room of a SIP call); by default the
             session is shut down.
+        strict: how the outcome monitor (:mod:`.outcomes`) treats a breach: ``True``
+            raises :class:`~.outcomes.OutcomeBreach` (tests), ``False`` logs one warning
+            per check and call; by default as strict as the controller.
 
     The session's ``max_tool_steps`` is raised to the policy's if it is lower: LiveKit's
     own cap (``max_tool_steps=N`` lets N+1 tool rounds through, then forces a reply with
@@ -118,7 +138,7 @@ def attach(
     policy's cap is reached. At the policy's value it stays one round behind the
     machine's cap, as a safety net.
     """
-    adapter = TurnAdapter(session, controller, end_call=end_call)
+    adapter = TurnAdapter(session, controller, end_call=end_call, strict=strict)
     adapter.subscribe()
     options = session.options
     options.max_tool_steps = max(options.max_tool_steps, controller.policy.max_tool_steps)
@@ -139,6 +159,7 @@ class TurnAdapter:
         controller: TurnController,
         *,
         end_call: Callable[[str], None] | None = None,
+        strict: bool | None = None,
     ) -> None:
         self.session = session
         self.controller = controller
@@ -173,6 +194,17 @@ class TurnAdapter:
         self._reported_failures: set[tuple[str, type[BaseException]]] = set()
         self._running: tuple[fx.Effect, str] | None = None
         """The effect whose lever runs now, and the state it was emitted in."""
+        # -- outcomes (effect_outcomes.py, interruption.py, outcomes.py) --
+        self._outcome: PendingOutcome | None = None
+        self._handling = 0
+        """Session handlers running now (a strict breach is raised at the outermost's end)."""
+        """The outcome of the effect whose lever runs now."""
+        self.greeting_outcome: PendingOutcome | None = None
+        """The outcome of a greeting waiting for the reply that will say it."""
+        self.interruptions = InterruptionWatch(self._speech_interrupted)
+        self.tool_step_min_words = ToolStepMinWords(session)
+        self.outcomes = OutcomeMonitor(self, strict=strict)
+        """Checks what the session did (audio, history, tool rounds, input)."""
         self.realtime: RealtimeLink | None = None
         """Realtime models: the levers that hold there replace the pipeline's (realtime.py)."""
         self.levers: dict[type[fx.Effect], Lever] = dict(LEVERS)
@@ -214,6 +246,7 @@ class TurnAdapter:
             handle.cancel()
         self.timers.clear()
         self._release_input()
+        self.interruptions.close()
         if self.realtime is not None:  # realtime: restore options, stop listening
             self.realtime.release()
         for task in self._tasks:
@@ -250,6 +283,8 @@ class TurnAdapter:
                 self._step(self._queue.popleft())
         finally:
             self._dispatching = False
+        if not self._handling:  # strict: a breach the step revealed (in a handler: at its end)
+            self.outcomes.raise_pending()
 
     def _step(self, event: ev.Event) -> None:
         before = self.controller.state
@@ -263,6 +298,7 @@ class TurnAdapter:
             self._observe(TraceStep(event.at, event, before, self.controller.state, effects))
         for effect in effects:
             self._execute(effect, before)
+        self.outcomes.step(before, event, self.controller.state, effects)
 
     def _observe(self, step: TraceStep) -> None:
         for observer in self.observers:
@@ -273,14 +309,29 @@ class TurnAdapter:
 
     def _execute(self, effect: fx.Effect, state: str) -> None:
         previous, self._running = self._running, (effect, state)
+        previous_outcome = self._outcome
+        self._outcome = outcome = PendingOutcome(effect, self.dispatch, self.now)
         try:
             self.levers[type(effect)](self, effect)
+        except EffectRefused as refusal:
+            logger.debug("turnfsm: %s refused: %s", effect.name, refusal.detail)
+            outcome.lever_refused(refusal.detail)
         except Exception as error:
             self._report_failure(f"lever {effect.name}", error, self._describe(effect, state))
+            outcome.lever_failed(error)
             if isinstance(effect, fx.UnmuteInput | fx.ResumeUserTurns):
                 self._release_input()
+        else:
+            outcome.lever_returned()
         finally:
             self._running = previous
+            self._outcome = previous_outcome
+
+    def defer_outcome(self) -> PendingOutcome:
+        """For a lever: its outcome is reported later, by its call site (``resolve``)."""
+        if self._outcome is None:
+            raise RuntimeError("defer_outcome() is for a running lever")
+        return self._outcome.defer()
 
     def _describe(self, effect: fx.Effect, state: str) -> str:
         """The effect for a log line: its transcript text only if the controller keeps it."""
@@ -327,8 +378,14 @@ class TurnAdapter:
 
     def _guarded(self, name: str, handler: Callable[[Any], None]) -> Callable[[Any], None]:
         def guarded(event: Any) -> None:
+            self._handling += 1
             try:
-                handler(event)
+                try:
+                    handler(event)
+                finally:
+                    self._handling -= 1
+                if not self._handling:  # strict: a breach, once the handler did its work
+                    self.outcomes.raise_pending()
             except Exception as error:
                 self._report_failure(f"handler {name}", error, type(event).__name__)
 
@@ -339,6 +396,8 @@ class TurnAdapter:
         failure of the lever that started it, with its effect and state)."""
         future = asyncio.ensure_future(awaitable)
         self._tasks.add(future)
+        if self._outcome is not None:
+            self._outcome.track(future)
         where, detail = what, "awaited lever"
         if self._running is not None:
             effect, state = self._running
@@ -360,7 +419,7 @@ class TurnAdapter:
     def timer_expired(self, timer: fx.TimerName) -> None:
         """A ``loop.call_later`` timer expired: hand it to the machine."""
         self.timers.pop(timer, None)
-        self.dispatch(ev.TimerFired(at=self.now(), timer=timer))
+        self._guarded("timer", self.dispatch)(ev.TimerFired(at=self.now(), timer=timer))
 
     # -- session events -----------------------------------------------------------------
 
@@ -369,6 +428,12 @@ class TurnAdapter:
             self._install_audio_links()
             self.dispatch(ev.SessionStarted(at=self.now()))
         if event.new_state == "speaking" and (speech := self.session.current_speech):
+            if self.greeting_outcome is not None and self.pending_greeting is not None:
+                # another reply plays: the greeting is not coming from it
+                self.pending_greeting = None
+                self.greeting_outcome.speech_id = speech.id  # the speech that played instead
+                self.greeting_outcome.resolve("refused", "another reply played first")
+                self.greeting_outcome = None
             self.dispatch(ev.AgentSpeechStarted(at=self.now(), speech_id=speech.id))
 
     def _install_audio_links(self) -> None:
@@ -390,9 +455,11 @@ class TurnAdapter:
     def _on_segment_start(self) -> None:
         speech = self.session.current_speech
         self._segment_speeches.append(speech.id if speech is not None else None)
+        self.outcomes.segment_started(speech.id if speech is not None else None)
 
     def _on_segment(self, segment: PlayedSegment) -> None:
         speech_id = self._segment_speeches.popleft() if self._segment_speeches else None
+        self.outcomes.segment_finished(speech_id, segment)
         if speech_id is not None:
             self.last_segment[speech_id] = segment
             self.played_seconds[speech_id] = (
@@ -464,11 +531,15 @@ class TurnAdapter:
         handle = event.speech_handle
         self.speeches[handle.id] = handle
         handle.add_done_callback(self._on_speech_done)
+        self.interruptions.watch(handle)
+        if self._outcome is not None and self._outcome.speech_id is None:
+            self._outcome.speech_id = handle.id  # the speech this lever created
         source = "say" if event.source == "say" else "reply"
         self.dispatch(ev.AgentSpeechCreated(at=self.now(), speech_id=handle.id, source=source))
 
     def _on_speech_done(self, handle: SpeechHandle) -> None:
         try:
+            self.interruptions.settle(handle)  # reported before its end
             segment = self.last_segment.get(handle.id)
             self.dispatch(
                 ev.AgentSpeechEnded(
@@ -498,10 +569,13 @@ class TurnAdapter:
         if event.update.type != "tool_call_started" or self._tool_step_speech is not None:
             return
         self._tool_step_speech = speech_id = self._current_speech_id()
+        if self.agent_hooks_active:  # its turn hook judges the turns of the step
+            self.tool_step_min_words.step_started(self.speeches.get(speech_id))
         self.dispatch(ev.ToolStepStarted(at=self.now(), speech_id=speech_id, calls=1))
 
     def _on_function_tools_executed(self, event: FunctionToolsExecutedEvent) -> None:
         calls = max(1, len(event.function_calls))
+        self.tool_step_min_words.step_finished()
         speech_id = self._tool_step_speech
         if speech_id is None:
             speech_id = self._current_speech_id()
@@ -533,9 +607,14 @@ class TurnAdapter:
         """Report a committed user turn from ``on_user_turn_completed``.
 
         Raises:
-            StopResponse: the machine rejected the turn: no reply, not in the history.
+            StopResponse: the machine rejected the turn, or it is a backchannel during a
+                tool step (:class:`~.interruption.ToolStepMinWords`): no reply, not in
+                the history.
         """
-        self.dispatch(
+        if self.tool_step_min_words.is_backchannel(message.text_content or ""):
+            logger.debug("turnfsm: a turn under min_words during a tool step: no turn")
+            raise StopResponse()
+        self._guarded("on_user_turn_completed", self.dispatch)(
             ev.UserTurnCommitted(
                 at=self.now(), text=message.text_content or "", item_id=message.id
             )
@@ -547,7 +626,15 @@ class TurnAdapter:
     def take_greeting(self) -> fx.StartGreeting | None:
         """The greeting that the reply being generated must be, if any (taken once)."""
         greeting, self.pending_greeting = self.pending_greeting, None
+        if greeting is not None and self.greeting_outcome is not None:
+            speech = self.session.current_speech
+            self.greeting_outcome.speech_id = speech.id if speech is not None else None
+            self.greeting_outcome.resolve("done")
+            self.greeting_outcome = None
         return greeting
+
+    def _speech_interrupted(self, speech_id: str) -> None:
+        self.dispatch(ev.AgentSpeechInterrupted(at=self.now(), speech_id=speech_id))
 
 
 def _uses_realtime_model(session: AgentSession) -> bool:

@@ -1,6 +1,8 @@
 """One function per effect: the exact LiveKit lever that carries it out.
 
-Each lever takes the adapter and the effect. Levers that must act at a particular
+Each lever takes the adapter and the effect; returning is ``done``, raising
+:class:`~.effect_outcomes.EffectRefused` is LiveKit's refusal, any other exception a
+failure — the adapter reports each as ``EffectOutcome``. Levers that must act at a particular
 LiveKit call site (raising ``StopResponse`` in ``on_user_turn_completed``, calling
 ``cancel_tool_reply()`` inside ``function_tools_executed``) record the decision on the
 adapter, and that call site applies it in the same callback.
@@ -11,16 +13,19 @@ effect                   lever
 MuteInput                :class:`~.audio.InputGate` shut (silence to the pipeline; the
                          caller's frames dropped, or held with ``hold_audio``)
 UnmuteInput              gate open; held frames replayed or discarded
-LockSpeech               ``speech_handle.allow_interruptions = False``
+LockSpeech               ``speech_handle.allow_interruptions = False``; refused once the
+                         speech is interrupted
 StartGreeting            the reply to the callee's turn becomes the greeting
-                         (``TurnAgent.llm_node``), else ``session.say(...,
+                         (``TurnAgent.llm_node``; done when it takes it, refused if another
+                         reply starts playing first), else ``session.say(...,
                          allow_interruptions=False)`` / ``generate_reply(instructions=)``
 HoldUserTurns            ``session.update_options(turn_detection="manual")`` and
                          ``interruption["discard_audio_if_uninterruptible"] = False`` so
                          STT hears the overlap
 ResumeUserTurns          previous turn detection and discard setting restored;
                          ``session.commit_user_turn()`` when ``commit_pending``
-Interrupt                ``session.interrupt(force=...)``
+Interrupt                ``session.interrupt(force=...)``; refused when the current speech
+                         does not allow interruptions (LiveKit raises)
 DropUnspokenText         the committed assistant message edited in place to the spoken
                          prefix, or emptied and removed (``agent.update_chat_ctx``,
                          ``session.history.remove``)
@@ -68,6 +73,7 @@ from livekit.agents import NOT_GIVEN, llm
 
 from turnfsm import effects as fx
 
+from .effect_outcomes import EffectRefused
 from .text import spoken_prefix, spoken_prefix_timed
 
 if TYPE_CHECKING:
@@ -86,6 +92,8 @@ def lock_speech(adapter: TurnAdapter, effect: fx.LockSpeech) -> None:
     handle = adapter.speeches.get(effect.speech_id)
     if handle is None:
         raise LookupError(f"no speech {effect.speech_id!r} to lock")
+    if handle.interrupted:  # LiveKit cannot lock it any more (its setter raises)
+        raise EffectRefused("the speech is already interrupted")
     if handle.allow_interruptions:
         handle.allow_interruptions = False
 
@@ -93,6 +101,8 @@ def lock_speech(adapter: TurnAdapter, effect: fx.LockSpeech) -> None:
 def start_greeting(adapter: TurnAdapter, effect: fx.StartGreeting) -> None:
     if effect.in_reply_to is not None and adapter.agent_hooks_active:
         adapter.pending_greeting = effect
+        # done when TurnAgent.llm_node takes it; refused if another reply plays first
+        adapter.greeting_outcome = adapter.defer_outcome()
         return
     session = adapter.session
     if effect.text is not None:
@@ -124,7 +134,15 @@ def resume_user_turns(adapter: TurnAdapter, effect: fx.ResumeUserTurns) -> None:
 
 
 def interrupt(adapter: TurnAdapter, effect: fx.Interrupt) -> None:
-    adapter.track(adapter.session.interrupt(force=effect.force), "interrupt")
+    session = adapter.session
+    speech = session.current_speech
+    try:
+        done = session.interrupt(force=effect.force)
+    except RuntimeError as error:
+        if effect.force or speech is None or speech.allow_interruptions:
+            raise  # not LiveKit's refusal (e.g. the session is not running)
+        raise EffectRefused("the current speech does not allow interruptions") from error
+    adapter.track(done, "interrupt")
 
 
 def drop_unspoken_text(adapter: TurnAdapter, effect: fx.DropUnspokenText) -> None:

@@ -136,6 +136,7 @@ LINES: dict[str, SpeechLine] = {
             espeak_speed=185,
         ),
         SpeechLine("yes", "Yes, that works for me."),
+        SpeechLine("uh_huh", "Uh-huh.", espeak_speed=100),
     )
 }
 """Every recorded line, by name: its text and (through :attr:`SpeechLine.path`) its file."""

@@ -7,11 +7,15 @@ Two kinds of failure, all on real ``AgentSession`` calls:
   table, patched to stand for a LiveKit failure). The 16 calls run concurrently, so the
   patched entry raises only for the adapter of its own call and runs the real lever for
   every other call: in each call exactly one lever fails.
-* **Real LiveKit failures.** An interrupt of a locked speech (``session.interrupt()``
-  raises), levers run against a closed session, a failing ``agent.update_chat_ctx``,
-  and a session without audio input (``MuteInput`` has no gate).
+* **Real LiveKit failures.** Levers run against a closed session, a failing
+  ``agent.update_chat_ctx``, and a session without audio input (``MuteInput`` has no
+  gate).
+* **A LiveKit refusal.** An interrupt of a locked tool step (``session.interrupt()``
+  raises), emitted by a machine that still stops tool steps on the raw VAD start: no
+  failure, an ``effect_outcome`` ``refused``; the loop goes on and its result is spoken.
 
-In every case: the failure is logged once, as a WARNING naming the lever and the state;
+Each lever's outcome reaches the machine as ``effect_outcome`` (done, refused, failed).
+In every failure: it is logged once, as a WARNING naming the lever and the state;
 the strict controller raised nothing and its trace goes on to ``ended``; the caller's
 input is not left muted nor user turns held; and the call goes on: a later user turn
 still gets a reply (when the hang-up itself fails, the session stays up until closed).
@@ -56,6 +60,7 @@ from turnfsm.adapters.sim import (
     ScriptedToolCall,
     ScriptedTTS,
 )
+from turnfsm.rules import TurnRules
 
 QUESTION = "What time do you open"
 """The probe: said after the failure, it must still get a reply."""
@@ -251,6 +256,7 @@ async def barge_into_locked_tool(fc: FaultCall) -> None:
     await asyncio.sleep(0.2)
     fc.call.audio_input.say_now("stop")
     await fc.wait_step(lambda s: any(isinstance(e, fx.Interrupt) for e in s.effects), timeout=8)
+    await fc.wait_step(lambda s: s.event.name == "effect_outcome", timeout=8)
     await fc.wait_step(lambda s: s.event.name == "tool_step_finished", timeout=8)
     await fc.wait_state("listening", timeout=12)
     await asyncio.sleep(1.5)  # the callee's "stop" turn settles
@@ -343,6 +349,17 @@ async def run_call(
 
 
 # -- real LiveKit failures ---------------------------------------------------------------
+
+
+class RawBargeInRules(TurnRules):
+    """The machine before issue 9: a tool step is stopped on the raw VAD start with
+    ``Interrupt(force=False)``, whatever LiveKit's interruption rules say."""
+
+    def note_user_speaking(self) -> None:
+        super().note_user_speaking()
+        if self.context.tool_speech_id is not None and not self.context.tool_loop_stopped:
+            self.context.tool_loop_stopped = True
+            self.emit(fx.Interrupt(force=False))
 
 
 async def locked_tool_interrupt(controller: TurnController) -> Outcome:
@@ -465,7 +482,9 @@ def run() -> Run:
         scenarios[effect_type.name] = lambda name=effect_type.name, recipe=recipe, c=controller: (
             run_call(name, recipe, controller=c)
         )
-    controllers["locked_tool"] = TurnController(outbound(), strict=True, keep_text=True)
+    controllers["locked_tool"] = TurnController(
+        outbound(), strict=True, keep_text=True, rules_class=RawBargeInRules
+    )
     scenarios["locked_tool"] = lambda: locked_tool_interrupt(controllers["locked_tool"])
     controllers["context_store_down"] = TurnController(
         outbound(interrupted_text="drop"), strict=True, keep_text=True
@@ -505,6 +524,15 @@ def test_a_raising_lever_is_logged_once_and_the_call_goes_on(
     failed_in = next(s for s in fc.steps if any(type(e) is effect_type for e in s.effects))
     assert f"lever {name} failed" in message
     assert f" in {failed_in.before})" in message
+    # the machine heard it: the effect's outcome came back as failed, naming the error
+    outcomes = [
+        s.event
+        for s in fc.steps
+        if isinstance(s.event, ev.EffectOutcome) and s.event.effect == name
+    ]
+    failed = [o for o in outcomes if o.outcome == "failed"]
+    assert failed, outcome.describe()
+    assert failed[0].detail == SimulatedLeverFailure.__name__
     # the controller stayed consistent: the trace went on to the end, no invariant broke
     assert fc.steps.index(failed_in) < len(fc.steps) - 1
     assert fc.steps[-1].after == "ended", outcome.describe()
@@ -523,12 +551,24 @@ def test_a_raising_lever_is_logged_once_and_the_call_goes_on(
         assert fc.replied_after(RECIPES[effect_type].probe), outcome.describe()
 
 
-def test_interrupting_a_locked_speech_fails_once_and_the_call_goes_on(run: Run) -> None:
+def test_an_interrupt_livekit_refuses_is_reported_and_the_loop_goes_on(run: Run) -> None:
+    """``session.interrupt()`` raises on the locked tool step: a refusal, not a failure.
+    The machine hears ``effect_outcome(interrupt, refused)``, lets the loop go on, and the
+    tool's result is spoken."""
     outcome: Outcome = result_of(run.results, "locked_tool")
     fc = outcome.fault
-    logged = warnings_with(run, "does not allow interruptions")
-    assert len(logged) == 1, [r.getMessage() for r in run.logs.at_least(logging.WARNING)]
-    assert "lever interrupt failed (Interrupt(force=False) in tool_loop)" in logged[0].getMessage()
+    assert warnings_with(run, "does not allow interruptions") == []
+    refused = [
+        s
+        for s in fc.steps
+        if isinstance(s.event, ev.EffectOutcome) and s.event.effect == fx.Interrupt.name
+    ]
+    assert len(refused) == 1, outcome.describe()
+    assert refused[0].event.outcome == "refused", outcome.describe()
+    assert refused[0].before == "tool_loop", outcome.describe()
+    finished = next(s for s in fc.steps if s.event.name == "tool_step_finished")
+    assert not any(isinstance(e, fx.CancelToolReply) for e in finished.effects)
+    assert ("assistant", "We open at nine.") in fc.history(), outcome.describe()
     assert outcome.probe_answered, outcome.describe()
     assert fc.steps[-1].after == "ended"
     assert not outcome.released_after
@@ -562,10 +602,14 @@ def test_levers_on_a_closed_session_fail_once_each_and_the_machine_ends(run: Run
     )
     # the fresh controller's levers hit the closed session
     logged = warnings_with(run, "isn't running")
+    # the greeting that failed to start is said again once (locked), which fails too:
+    # the machine ends the call rather than stay in a deaf greeting
     assert [r.getMessage().split(" failed")[0] for r in logged] == [
         "turnfsm: lever interrupt",
         "turnfsm: lever start_greeting",
+        "turnfsm: lever say",
     ]
+    assert outcome.fresh.context.end_reason == "greeting_failed"
     assert outcome.fresh.state == "ended"
     assert outcome.fresh.trace is not None
     assert outcome.fresh.trace.steps[-1].after == "ended"
@@ -593,10 +637,11 @@ def test_no_audio_input_fails_mute_and_unmute_once_and_the_call_goes_on(run: Run
 def test_nothing_else_failed(run: Run) -> None:
     """Every warning belongs to a failure provoked above; no controller error at all."""
     expected = [f"[{t.name}]" for t in RECIPES] + [
-        "does not allow interruptions",
         "[context-store-down]",
         "isn't running",
         "no audio input to mute",
+        # what a failed lever leaves behind, as the outcome monitor reports it
+        "turnfsm: outcome check ",
     ]
     unexpected = [
         r.getMessage()

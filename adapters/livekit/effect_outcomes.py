@@ -1,0 +1,115 @@
+"""What each lever did with its effect, reported back to the machine as ``EffectOutcome``.
+
+Every effect the adapter executes ends in exactly one outcome, dispatched in the same
+run-to-completion queue as LiveKit's events (after the effects of the current step):
+
+=========  ==========================================================================
+outcome    when
+=========  ==========================================================================
+done       the lever returned, and every future it started (``adapter.track``)
+           resolved; or, for a deferred outcome, the lever's call site confirmed it
+           (the greeting taken by ``TurnAgent.llm_node``)
+refused    LiveKit declined: the lever raised :class:`EffectRefused` (an interrupt of a
+           speech that does not allow interruptions, a lock of an interrupted speech),
+           or a deferred outcome was refused (another reply played instead of the
+           greeting)
+failed     the lever, or a future it started, raised; ``detail`` is the error's type
+=========  ==========================================================================
+
+``detail`` never carries transcript text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from turnfsm import effects as fx
+from turnfsm import events as ev
+
+
+class EffectRefused(Exception):
+    """Raised by a lever when LiveKit declined the effect: an outcome, not a failure."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class PendingOutcome:
+    """The outcome of one effect, reported once the lever and its futures are through."""
+
+    def __init__(
+        self,
+        effect: fx.Effect,
+        report: Callable[[ev.EffectOutcome], None],
+        now: Callable[[], float],
+    ) -> None:
+        self.effect = effect
+        self.speech_id: str | None = getattr(effect, "speech_id", None) or None
+        """The speech the effect was about (set by the adapter when the lever creates one)."""
+        self._report = report
+        self._now = now
+        self._returned = False
+        self._deferred = False
+        self._futures = 0
+        self._failure: str | None = None
+        self.reported = False
+
+    def track(self, future: asyncio.Future[Any]) -> None:
+        """The outcome waits for ``future`` too; its exception makes it ``failed``."""
+        self._futures += 1
+        future.add_done_callback(self._future_done)
+
+    def defer(self) -> PendingOutcome:
+        """The lever's call site reports the outcome later, with :meth:`resolve`."""
+        self._deferred = True
+        return self
+
+    def resolve(self, outcome: ev.EffectOutcomeKind, detail: str = "") -> None:
+        """Report a deferred outcome."""
+        self._deferred = False
+        if outcome == "done":
+            self._maybe_done()
+        else:
+            self._finish(outcome, detail)
+
+    def lever_returned(self) -> None:
+        self._returned = True
+        self._maybe_done()
+
+    def lever_refused(self, detail: str) -> None:
+        self._finish("refused", detail)
+
+    def lever_failed(self, error: BaseException) -> None:
+        self._finish("failed", type(error).__name__)
+
+    def _future_done(self, future: asyncio.Future[Any]) -> None:
+        self._futures -= 1
+        if future.cancelled():
+            self._failure = self._failure or "CancelledError"
+        elif (error := future.exception()) is not None:
+            self._failure = self._failure or type(error).__name__
+        self._maybe_done()
+
+    def _maybe_done(self) -> None:
+        if self._returned and not self._deferred and self._futures == 0:
+            if self._failure is not None:
+                self._finish("failed", self._failure)
+            else:
+                self._finish("done", "")
+
+    def _finish(self, outcome: ev.EffectOutcomeKind, detail: str) -> None:
+        if self.reported:
+            return
+        self.reported = True
+        self._report(
+            ev.EffectOutcome(
+                at=self._now(),
+                effect=self.effect.name,
+                outcome=outcome,
+                speech_id=self.speech_id,
+                detail=detail,
+            )
+        )

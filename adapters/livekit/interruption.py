@@ -1,0 +1,131 @@
+"""When LiveKit really interrupted a speech: ``AgentSpeechInterrupted`` for the machine.
+
+LiveKit decides itself whether the caller's voice interrupts the agent. A VAD start is
+only a candidate: the session's ``interruption`` options must agree (``enabled``, the
+handle's ``allow_interruptions``, ``min_duration``, ``min_words``), and with
+``resume_false_interruption`` the speech is first only *paused*: a final transcript or a
+committed turn then interrupts it, or the pause times out and the speech resumes
+(``agent_false_interruption``). The one place where the decision shows is the speech
+handle: ``speech_handle.interrupted`` turns true when LiveKit (or anyone, through
+``session.interrupt()``) interrupts it, and never for a refused, short or resumed
+barge-in.
+
+:class:`InterruptionWatch` waits on each speech handle with LiveKit's public
+``SpeechHandle.wait_if_not_interrupted`` and reports the interruption once: as soon as it
+happens, and at the latest right before the handle's end is reported (the adapter calls
+:meth:`InterruptionWatch.settle` first in its done callback), so the machine always sees
+``agent_speech_interrupted`` before ``agent_speech_ended``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from livekit.agents import AgentSession
+from livekit.agents.tokenize.basic import split_words
+from livekit.agents.voice import SpeechHandle
+
+
+class InterruptionWatch:
+    """Calls ``report(speech_id)`` once for every watched speech that LiveKit interrupts."""
+
+    def __init__(self, report: Callable[[str], None]) -> None:
+        self._report = report
+        self._reported: set[str] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def watch(self, handle: SpeechHandle) -> None:
+        """Start watching ``handle`` (from ``speech_created``)."""
+        if handle.done():
+            return  # settle() reports it from the done callback
+        task = asyncio.ensure_future(self._wait(handle))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _wait(self, handle: SpeechHandle) -> None:
+        done = asyncio.get_running_loop().create_future()
+
+        def mark_done(_: SpeechHandle) -> None:
+            if not done.done():
+                done.set_result(None)
+
+        handle.add_done_callback(mark_done)
+        await handle.wait_if_not_interrupted([done])
+        if handle.interrupted and not handle.done():
+            self._report_once(handle.id)
+
+    def settle(self, handle: SpeechHandle) -> None:
+        """The handle is done: report an interruption not reported yet, then forget it."""
+        if handle.interrupted:
+            self._report_once(handle.id)
+        self._reported.discard(handle.id)
+
+    def _report_once(self, speech_id: str) -> None:
+        if speech_id not in self._reported:
+            self._reported.add(speech_id)
+            self._report(speech_id)
+
+    def close(self) -> None:
+        """Stop watching (the adapter detached)."""
+        for task in self._tasks:
+            task.cancel()
+        self._tasks.clear()
+        self._reported.clear()
+
+
+class ToolStepMinWords:
+    """LiveKit's ``min_words`` rule, applied to a tool step as it is to a playing reply.
+
+    While its tools run, a reply's speech is no longer LiveKit's *current* speech (its
+    playout is marked done first) but a background one. LiveKit 1.8.9 checks
+    ``interruption["min_words"]`` only against the current speech, so during a tool step
+    any committed user turn interrupts the step — a one-word backchannel ("uh-huh")
+    included — whatever ``min_words`` says.
+
+    With ``min_words > 0`` (and a :class:`~.agent.TurnAgent`, whose turn hook runs before
+    LiveKit answers) the step's speech is made uninterruptible for the step, so LiveKit
+    leaves it alone, and each turn committed meanwhile is judged as LiveKit judges one over
+    a playing reply: shorter than ``min_words`` (LiveKit's own word split) it is no turn —
+    no history item, no reply; otherwise the step's speech is interrupted
+    (``speech_handle.interrupt()``), as LiveKit would have done. The speech's own setting
+    is restored when the step ends, before the tool's reply. One cost: audio barge-in on
+    text the reply speaks *before* its tool call waits for the end of that turn.
+    """
+
+    def __init__(self, session: AgentSession) -> None:
+        self._session = session
+        self._guarded: SpeechHandle | None = None
+
+    def _min_words(self) -> int:
+        options = self._session.options.interruption
+        return int(options["min_words"]) if self._session.stt is not None else 0
+
+    def step_started(self, handle: SpeechHandle | None) -> None:
+        """A tool step of ``handle`` started."""
+        if handle is None or self._guarded is not None or self._min_words() <= 0:
+            return
+        if handle.interrupted or handle.done() or not handle.allow_interruptions:
+            return  # nothing to protect: LiveKit would not interrupt it on a turn either
+        handle.allow_interruptions = False
+        self._guarded = handle
+
+    def step_finished(self) -> None:
+        """The step's tools returned: the reply to their output is interruptible again."""
+        handle, self._guarded = self._guarded, None
+        if handle is not None and not handle.interrupted and not handle.done():
+            handle.allow_interruptions = True
+
+    def is_backchannel(self, text: str) -> bool:
+        """Judge a user turn committed now: a backchannel (drop it) or a real turn (the
+        guarded step's speech is interrupted)."""
+        handle = self._guarded
+        if handle is None or handle.interrupted or handle.done():
+            return False
+        if len(split_words(text, split_character=True)) < self._min_words():
+            return True
+        self._guarded = None
+        handle.allow_interruptions = True
+        handle.interrupt()
+        return False

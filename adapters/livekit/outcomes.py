@@ -1,0 +1,343 @@
+"""The outcome monitor: what the session really did, checked beside what the machine emitted.
+
+:class:`~turnfsm.invariants.SafetyMonitor` proves the machine's *effects* right; a lever
+that does nothing, or a LiveKit setting that undoes it, leaves them right and the call
+wrong. :class:`OutcomeMonitor` looks at the session instead: the audio that reached the
+output (:class:`~.audio.PlayoutMeter`), the history, the tool rounds LiveKit ran, and the
+input gate.
+
+======  ==============================  ==================================================
+name    short name                      what must hold (measured on)
+======  ==============================  ==================================================
+O1      no_audio_before_greeting        no agent audio reaches the output before the
+                                        greeting's first frame (playout segments)
+O2      greeting_played_whole           the greeting's audio plays to its end: its segment
+                                        is not cut and everything pushed is played
+                                        (unless the call ends during it)
+O3      no_reply_to_overlap_fragment    no reply answers part of the speech that
+                                        overlapped the greeting: with ``drop`` no reply
+                                        to a turn holding any of it, with
+                                        ``answer_whole`` only to a turn holding all of it
+                                        (held audio replayed, every transcript of it kept)
+O4      committed_text_heard            an interrupted reply leaves in the history no more
+                                        words than the caller heard (playout meter),
+                                        unless ``interrupted_text="keep"``
+O5      tool_rounds_capped              LiveKit runs at most ``max_tool_steps`` tool rounds
+                                        per user turn (``function_tools_executed``)
+O6      input_released                  the input gate is open and user turns are not
+                                        held in every state that does not mute or hold
+                                        them, and when the call ends
+======  ==============================  ==================================================
+
+A breach is counted in :attr:`OutcomeMonitor.counts`. In production it is logged once per
+check and call, as a warning naming the check (no transcript text); with ``strict`` it is
+raised as :class:`OutcomeBreach` at the end of the adapter's current run-to-completion
+step, never inside LiveKit's audio chain.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from typing import TYPE_CHECKING
+
+from livekit.agents import llm
+
+from turnfsm import effects as fx
+from turnfsm import events as ev
+
+from .audio import PlayedSegment
+from .levers import heard_text
+
+if TYPE_CHECKING:
+    from .adapter import TurnAdapter
+
+logger = logging.getLogger("turnfsm.adapters.livekit")
+
+OUTCOME_CHECKS: dict[str, str] = {
+    "O1": "no_audio_before_greeting",
+    "O2": "greeting_played_whole",
+    "O3": "no_reply_to_overlap_fragment",
+    "O4": "committed_text_heard",
+    "O5": "tool_rounds_capped",
+    "O6": "input_released",
+}
+
+PRE_GREETING_STATES = frozenset({"ringing", "awaiting_user", "greeting"})
+_REPORTS_OF_A_CUT = (
+    ev.AgentSpeechInterrupted,
+    ev.AgentSpeechEnded,
+    ev.AssistantMessageCommitted,
+    ev.EffectOutcome,
+)
+"""Events that come with a cut speech, before a hang-up's ``CallEnded`` would."""
+UNHEARD_WORDS_TOLERATED = 1
+"""A word cut in the middle may count as heard by one measure and not by the other."""
+PLAYED_SECONDS_TOLERATED = 0.05
+"""Playout positions are reported to about a frame."""
+
+
+class OutcomeBreach(AssertionError):
+    """The session did something a guarantee rules out."""
+
+    def __init__(self, check: str, message: str) -> None:
+        super().__init__(f"{check} {OUTCOME_CHECKS[check]}: {message}")
+        self.check = check
+
+
+class OutcomeMonitor:
+    """Checks one call's session against the outcome checks (table above)."""
+
+    def __init__(self, adapter: TurnAdapter, *, strict: bool | None = None) -> None:
+        self.adapter = adapter
+        self.policy = adapter.controller.policy
+        self.strict = adapter.controller.strict if strict is None else strict
+        self.counts: collections.Counter[str] = collections.Counter()
+        """Breaches so far, by check name (``"O1"`` ...)."""
+        self.breaches: list[OutcomeBreach] = []
+        self._unraised: list[OutcomeBreach] = []
+        # O1, O2: the greeting's speeches and whether its audio started
+        self._greeting_speeches: set[str] = set()
+        self._greeting_heard_from: str | None = None
+        """The speech whose audio counted as the greeting's first audio."""
+        self._greeting_cut: str | None = None
+        """O2's verdict on a cut greeting, given once the call goes on (a hang-up cuts
+        whatever plays, and LiveKit cuts the speech before it reports the close)."""
+        # O3: the speech that overlapped the greeting
+        self._greeting_ended_at: float | None = None
+        self._user_speaking = False
+        self._in_overlap = False
+        self._overlap_texts: list[str] = []
+        self._held_audio_replayed = True
+        self._judged_turn: ev.UserTurnCommitted | None = None
+        # O4: each speech's committed text before any drop
+        self._full_texts: dict[str, str] = {}
+        # O5: tool rounds LiveKit ran since the last user turn
+        self._tool_rounds = 0
+
+    # -- reporting ----------------------------------------------------------------------
+
+    def breach(self, check: str, message: str) -> None:
+        """Record a breach: warn once per check, or raise it (strict) at the step's end."""
+        error = OutcomeBreach(check, message)
+        self.counts[check] += 1
+        self.breaches.append(error)
+        if self.strict:
+            self._unraised.append(error)
+        elif self.counts[check] == 1:
+            logger.warning("turnfsm: outcome check %s", error)
+
+    def raise_pending(self) -> None:
+        """Strict: raise the first breach recorded since the last call (adapter's step end)."""
+        if self._unraised:
+            first, self._unraised = self._unraised[0], []
+            raise first
+
+    # -- the adapter's hooks ------------------------------------------------------------
+
+    def step(
+        self, before: str, event: ev.Event, after: str, effects: tuple[fx.Effect, ...]
+    ) -> None:
+        """After a step's effects ran."""
+        self._judge_greeting_cut(event, after)
+        self._note_greeting(before, event, after, effects)
+        self._check_overlap(before, event, after, effects)
+        self._check_committed_text(event, after)
+        self._check_tool_rounds(event)
+        self._check_input(after)
+
+    def segment_started(self, speech_id: str | None) -> None:
+        """A speech's first audio frame reached the output."""
+        if not self.policy.has_greeting or self._greeting_heard_from is not None:
+            return
+        if speech_id is not None and speech_id in self._greeting_speeches:
+            self._greeting_heard_from = speech_id
+        elif self.adapter.controller.state in PRE_GREETING_STATES:
+            self.breach(
+                "O1", f"speech {speech_id!r} reached the output before the greeting's audio"
+            )
+
+    def segment_finished(self, speech_id: str | None, segment: PlayedSegment) -> None:
+        """A playout segment ended (played out or cut)."""
+        if speech_id is None or speech_id not in self._greeting_speeches:
+            return
+        unplayed = segment.pushed_seconds - segment.played_seconds
+        if segment.interrupted or unplayed > PLAYED_SECONDS_TOLERATED:
+            self._greeting_cut = (
+                f"greeting speech {speech_id!r} cut after {segment.played_seconds:.2f} s "
+                f"of {segment.pushed_seconds:.2f} s"
+            )
+
+    def _judge_greeting_cut(self, event: ev.Event, after: str) -> None:
+        if self._greeting_cut is None or isinstance(event, _REPORTS_OF_A_CUT):
+            return
+        cut, self._greeting_cut = self._greeting_cut, None
+        if after != "ended" and not self.adapter.closing:
+            self.breach("O2", cut)
+
+    # -- O1, O2: which speech is the greeting -------------------------------------------
+
+    def _note_greeting(
+        self, before: str, event: ev.Event, after: str, effects: tuple[fx.Effect, ...]
+    ) -> None:
+        if isinstance(event, ev.AgentSpeechCreated) and before == "greeting":
+            locked = fx.LockSpeech(speech_id=event.speech_id) in effects
+            if locked:
+                self._greeting_speeches.add(event.speech_id)
+        elif (
+            isinstance(event, ev.EffectOutcome)
+            and event.effect == fx.StartGreeting.name
+            and event.speech_id
+        ):
+            if event.outcome == "done":
+                self._greeting_speeches.add(event.speech_id)
+            else:  # the speech taken for the greeting played something else
+                self._greeting_speeches.discard(event.speech_id)
+                if self._greeting_heard_from == event.speech_id:
+                    self._greeting_heard_from = None
+                    self.breach(
+                        "O1",
+                        f"speech {event.speech_id!r} reached the output before the "
+                        "greeting's audio",
+                    )
+        if before == "greeting" and after != "greeting":
+            self._greeting_ended_at = event.at
+
+    # -- O3: the overlap ----------------------------------------------------------------
+
+    def _check_overlap(
+        self, before: str, event: ev.Event, after: str, effects: tuple[fx.Effect, ...]
+    ) -> None:
+        answer_whole = self.policy.greeting_overlap == "answer_whole"
+        if before == "greeting" and after != "greeting":
+            replay = [e for e in effects if isinstance(e, fx.UnmuteInput)]
+            gate = self.adapter.gate
+            if replay and replay[0].replay_held_audio and gate is not None:
+                self._held_audio_replayed = gate.held_seconds > 0
+        if isinstance(event, ev.UserSpeechStarted):
+            self._user_speaking = True
+            if before == "greeting" or self._in_spill_over_window(event.at):
+                if not self._in_overlap:
+                    self._in_overlap = True
+                    self._overlap_texts = []
+            elif not self._in_overlap:
+                self._judged_turn = None
+        elif isinstance(event, ev.UserSpeechEnded):
+            self._user_speaking = False
+        elif isinstance(event, ev.UserTranscript) and event.is_final and self._in_overlap:
+            if event.text.strip():
+                self._overlap_texts.append(event.text)
+        elif isinstance(event, ev.UserTurnCommitted) and before not in PRE_GREETING_STATES:
+            rejected = any(isinstance(e, fx.RejectUserTurn) for e in effects)
+            self._judged_turn = None if rejected else event
+        elif (
+            isinstance(event, ev.AgentSpeechCreated)
+            and event.source != "say"
+            and self._judged_turn is not None
+        ):
+            self._judge_reply(self._judged_turn, answer_whole)
+            self._judged_turn = None
+
+    def _in_spill_over_window(self, at: float) -> bool:
+        ended = self._greeting_ended_at
+        return (
+            self.policy.mutes_greeting
+            and ended is not None
+            and 0 <= at - ended <= self.policy.spill_over_window
+        )
+
+    def _judge_reply(self, turn: ev.UserTurnCommitted, answer_whole: bool) -> None:
+        overlap = [_words(text) for text in self._overlap_texts]
+        turn_words = _words(turn.text)
+        holds = [bool(words) and _contains(turn_words, words) for words in overlap]
+        if any(holds):
+            self._in_overlap = False
+            if not answer_whole:
+                self.breach(
+                    "O3",
+                    f"turn {turn.item_id!r} answered: it holds speech that overlapped "
+                    "the greeting (greeting_overlap='drop')",
+                )
+            elif not all(holds) or not self._held_audio_replayed:
+                self.breach(
+                    "O3",
+                    f"turn {turn.item_id!r} answered with only part of the speech that "
+                    f"overlapped the greeting ({sum(holds)} of {len(holds)} transcripts, "
+                    f"held audio replayed: {self._held_audio_replayed})",
+                )
+        elif not self._user_speaking:
+            self._in_overlap = False  # the overlap was dropped; this turn is new speech
+        self._overlap_texts = [] if not self._in_overlap else self._overlap_texts
+
+    # -- O4: committed text ⊆ played audio ----------------------------------------------
+
+    def _check_committed_text(self, event: ev.Event, after: str) -> None:
+        if isinstance(event, ev.AssistantMessageCommitted) and event.speech_id:
+            self._full_texts.setdefault(event.speech_id, event.text)
+            return
+        if not isinstance(event, ev.AgentSpeechEnded):
+            return
+        full = self._full_texts.pop(event.speech_id, None)
+        if not event.interrupted or self.policy.interrupted_text == "keep" or full is None:
+            return
+        if after == "ended" or self.adapter.closing:
+            return  # what a hang-up cuts is not edited: the machine is done with the call
+        message = self.adapter.assistant_messages.get(event.speech_id)
+        if message is None:
+            return
+        in_history = self.adapter.session.history.get_by_id(message.id) is not None
+        committed = len(_words(message.text_content or "")) if in_history else 0
+        probe = fx.DropUnspokenText(
+            speech_id=event.speech_id,
+            played_seconds=event.played_seconds,
+            played_text=event.played_text,
+        )
+        whole = llm.ChatMessage(role="assistant", content=[full])
+        heard = len(_words(heard_text(self.adapter, probe, whole)))
+        if committed > heard + UNHEARD_WORDS_TOLERATED:
+            self.breach(
+                "O4",
+                f"speech {event.speech_id!r} left {committed} words in the history, "
+                f"{heard} were heard",
+            )
+
+    # -- O5: tool rounds ----------------------------------------------------------------
+
+    def _check_tool_rounds(self, event: ev.Event) -> None:
+        if isinstance(event, ev.UserTurnCommitted):
+            self._tool_rounds = 0
+        elif isinstance(event, ev.ToolStepFinished):
+            self._tool_rounds += 1
+            if self._tool_rounds > self.policy.max_tool_steps:
+                self.breach(
+                    "O5",
+                    f"LiveKit ran tool round {self._tool_rounds} in one user turn, "
+                    f"cap {self.policy.max_tool_steps}",
+                )
+
+    # -- O6: the input is released ------------------------------------------------------
+
+    def _check_input(self, after: str) -> None:
+        adapter = self.adapter
+        muting: set[str] = set()
+        if self.policy.mutes_greeting:
+            muting.add("greeting")
+        if self.policy.mute_input_during_tools:
+            muting.add("tool_loop")
+        if adapter.realtime is not None:  # server turn detection holds turns at the gate
+            muting |= {"greeting", "listening"}
+        holding = {"greeting", "listening"} if after != "ended" else set()
+        if adapter.gate is not None and adapter.gate.muted and after not in muting:
+            self.breach("O6", f"the input is muted in {after}")
+        if adapter.held_turn_settings is not None and after not in holding:
+            self.breach("O6", f"user turns are held in {after}")
+
+
+def _words(text: str) -> list[str]:
+    return [w.strip(".,!?;:\"'").lower() for w in text.split() if w.strip(".,!?;:\"'")]
+
+
+def _contains(words: list[str], part: list[str]) -> bool:
+    """Whether ``part`` occurs in ``words`` as a run of consecutive words."""
+    size = len(part)
+    return any(words[i : i + size] == part for i in range(len(words) - size + 1))

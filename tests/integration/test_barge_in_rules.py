@@ -1,0 +1,170 @@
+"""Issue 9, point 3: a barge-in during a tool step follows LiveKit's interruption decision.
+
+The caller speaks while a slow tool runs. The machine no longer stops the tool loop on the
+raw VAD start: it stops it when LiveKit really interrupts the speech
+(``agent_speech_interrupted``), after the session's own ``interruption`` rules. All calls
+run under LiveKit's default turn handling (preemptive generation on, false-interruption
+resume on, a transcript synchronizer in the output chain), with barge-in from the VAD.
+
+* ``min_words=3``: a one-word backchannel ("Uh-huh.", 0.74 s: above ``min_duration``) is
+  no interruption: the tool's result is spoken whole, the backchannel is no turn.
+* The same backchannel under LiveKit's default ``min_words=0`` *is* one: the loop stops
+  and the tool's result is never spoken (so the first case can fail).
+* ``enabled=False``: "Wait, stop, stop." does not interrupt: the tool's result is spoken
+  whole; LiveKit drops the caller's turn (it completed during an uninterruptible speech).
+
+Each case asserts on what reached the caller (playout segments, the TTS), the history and
+the model's requests, not only on effects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from livekit.agents import function_tool
+from turncalls import TurnCall, line_start, run_scenarios, turn_call
+
+from turnfsm import TurnPolicy
+from turnfsm.adapters.livekit import TurnAgent
+from turnfsm.adapters.sim import (
+    LINES,
+    CallScript,
+    LLMRequest,
+    ScriptedLLM,
+    ScriptedReply,
+    ScriptedToolCall,
+    UserLine,
+)
+from turnfsm.trace import TraceStep
+
+QUESTION = LINES["question"].text
+RESULT = "Your appointment is on Tuesday at ten."
+TOOL_SECONDS = 2.5
+
+LIVEKIT_DEFAULT_TURNS: dict[str, Any] = {"preemptive_generation": {"enabled": True}}
+"""LiveKit's defaults over the simulation's (local VAD turns and barge-in stay)."""
+
+
+class LookupAgent(TurnAgent):
+    def __init__(self) -> None:
+        super().__init__(instructions="Look things up.")
+        self.started: list[float] = []
+        self.finished: list[float] = []
+
+    @function_tool
+    async def lookup(self) -> str:
+        """Look up the customer's appointment."""
+        loop = asyncio.get_running_loop()
+        self.started.append(loop.time())
+        await asyncio.sleep(TOOL_SECONDS)
+        self.finished.append(loop.time())
+        return "Tuesday at ten."
+
+
+def _reply(request: LLMRequest) -> ScriptedReply:
+    if request.chat_ctx.items[-1].type == "function_call_output":  # the tool's reply
+        return ScriptedReply(text=RESULT)
+    if request.last_user_text == QUESTION:
+        return ScriptedReply(tool_calls=(ScriptedToolCall("lookup"),))
+    return ScriptedReply(text="Okay.")
+
+
+async def _barge_into_tool_step(
+    interruption: dict[str, Any], line: str
+) -> tuple[TurnCall, LookupAgent]:
+    """Ask the question; say ``line`` while the tool runs; wait until the call is quiet.
+
+    Returns the finished call (its session is closed; its records stay)."""
+    policy = TurnPolicy(direction="inbound", first_speaker="user", max_tool_steps=3)
+    agent = LookupAgent()
+    script = CallScript([UserLine(0.3, "question")])
+    turns = {**LIVEKIT_DEFAULT_TURNS, "interruption": {"mode": "vad", **interruption}}
+    async with turn_call(
+        policy,
+        script,
+        agent=agent,
+        llm=ScriptedLLM(_reply),
+        turn_handling=turns,
+        transcript_sync=True,
+    ) as tc:
+        call = tc.call
+        await call.wait_until(lambda: bool(agent.started), timeout=LINES["question"].duration + 4)
+        await call.sleep_until(call.now() + 0.3)
+        call.audio_input.say_now(line)
+        # the tool ends, then either its result plays or the reply to the barge-in does
+        await call.wait_until(lambda: bool(agent.finished), timeout=TOOL_SECONDS + 2)
+        await call.wait_until(
+            lambda: (
+                call.session.agent_state == "listening"
+                and bool(call.audio_output.segments)
+                and call.audio_output.segments[-1].finished
+            ),
+            timeout=12,
+        )
+        await call.sleep_until(call.now() + 1.5)  # nothing else comes
+        tool_start, tool_end = tc.call_time(agent.started[0]), tc.call_time(agent.finished[0])
+        assert tool_start < line_start(call, line) < tool_end - 0.5, tc.describe()  # during it
+        return tc, agent
+
+
+def _tool_speech_interrupted(tc: TurnCall) -> list[TraceStep]:
+    """The ``agent_speech_interrupted`` steps of the speech that ran the tool (preemptive
+    replies to partial transcripts are interrupted too, as LiveKit discards them)."""
+    tool_speech = tc.events("tool_step_started")[0].event.speech_id
+    return [s for s in tc.events("agent_speech_interrupted") if s.event.speech_id == tool_speech]
+
+
+def _result_spoken_whole(tc: TurnCall) -> None:
+    call, context = tc.call, tc.describe()
+    assert _tool_speech_interrupted(tc) == [], context
+    assert call.tts.texts == [RESULT], context
+    segments = call.audio_output.segments
+    assert len(segments) == 1, context
+    assert segments[0].interrupted is False, context
+    assert abs(segments[0].played - call.tts.duration_of(RESULT)) < 0.1, context
+    assistant = call.messages("assistant")
+    assert [m.text_content for m in assistant] == [RESULT], context
+    assert assistant[0].interrupted is False, context
+
+
+async def _backchannel_with_min_words() -> None:
+    tc, _ = await _barge_into_tool_step({"min_words": 3}, "uh_huh")
+    _result_spoken_whole(tc)
+    context = tc.describe()
+    # the backchannel was heard (VAD), but it is no turn: not in the history, never answered
+    assert any(s.before == "tool_loop" for s in tc.events("user_speech_started")), context
+    assert [m.text_content for m in tc.call.messages("user")] == [QUESTION], context
+    assert tc.events("user_turn_committed")[-1].event.text == QUESTION, context
+
+
+async def _backchannel_by_default() -> None:
+    tc, _ = await _barge_into_tool_step({}, "uh_huh")
+    call, context = tc.call, tc.describe()
+    interrupted = _tool_speech_interrupted(tc)
+    assert len(interrupted) == 1, context
+    assert interrupted[0].before == "tool_loop", context
+    # LiveKit interrupted the tool step: its result never reached the model nor the caller
+    assert RESULT not in call.tts.texts, context
+    assert [m.text_content for m in call.messages("assistant")] == ["Okay."], context
+    assert call.messages("user")[-1].text_content == LINES["uh_huh"].text, context
+    assert call.audio_output.segments[-1].interrupted is False, context
+
+
+async def _interruptions_disabled() -> None:
+    tc, _ = await _barge_into_tool_step({"enabled": False}, "stop")
+    _result_spoken_whole(tc)
+    context = tc.describe()
+    assert any(s.before == "tool_loop" for s in tc.events("user_speech_started")), context
+    # an uninterruptible speech: LiveKit drops the turn that completed during it
+    assert [m.text_content for m in tc.call.messages("user")] == [QUESTION], context
+
+
+async def test_barge_in_follows_livekit_interruption_rules() -> None:
+    await run_scenarios(
+        {
+            "min-words-3-backchannel": _backchannel_with_min_words(),
+            "default-backchannel-interrupts": _backchannel_by_default(),
+            "interruptions-disabled": _interruptions_disabled(),
+        }
+    )
