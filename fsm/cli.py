@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .diagram import build_diagram, to_dot, to_mermaid
+from .escape import printable
 from .machine import TurnMachine
 from .policy import TurnPolicy
 from .timeline import render_timeline
@@ -63,7 +64,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.run(args))
     except CliError as error:
-        print(f"turnfsm: error: {error}", file=sys.stderr)
+        print(f"turnfsm: error: {printable(str(error))}", file=sys.stderr)
+        return 1
+    except Exception as error:  # a bug of ours: one line, never a traceback for any input
+        message = printable(f"{type(error).__name__}: {error}")[:300]
+        print(f"turnfsm: internal error: {message} (please report it)", file=sys.stderr)
         return 1
 
 
@@ -123,7 +128,7 @@ def _diagram(args: argparse.Namespace) -> int:
     policy = _policy(args.policy) if args.policy else (trace.policy if trace else None)
     diagram = build_diagram(policy=policy, trace=trace)
     for warning in diagram.warnings:
-        print(f"turnfsm: warning: {warning}", file=sys.stderr)
+        print(f"turnfsm: warning: {printable(warning)}", file=sys.stderr)
     fmt = args.format or SUFFIX_FORMATS.get(args.output.suffix if args.output else "", "mermaid")
     if fmt == "mermaid":
         _emit(to_mermaid(diagram).encode(), args.output)
@@ -228,8 +233,6 @@ def _read_trace(path: Path) -> Trace:
         raise CliError(f"cannot read {path}: {error.strerror}") from None
     except TraceFormatError as error:
         raise CliError(f"{path}: {error}") from None
-    except UnicodeDecodeError:
-        raise CliError(f"{path}: not a text file, expected JSON lines") from None
 
 
 def _emit(data: bytes, output: Path | None) -> None:

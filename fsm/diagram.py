@@ -34,6 +34,7 @@ from statemachine.callbacks import CallbackSpec
 from statemachine.transition import Transition
 
 from .controller import TurnController, initial_state
+from .escape import mermaid_text, printable
 from .machine import LOCKED_STATES, TurnMachine
 from .policy import TurnPolicy
 from .rules import TurnRules
@@ -292,7 +293,11 @@ def _overlay(diagram: Diagram, trace: Trace, machine_class: type[TurnMachine]) -
                 f"step {number} ({step.event.name}) went {step.before} -> {step.after} in the "
                 f"trace but {step.before} -> {controller.state} in the machine"
             )
-            controller.restore(step.after, controller.context)
+            try:
+                controller.restore(step.after, controller.context)
+            except ValueError as error:  # the machine's context cannot be in that state
+                warnings.append(f"the overlay stops at step {number}: {error}")
+                break
     drawn = set(diagram.edges)
     warnings += [
         f"taken {count}x but not drawn: {_edge_text(edge)}"
@@ -438,7 +443,7 @@ def to_mermaid(diagram: Diagram) -> str:
     out.extend(
         f"    %% never fires under this policy: {_edge_text(edge)}" for edge in diagram.omitted
     )
-    out.extend(f"    %% trace overlay: {warning}" for warning in diagram.warnings)
+    out.extend(f"    %% trace overlay: {printable(warning)}" for warning in diagram.warnings)
     return "\n".join(out) + "\n"
 
 
@@ -456,8 +461,9 @@ def _styled_states(diagram: Diagram) -> dict[str, list[str]]:
 
 
 def _mermaid_text(text: str) -> str:
-    """Text safe inside a Mermaid label: no separators Mermaid would read as syntax."""
-    return text.replace(":", "∶").replace(";", ",").replace('"', "'").replace("#", "♯")
+    """Text safe inside a Mermaid label: one line, no separators Mermaid would read as
+    syntax (see :func:`turnfsm.escape.mermaid_text`)."""
+    return mermaid_text(text)
 
 
 def _edge_text(edge: Edge) -> str:
