@@ -178,15 +178,22 @@ class TurnController:
         """Take one event; return the effects to execute, in order.
 
         Every well-formed event is accepted in every state: it either moves the
-        machine or is ignored (see :data:`turnfsm.machine.IGNORED`).
+        machine or is ignored (see :data:`turnfsm.machine.IGNORED`). The step is atomic:
+        when it raises, the state, the context, the trace and the sink are as before.
 
         Raises:
             TypeError: ``event`` is not a :class:`turnfsm.events.Event`.
+            ConcurrentUseError: called from a second thread, or from within a step.
             InvariantViolation: only with ``strict=True``, when the step breaks one.
         """
         if not isinstance(event, Event):
             raise TypeError(f"event must be a turnfsm.events.Event, got {type(event).__name__}")
         self._claim()
+        if self._monitor is None and event.name not in self._handled[self._state]:
+            # Ignored: only the recording changes anything, and it changes last.
+            if self.trace is not None or self.trace_sink is not None:
+                self._record(event, self._state, ())
+            return ()
         saved = self._checkpoint()
         self._busy = True
         try:

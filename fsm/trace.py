@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 from collections.abc import Iterable, Iterator, MutableSequence
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -324,11 +325,18 @@ def _json(line: str) -> Any:
     )
     if not isinstance(record, dict):
         raise ValueError("a line must be a JSON object")
-    try:
-        _dumps(record).encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("a string holds a lone surrogate (\\ud800-\\udfff): not text") from None
+    if _SURROGATE_ESCAPE.search(line):  # a pair is text; a lone half is not
+        try:
+            json.dumps(record, ensure_ascii=False, check_circular=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(
+                "a string holds a lone surrogate (\\ud800-\\udfff): not text"
+            ) from None
     return record
+
+
+_SURROGATE_ESCAPE = re.compile("\\\\u[dD][89a-fA-F]|[\ud800-\udfff]")
+"""A surrogate, escaped or not (``parse`` takes strings, which may hold one raw)."""
 
 
 def _no_constant(name: str) -> Any:
