@@ -42,6 +42,9 @@ class TurnContext:
     greeting_speech_id: str | None = None
     """The locked greeting's speech."""
 
+    greeting_retried: bool = False
+    """The greeting's start was refused or failed and its text was said again, locked."""
+
     active_speeches: frozenset[str] = frozenset()
     """Agent speeches created and not yet ended."""
 
@@ -56,7 +59,8 @@ class TurnContext:
     """The final reply without tools was asked for in this user turn."""
 
     tool_loop_stopped: bool = False
-    """A barge-in stopped the tool loop: the running step's output is not answered."""
+    """LiveKit interrupted the speech during a tool step: the running step's output is
+    not answered."""
 
     final_reply_pending: bool = False
     """The next created speech is the final reply without tools."""

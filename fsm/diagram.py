@@ -44,6 +44,7 @@ POLICY_GUARDS: tuple[str, ...] = (
     "agent_speaks_first",
     "drops_overlap",
     "greets_silent_callee",
+    "has_greeting_text",
     "hangs_up_on_machine",
 )
 """Guards of :class:`~turnfsm.rules.TurnRules` that read the policy only, so a policy

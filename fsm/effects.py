@@ -156,13 +156,23 @@ class CancelTimer(Effect):
     timer: TimerName
 
 
+SayReason = Literal["reprompt", "tool_fallback", "greeting"]
+"""Why a fixed text is said: an idle re-prompt, the tool-cap fallback, or the greeting
+retried after its start was refused or failed."""
+
+
 @attrs.frozen
 class Say(Effect):
-    """Say a fixed text: an idle re-prompt, or the tool-cap fallback."""
+    """Say a fixed text (``session.say``).
+
+    ``allow_interruptions=False`` (the retried greeting) makes the speech locked from
+    its creation, as ``StartGreeting`` does.
+    """
 
     name: ClassVar[str] = "say"
     text: str
-    reason: Literal["reprompt", "tool_fallback"]
+    reason: SayReason
+    allow_interruptions: bool = True
 
 
 @attrs.frozen

@@ -27,12 +27,16 @@ from typing import ClassVar, Literal
 
 import attrs
 
-from .fields import check_fields
+from .effects import EFFECTS_BY_NAME
+from .fields import check_fields, show
 
 SpeechSource = Literal["say", "reply", "tool_reply"]
 """Where an agent speech came from: ``session.say``, a reply, or a reply after tools."""
 
 AnsweringMachineResult = Literal["human", "machine"]
+
+EffectOutcomeKind = Literal["done", "refused", "failed"]
+"""What a lever did with an effect: ``done``, ``refused`` by LiveKit, or ``failed`` (raised)."""
 
 
 def _seconds(value: object) -> object:
@@ -187,6 +191,37 @@ class AnsweringMachineDetected(Event):
 
 
 @attrs.frozen
+class AgentSpeechInterrupted(Event):
+    """LiveKit really interrupted a speech (after its own interruption rules:
+    enabled, min_duration, min_words, false-interruption resume). Not raw VAD."""
+
+    name: ClassVar[str] = "agent_speech_interrupted"
+    speech_id: str
+
+
+def _effect_name(_instance: object, attribute: attrs.Attribute, value: object) -> None:
+    if not isinstance(value, str) or value not in EFFECTS_BY_NAME:
+        raise ValueError(
+            f"EffectOutcome.{attribute.name} must be one of {sorted(EFFECTS_BY_NAME)}, "
+            f"got {show(value)}"
+        )
+
+
+@attrs.frozen
+class EffectOutcome(Event):
+    """What a lever did with an effect: done, refused by LiveKit, or failed (raised)."""
+
+    name: ClassVar[str] = "effect_outcome"
+    effect: str = attrs.field(validator=_effect_name)
+    """The effect's ``name``, e.g. ``"interrupt"``, ``"start_greeting"``."""
+    outcome: EffectOutcomeKind
+    speech_id: str | None = None
+    """The speech the effect was about, when there is one."""
+    detail: str = ""
+    """A short reason, never transcript text."""
+
+
+@attrs.frozen
 class SessionError(Event):
     """The session reported an error; an unrecoverable one ends the call."""
 
@@ -213,6 +248,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     TimerFired,
     AnsweringMachineDetected,
     SessionError,
+    AgentSpeechInterrupted,
+    EffectOutcome,
 )
 """The whole input alphabet, in a stable order."""
 

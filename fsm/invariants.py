@@ -10,7 +10,8 @@ name    short name              what must hold
 I1      greeting_locked         in ``greeting`` no ``Interrupt`` is emitted; once the
                                 greeting started the input is muted (``mute_input``) or
                                 user turns are held (``keep_listening``), and the
-                                greeting's speech is locked in the step that creates it
+                                greeting's speech is locked in the step that creates it;
+                                a retried greeting is said locked, in the greeting
 I2      no_leaked_mute          input is muted only in a muting state and user turns are
                                 held only around the greeting; both are released when
                                 the call ends, whatever the path
@@ -144,6 +145,13 @@ class SafetyMonitor:
                 effects, fx.MuteInput if self.policy.mutes_greeting else fx.HoldUserTurns
             )
             _require(locked or self.muted or self.turns_held, "I1", "greeting starts unlocked")
+        for effect in effects:
+            if isinstance(effect, fx.Say) and effect.reason == "greeting":
+                _require(
+                    not effect.allow_interruptions and before == after == "greeting",
+                    "I1",
+                    f"greeting said unlocked or outside the greeting: {effect}",
+                )
         if before == "greeting" and isinstance(event, ev.AgentSpeechCreated):
             if self.greeting_speech is None:
                 self.greeting_speech = event.speech_id
@@ -167,10 +175,15 @@ class SafetyMonitor:
             self.tool_rounds = 0
             self.final_replies = 0
             self.barge_in_stopped_tools = False
-        if before == "tool_loop" and isinstance(event, ev.UserSpeechStarted):
-            self.barge_in_stopped_tools = self.barge_in_stopped_tools or _has(
-                effects, fx.Interrupt
-            )
+        if before == "tool_loop" and isinstance(event, ev.AgentSpeechInterrupted):
+            self.barge_in_stopped_tools = True
+        if (
+            before == "tool_loop"
+            and isinstance(event, ev.EffectOutcome)
+            and event.effect == "interrupt"
+            and event.outcome != "done"
+        ):
+            self.barge_in_stopped_tools = False  # the loop goes on: the cap applies again
         refused = _has(effects, fx.CancelToolReply)
         if isinstance(event, ev.ToolStepStarted) and before in TOOL_STATES and not refused:
             self.tool_rounds += 1

@@ -88,7 +88,27 @@ class TurnMachine(StateChart):
         )
         | listening.to.itself(internal=True, on=["note_user_speaking", "cancel_idle_timer"])
         | speaking.to.itself(internal=True, on="note_user_speaking")
-        | tool_loop.to.itself(internal=True, on=["note_user_speaking", "stop_tool_loop"])
+        | tool_loop.to.itself(internal=True, on="note_user_speaking")
+    )
+
+    agent_speech_interrupted = tool_loop.to.itself(
+        internal=True, cond="is_active_speech", on="note_tool_loop_interrupted"
+    )
+
+    effect_outcome = (
+        tool_loop.to.itself(
+            internal=True,
+            cond=["interrupt_not_done", "tool_loop_is_stopped"],
+            on="resume_tool_loop",
+        )
+        | greeting.to.itself(
+            internal=True,
+            cond=["greeting_start_not_done", "has_greeting_text"],
+            unless="greeting_retried",
+            on="say_greeting_locked",
+        )
+        | greeting.to(ended, cond="greeting_start_not_done", on="note_greeting_failed")
+        | greeting.to(ended, cond="greeting_retry_not_done", on="note_greeting_failed")
     )
 
     user_speech_ended = (
@@ -236,5 +256,37 @@ IGNORED: dict[str, str] = {
     "timer_fired": "a cancelled timer's late expiry, or a timer of another state",
     "answering_machine_detected": "a human answered, or the policy continues on machines",
     "session_error": "recoverable errors are traced only",
+    "agent_speech_interrupted": "only a tool step needs it; a reply's end follows as"
+    " agent_speech_ended, a greeting is locked, and before the greeting the machine"
+    " interrupted the speech itself",
+    "effect_outcome": "a done outcome, or a refusal the machine has no other way to act on"
+    " (see OUTCOME_DECISIONS): traced only",
 }
 """Why an event is ignored where the machine declares no transition for it."""
+
+OUTCOME_DECISIONS: dict[str, str] = {
+    "mute_input": "traced only: the outcome monitor reports caller audio heard in a lock",
+    "unmute_input": "traced only: the outcome monitor reports input left muted",
+    "lock_speech": "traced only: the outcome monitor reports an unlocked greeting",
+    "start_greeting": "in greeting, before its speech exists: said again once as a locked"
+    " Say of the fixed text; a generated greeting, or a second failure, ends the call"
+    " (greeting_failed), never a deaf greeting",
+    "hold_user_turns": "traced only: the outcome monitor reports a reply to an overlap",
+    "resume_user_turns": "traced only: the outcome monitor reports a deaf agent",
+    "interrupt": "in tool_loop after LiveKit's interruption: the loop goes on (its"
+    " reply is spoken); before the greeting traced only: the outcome monitor reports"
+    " agent audio before the greeting",
+    "drop_unspoken_text": "traced only: the outcome monitor compares history and audio",
+    "clear_user_turn": "traced only: the next turn may carry the overlap's words",
+    "reject_user_turn": "traced only: the outcome monitor reports a reply to an overlap",
+    "cancel_tool_reply": "traced only: the outcome monitor counts tool rounds",
+    "final_reply_without_tools": "traced only: the next user turn starts a fresh count",
+    "start_timer": "traced only: the timer never fires, the call goes on without it",
+    "cancel_timer": "traced only: a late expiry is stale and ignored",
+    "say": "in greeting, the retried greeting failed too: the call ends"
+    " (greeting_failed); a re-prompt or fallback is traced only",
+    "end_call": "traced only: the session's close still ends the call (call_ended)",
+}
+"""What the machine does when a lever reports an effect ``refused`` or ``failed``
+(``effect_outcome``); a ``done`` outcome is traced only. A test checks every effect
+is listed."""

@@ -15,9 +15,11 @@ from .context import TurnContext
 from .events import (
     AgentSpeechCreated,
     AgentSpeechEnded,
+    AgentSpeechInterrupted,
     AnsweringMachineDetected,
     AssistantMessageCommitted,
     CallEnded,
+    EffectOutcome,
     Event,
     SessionError,
     TimerFired,
@@ -76,6 +78,37 @@ class TurnRules:
             and ev.speech_id in self.context.active_speeches
             and ev.speech_id not in self.context.dropped_speeches
         )
+
+    def is_active_speech(self, ev: AgentSpeechInterrupted) -> bool:
+        return ev.speech_id in self.context.active_speeches
+
+    def interrupt_not_done(self, ev: EffectOutcome) -> bool:
+        return ev.effect == "interrupt" and ev.outcome != "done"
+
+    def tool_loop_is_stopped(self) -> bool:
+        return self.context.tool_loop_stopped
+
+    def greeting_start_not_done(self, ev: EffectOutcome) -> bool:
+        """The greeting did not start and no speech of it exists: the call would be deaf."""
+        return (
+            ev.effect == "start_greeting"
+            and ev.outcome != "done"
+            and self.context.greeting_speech_id is None
+        )
+
+    def greeting_retry_not_done(self, ev: EffectOutcome) -> bool:
+        return (
+            ev.effect == "say"
+            and ev.outcome != "done"
+            and self.context.greeting_retried
+            and self.context.greeting_speech_id is None
+        )
+
+    def has_greeting_text(self) -> bool:
+        return self.policy.greeting is not None
+
+    def greeting_retried(self) -> bool:
+        return self.context.greeting_retried
 
     def tool_loop_must_stop(self) -> bool:
         ctx = self.context
@@ -163,6 +196,9 @@ class TurnRules:
     def note_session_error(self) -> None:
         self.context.end_reason = "error"
 
+    def note_greeting_failed(self) -> None:
+        self.context.end_reason = "greeting_failed"
+
     def clean_up_call(self) -> None:
         ctx = self.context
         for timer in sorted(ctx.timers):
@@ -197,6 +233,12 @@ class TurnRules:
         self._add_active_speech(ev.speech_id)
         self.emit(fx.LockSpeech(speech_id=ev.speech_id))
 
+    def say_greeting_locked(self) -> None:
+        """The greeting's start was refused or failed: say its text once more, locked."""
+        assert self.policy.greeting is not None  # guarded by has_greeting_text
+        self.context.greeting_retried = True
+        self.emit(fx.Say(text=self.policy.greeting, reason="greeting", allow_interruptions=False))
+
     def note_overlap(self) -> None:
         self.context.overlapped_greeting = True
 
@@ -205,6 +247,7 @@ class TurnRules:
         ctx, policy = self.context, self.policy
         ctx.greeting_speech_id = None
         ctx.first_words_item = None
+        ctx.greeting_retried = False
         if _is_end(target):
             return  # clean_up_call releases everything without replaying or committing
         answer_whole = policy.greeting_overlap == "answer_whole"
@@ -347,11 +390,14 @@ class TurnRules:
             return
         ctx.tool_rounds += 1
 
-    def stop_tool_loop(self) -> None:
-        """A barge-in during a tool step: no further round, the tool output is not spoken."""
-        if not self.context.tool_loop_stopped:
-            self.context.tool_loop_stopped = True
-            self.emit(fx.Interrupt(force=False))
+    def note_tool_loop_interrupted(self) -> None:
+        """LiveKit interrupted the speech during a tool step: no further round, the tool
+        output is not answered. LiveKit already stopped the speech: nothing to emit."""
+        self.context.tool_loop_stopped = True
+
+    def resume_tool_loop(self) -> None:
+        """The interrupt did not happen: the loop goes on and its reply is spoken."""
+        self.context.tool_loop_stopped = False
 
     def stop_after_tool_step(self, ev: ToolStepFinished) -> None:
         ctx = self.context

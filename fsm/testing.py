@@ -58,6 +58,11 @@ def event_alphabet() -> tuple[ev.Event, ...]:
         ev.AgentSpeechStarted(at=EARLY, speech_id="s1"),
         ev.AssistantMessageCommitted(at=EARLY, speech_id="s1", text="hi"),
         ev.ToolStepStarted(at=EARLY, speech_id="s1", calls=3),
+        ev.EffectOutcome(at=EARLY, effect="interrupt", outcome="refused"),
+        ev.EffectOutcome(at=EARLY, effect="start_greeting", outcome="failed"),
+        ev.EffectOutcome(at=EARLY, effect="start_greeting", outcome="done"),
+        ev.EffectOutcome(at=EARLY, effect="say", outcome="refused"),
+        ev.EffectOutcome(at=EARLY, effect="lock_speech", outcome="refused"),
     ]
     for speech in speeches:
         alphabet += [
@@ -65,6 +70,7 @@ def event_alphabet() -> tuple[ev.Event, ...]:
             ev.AgentSpeechEnded(at=EARLY, speech_id=speech),
             ev.AgentSpeechEnded(at=EARLY, speech_id=speech, played_seconds=1.5),
             ev.AgentSpeechEnded(at=EARLY, speech_id=speech, interrupted=True, played_seconds=1.0),
+            ev.AgentSpeechInterrupted(at=EARLY, speech_id=speech),
             ev.AssistantMessageCommitted(at=EARLY, speech_id=speech, text="hi", interrupted=True),
             ev.ToolStepStarted(at=EARLY, speech_id=speech, calls=1),
             ev.ToolStepFinished(at=EARLY, speech_id=speech),

@@ -30,7 +30,7 @@ RejectUserTurn           ``StopResponse`` from ``TurnAgent.on_user_turn_complete
 CancelToolReply          ``FunctionToolsExecutedEvent.cancel_tool_reply()``
 FinalReplyWithoutTools   ``session.generate_reply(tool_choice="none")``
 StartTimer, CancelTimer  ``loop.call_later`` / ``TimerHandle.cancel``
-Say                      ``session.say(text)``
+Say                      ``session.say(text)``, ``allow_interruptions=False`` when locked
 EndCall                  the ``end_call`` callback given to :func:`attach`, else
                          ``session.shutdown()``
 =======================  =================================================================
@@ -64,7 +64,7 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from livekit.agents import llm
+from livekit.agents import NOT_GIVEN, llm
 
 from turnfsm import effects as fx
 
@@ -224,7 +224,9 @@ def cancel_timer(adapter: TurnAdapter, effect: fx.CancelTimer) -> None:
 
 
 def say(adapter: TurnAdapter, effect: fx.Say) -> None:
-    adapter.session.say(effect.text)
+    # only a locked say (the retried greeting) overrides the session's interruption default
+    allow = NOT_GIVEN if effect.allow_interruptions else False
+    adapter.session.say(effect.text, allow_interruptions=allow)
 
 
 def end_call(adapter: TurnAdapter, effect: fx.EndCall) -> None:

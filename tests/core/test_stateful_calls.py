@@ -130,6 +130,11 @@ VARIANTS: dict[str, tuple[dict[str, object], ...]] = {
     "timer_fired": _variants(timer=TIMER_NAMES),
     "answering_machine_detected": _variants(result=("human", "machine")),
     "session_error": _variants(message=("boom",), recoverable=(True, False)),
+    "agent_speech_interrupted": _variants(**SPEECH),
+    "effect_outcome": _variants(
+        effect=("interrupt", "start_greeting", "say", "lock_speech"),
+        outcome=("done", "refused", "failed"),
+    ),
 }
 """Each event type's fields, from small domains so that ids collide often: one draw
 picks a whole event (a draw per field makes hypothesis several times slower)."""

@@ -13,6 +13,7 @@ from turnfsm import TurnController, TurnPolicy
 from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.effects import CLEANUP_EFFECTS
+from turnfsm.machine import OUTCOME_DECISIONS
 from turnfsm.testing import event_alphabet
 
 GREETING = "Hi, this is Ada from Acme."
@@ -323,6 +324,57 @@ def test_interrupted_greeting_end_still_releases_the_lock_and_drops_unspoken_tex
     )
 
 
+@pytest.mark.parametrize("outcome", ["refused", "failed"])
+def test_a_greeting_that_did_not_start_is_said_again_locked(outcome: str) -> None:
+    controller = outbound()
+    controller.handle(ev.CallAnswered(at=0.0))
+    controller.handle(ev.UserTurnCommitted(at=2.0, text="Hello?", item_id="u1"))
+    failed = ev.EffectOutcome(at=2.0, effect="start_greeting", outcome=outcome, detail="boom")
+    assert controller.handle(failed) == (
+        fx.Say(text=GREETING, reason="greeting", allow_interruptions=False),
+    )
+    assert controller.state == "greeting"
+    assert controller.context.turns_held  # still locked
+    assert controller.handle(ev.AgentSpeechCreated(at=2.1, speech_id="g1", source="say")) == (
+        fx.LockSpeech(speech_id="g1"),
+    )
+    controller.handle(ev.AgentSpeechEnded(at=4.0, speech_id="g1", played_seconds=1.9))
+    assert controller.state == "listening"
+    assert not controller.context.greeting_retried
+
+
+def test_a_greeting_retry_that_fails_too_ends_the_call() -> None:
+    controller = outbound()
+    controller.handle(ev.CallAnswered(at=0.0))
+    controller.handle(ev.UserTurnCommitted(at=2.0, text="Hello?", item_id="u1"))
+    controller.handle(ev.EffectOutcome(at=2.0, effect="start_greeting", outcome="refused"))
+    assert controller.handle(ev.EffectOutcome(at=2.0, effect="say", outcome="failed")) == (
+        fx.ResumeUserTurns(commit_pending=False),
+        fx.EndCall(reason="greeting_failed"),
+    )
+    assert controller.state == "ended"
+
+
+def test_a_generated_greeting_that_did_not_start_ends_the_call() -> None:
+    controller = inbound(greeting=None, greeting_instructions="Greet", greeting_lock="mute_input")
+    controller.handle(ev.SessionStarted(at=0.0))
+    assert controller.handle(
+        ev.EffectOutcome(at=0.1, effect="start_greeting", outcome="failed")
+    ) == (fx.UnmuteInput(replay_held_audio=False), fx.EndCall(reason="greeting_failed"))
+
+
+def test_a_greeting_failure_after_its_speech_exists_is_traced_only() -> None:
+    controller = greeted(outbound())
+    late = ev.EffectOutcome(at=2.5, effect="start_greeting", outcome="failed")
+    assert controller.handle(late) == ()
+    assert controller.state == "greeting"
+
+
+def test_every_effect_has_a_decided_outcome() -> None:
+    assert set(OUTCOME_DECISIONS) == set(fx.EFFECTS_BY_NAME)
+    assert all(reason.strip() for reason in OUTCOME_DECISIONS.values())
+
+
 # -- the await timer -----------------------------------------------------------------------
 
 
@@ -566,11 +618,24 @@ def test_tool_step_straight_from_listening() -> None:
     assert controller.state == "speaking"
 
 
-def test_barge_in_during_tools_interrupts_and_cancels_without_a_final_reply() -> None:
+def test_raw_voice_during_tools_does_not_stop_the_loop() -> None:
+    """LiveKit decides whether voice is an interruption (min_words, false interruptions):
+    a backchannel that LiveKit does not act on leaves the tool step running."""
+    controller = speaking(max_tool_steps=2)
+    controller.handle(ev.ToolStepStarted(at=3.0, speech_id="s1"))
+    assert controller.handle(ev.UserSpeechStarted(at=3.2)) == ()
+    assert controller.handle(ev.UserSpeechEnded(at=3.4)) == ()
+    assert controller.handle(ev.ToolStepFinished(at=3.5, speech_id="s1")) == ()
+    assert controller.state == "speaking"
+
+
+def test_livekit_interruption_during_tools_cancels_without_a_final_reply() -> None:
     controller = speaking()
     controller.handle(ev.ToolStepStarted(at=3.0, speech_id="s1"))
-    assert controller.handle(ev.UserSpeechStarted(at=3.2)) == (fx.Interrupt(force=False),)
-    assert controller.handle(ev.UserSpeechStarted(at=3.3)) == ()  # interrupted once
+    controller.handle(ev.UserSpeechStarted(at=3.2))
+    # LiveKit already stopped the speech: nothing to interrupt
+    assert controller.handle(ev.AgentSpeechInterrupted(at=3.3, speech_id="s1")) == ()
+    assert controller.context.tool_loop_stopped
     assert controller.handle(ev.ToolStepFinished(at=3.5, speech_id="s1")) == (
         fx.CancelToolReply(speech_id="s1"),
     )
@@ -579,6 +644,37 @@ def test_barge_in_during_tools_interrupts_and_cancels_without_a_final_reply() ->
         ev.AgentSpeechEnded(at=3.6, speech_id="s1", interrupted=True, played_seconds=0.4)
     ) == (fx.DropUnspokenText(speech_id="s1", played_seconds=0.4),)
     assert controller.state == "listening"
+
+
+def test_interruption_of_a_speech_not_running_is_ignored() -> None:
+    controller = speaking()
+    controller.handle(ev.ToolStepStarted(at=3.0, speech_id="s1"))
+    assert controller.handle(ev.AgentSpeechInterrupted(at=3.3, speech_id="old")) == ()
+    assert not controller.context.tool_loop_stopped
+
+
+@pytest.mark.parametrize("outcome", ["refused", "failed"])
+def test_an_interrupt_that_did_not_happen_lets_the_tool_loop_go_on(outcome: str) -> None:
+    controller = speaking(max_tool_steps=2)
+    controller.handle(ev.ToolStepStarted(at=3.0, speech_id="s1"))
+    controller.handle(ev.AgentSpeechInterrupted(at=3.3, speech_id="s1"))
+    refused = ev.EffectOutcome(at=3.4, effect="interrupt", outcome=outcome, speech_id="s1")
+    assert controller.handle(refused) == ()
+    assert not controller.context.tool_loop_stopped
+    # the tool's result is answered: no cancel, and the cap still applies afterwards
+    assert controller.handle(ev.ToolStepFinished(at=3.5, speech_id="s1")) == ()
+    assert tool_round(controller) == (
+        fx.CancelToolReply(speech_id="s1"),
+        fx.FinalReplyWithoutTools(fallback_text=FALLBACK),
+    )
+
+
+def test_an_interrupt_done_changes_nothing() -> None:
+    controller = speaking()
+    controller.handle(ev.ToolStepStarted(at=3.0, speech_id="s1"))
+    controller.handle(ev.AgentSpeechInterrupted(at=3.3, speech_id="s1"))
+    assert controller.handle(ev.EffectOutcome(at=3.4, effect="interrupt", outcome="done")) == ()
+    assert controller.context.tool_loop_stopped
 
 
 def test_tools_muted_when_the_policy_says_so() -> None:
