@@ -85,7 +85,12 @@ class TraceStep:
 
 
 class StepRing(collections.deque[TraceStep]):
-    """The steps of a bounded trace: a ring buffer equal to a list of the same steps."""
+    """The steps of a bounded trace: a ring buffer that slices and compares like a list."""
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return list(self)[index]
+        return super().__getitem__(index)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, list | collections.deque):
@@ -255,11 +260,12 @@ class TraceWriter:
 
 
 def redact(item: Any) -> Any:
-    """``item`` with its transcript or policy text fields replaced by ``[redacted]``."""
+    """``item`` with its transcript or policy text fields replaced by ``[redacted]``
+    (an empty text too: nothing about a text shows; a missing one stays ``None``)."""
     names = TEXT_FIELDS.get(type(item))
     if not names:
         return item
-    changes = {name: REDACTED for name in names if getattr(item, name)}
+    changes = {name: REDACTED for name in names if getattr(item, name) is not None}
     return attrs.evolve(item, **changes) if changes else item
 
 
