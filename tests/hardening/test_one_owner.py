@@ -99,9 +99,9 @@ def test_a_step_re_entered_from_its_own_action_raises() -> None:
     assert len(controller.trace or ()) == 0
 
 
-def test_the_adapter_refuses_a_dispatch_from_another_thread() -> None:
+async def test_the_adapter_refuses_a_dispatch_from_another_thread() -> None:
     adapter = TurnAdapter(AgentSession(), TurnController(POLICY))
-    adapter.dispatch(ev.CallRinging(at=0.0))  # not subscribed: ignored, but owned now
+    adapter.dispatch(ev.CallRinging(at=0.0))  # the loop's thread (not subscribed: ignored)
     error = in_thread(lambda: adapter.dispatch(ev.CallAnswered(at=1.0)))
     assert isinstance(error, ConcurrentUseError)
     assert "call_soon_threadsafe" in str(error)
