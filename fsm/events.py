@@ -9,7 +9,7 @@ Each class maps to one machine event, named by its ``name`` class attribute.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, get_args
 
 import attrs
 
@@ -200,7 +200,7 @@ class EffectOutcome(Event):
     effect: str = attrs.field(validator=_effect_name)
     """The effect's ``name``, e.g. ``"interrupt"``, ``"start_greeting"``."""
     outcome: EffectOutcomeKind = attrs.field(
-        validator=attrs.validators.in_(("done", "refused", "failed"))
+        validator=attrs.validators.in_(get_args(EffectOutcomeKind))
     )
     speech_id: str | None = None
     """The speech the effect was about, when there is one."""
