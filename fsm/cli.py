@@ -11,16 +11,20 @@ This is the only module that reads or writes files or runs a program.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+import tomllib
 
 from .diagram import build_diagram, to_dot, to_mermaid
 from .escape import printable
-from .machine import TurnMachine
+from .machine import TurnChart, TurnMachine
 from .policy import TurnPolicy
 from .timeline import render_timeline
 from .trace import Trace, TraceFormatError
@@ -117,6 +121,23 @@ def _parser() -> argparse.ArgumentParser:
     timeline.add_argument("trace", type=Path, metavar="CALL.jsonl")
     timeline.add_argument("-o", "--output", type=Path, help="write the SVG here (default stdout)")
     timeline.set_defaults(run=_timeline)
+
+    check = commands.add_parser(
+        "check",
+        help="check a policy (and your rules or machine) against every invariant",
+        description="Explore every reachable configuration and run random calls; print "
+        "the coverage and each invariant breach with its shortest event path.",
+    )
+    check.add_argument("policy", metavar="POLICY", help="FILE.json, FILE.toml or module:attr")
+    check.add_argument("--rules", metavar="module:Class", help="a TurnRules subclass")
+    check.add_argument("--machine", metavar="module:attr", help="a class from build_machine")
+    check.add_argument(
+        "--events", metavar="module:attr", help="the extension's own events: a list of them"
+    )
+    check.add_argument(
+        "--random-calls", type=int, default=300, metavar="N", help="0 to skip (default 300)"
+    )
+    check.set_defaults(run=_check)
     return parser
 
 
@@ -167,7 +188,7 @@ def _timeline(args: argparse.Namespace) -> int:
 # -- committed diagrams ---------------------------------------------------------------------
 
 
-def committed_diagrams(machine_class: type[TurnMachine] = TurnMachine) -> dict[str, str]:
+def committed_diagrams(machine_class: type[TurnChart] = TurnMachine) -> dict[str, str]:
     """The text files ``turnfsm diagrams`` writes, by file name: Mermaid and DOT per preset."""
     files = {}
     for name, policy in PRESETS.items():
@@ -177,7 +198,7 @@ def committed_diagrams(machine_class: type[TurnMachine] = TurnMachine) -> dict[s
     return files
 
 
-def stale_diagrams(out: Path, machine_class: type[TurnMachine] = TurnMachine) -> list[str]:
+def stale_diagrams(out: Path, machine_class: type[TurnChart] = TurnMachine) -> list[str]:
     """One message per committed text file that differs from a fresh rendering."""
     stale = []
     for name, text in committed_diagrams(machine_class).items():
@@ -187,6 +208,71 @@ def stale_diagrams(out: Path, machine_class: type[TurnMachine] = TurnMachine) ->
         elif path.read_text(encoding="utf-8") != text:
             stale.append(f"{path} differs from the machine: run `make diagrams`")
     return stale
+
+
+def _check(args: argparse.Namespace) -> int:
+    from .check import format_check, run_check
+    from .events import Event
+    from .rules import TurnRules
+
+    policy = _check_policy(args.policy)
+    options: dict[str, Any] = {"random_calls": args.random_calls}
+    if args.rules:
+        options["rules_class"] = _import(args.rules, "--rules")
+        if not (
+            isinstance(options["rules_class"], type)
+            and issubclass(options["rules_class"], TurnRules)
+        ):
+            raise CliError(f"--rules must name a TurnRules subclass, got {args.rules!r}")
+    if args.machine:
+        options["machine_class"] = _import(args.machine, "--machine")
+        if not (
+            isinstance(options["machine_class"], type)
+            and issubclass(options["machine_class"], TurnChart)
+        ):
+            raise CliError(f"--machine must name a class from build_machine, got {args.machine!r}")
+    if args.events:
+        options["extra_events"] = tuple(_import(args.events, "--events"))
+        if not all(isinstance(event, Event) for event in options["extra_events"]):
+            raise CliError(f"--events must name a list of turnfsm events, got {args.events!r}")
+    try:
+        report = run_check(policy, **options)
+    except Exception as error:  # the user's rules or machine: report, never a traceback
+        raise CliError(f"the check could not run: {type(error).__name__}: {error}") from None
+    print(format_check(report))
+    return 0 if report.ok else 1
+
+
+def _check_policy(spec: str) -> TurnPolicy:
+    if ":" in spec and not Path(spec).exists():
+        value = _import(spec, "POLICY")
+    elif spec.endswith(".toml"):
+        try:
+            value = tomllib.loads(Path(spec).read_text(encoding="utf-8"))
+        except OSError as error:
+            raise CliError(f"cannot read {spec}: {error.strerror}") from None
+        except tomllib.TOMLDecodeError as error:
+            raise CliError(f"{spec}: {error}") from None
+    elif spec.endswith(".json"):
+        return _policy(spec)
+    else:
+        raise CliError(f"POLICY must be a .json or .toml file or module:attr, got {spec!r}")
+    if isinstance(value, TurnPolicy):
+        return value
+    try:
+        if not isinstance(value, dict):
+            raise TypeError(f"expected a TurnPolicy or a table of its fields, got {value!r}")
+        return TurnPolicy(**value)
+    except (ValueError, TypeError) as error:
+        raise CliError(f"{spec}: {error}") from None
+
+
+def _import(spec: str, option: str) -> Any:
+    module_name, _, attr = spec.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as error:
+        raise CliError(f"{option}: cannot import {spec!r}: {error}") from None
 
 
 # -- files and programs ---------------------------------------------------------------------

@@ -29,13 +29,14 @@ from typing import Any
 
 import attrs
 from statemachine import State
+from statemachine.orderedset import OrderedSet
 
 from . import effects as fx
 from .context import TurnContext
 from .events import Event
 from .fields import check_fields
 from .invariants import SafetyMonitor
-from .machine import TurnMachine
+from .machine import TurnChart, TurnMachine, handled_events, leaf_states
 from .policy import TurnPolicy
 from .rules import TurnRules
 from .trace import Trace, TraceSink, TraceStep, redact
@@ -49,22 +50,9 @@ class ConcurrentUseError(RuntimeError):
     """A controller was used from a second thread, or re-entered during a step."""
 
 
-def handled_events(machine_class: type[TurnMachine] = TurnMachine) -> dict[str, frozenset[str]]:
-    """For each state id, the events that have at least one transition from it."""
-    handled: dict[str, set[str]] = {state.id: set() for state in machine_class.states}
-    for state in machine_class.states:
-        for transition in state.transitions:
-            handled[state.id].update(str(event) for event in transition.events)
-    return {state: frozenset(names) for state, names in handled.items()}
-
-
-def initial_state(policy: TurnPolicy) -> str:
-    """Where a call starts: outbound calls ring; inbound calls are already answered."""
-    if policy.direction == "outbound":
-        return "ringing"
-    if policy.first_speaker == "agent":
-        return "greeting"
-    return "awaiting_user" if policy.has_greeting else "listening"
+def initial_state(policy: TurnPolicy, machine_class: type[TurnChart] = TurnMachine) -> str:
+    """Where a call under ``policy`` starts: the state the chart's eventless start picks."""
+    return TurnController(policy, record=False, machine_class=machine_class).state
 
 
 class TurnController:
@@ -82,7 +70,8 @@ class TurnController:
         trace_sink: also send every step, as it happens, here (e.g. a
             :class:`~turnfsm.trace.TraceWriter` appending to a JSON lines file); it works
             with ``record=False`` too.
-        machine_class: the machine to run; a subclass of :class:`TurnMachine`.
+        machine_class: the machine to run: :data:`~turnfsm.machine.TurnMachine` or a
+            class from :func:`~turnfsm.machine.build_machine`.
         rules_class: the guards and actions it runs; a subclass of
             :class:`~turnfsm.rules.TurnRules` (tests seed bugs this way).
     """
@@ -96,17 +85,22 @@ class TurnController:
         keep_text: bool = False,
         max_trace_steps: int | None = DEFAULT_MAX_TRACE_STEPS,
         trace_sink: TraceSink | None = None,
-        machine_class: type[TurnMachine] = TurnMachine,
+        machine_class: type[TurnChart] = TurnMachine,
         rules_class: type[TurnRules] = TurnRules,
     ) -> None:
         self.policy = policy
         self._rules = rules_class(policy=policy)
         self._machine_class = machine_class
-        self._machine = self._new_machine(initial_state(policy))
+        self._machine = machine_class(listeners=[self._rules])
+        # The chart's eventless start picks the first state; entering it emits nothing
+        # before the call starts (call_answered, or session_started for inbound calls,
+        # replays the enter actions). Effects here would be lost: refuse them.
+        if self._rules.outbox:
+            raise RuntimeError(f"the start emitted effects before any event: {self._rules.outbox}")
         self._handled = _HANDLED_CACHE.get(machine_class) or _HANDLED_CACHE.setdefault(
             machine_class, handled_events(machine_class)
         )
-        self._state = initial_state(policy)
+        self._state = _state_id(self._machine)
         self._monitor = SafetyMonitor(policy) if strict else None
         self._keep_text = keep_text
         traced_policy = policy if keep_text else redact(policy)
@@ -122,13 +116,6 @@ class TurnController:
             trace_sink.start(traced_policy)
         self._owner: int | None = None
         self._busy = False
-
-    def _new_machine(self, state: str) -> TurnMachine:
-        machine = self._machine_class(start_value=state, listeners=[self._rules])
-        # Entering the start state runs its enter actions; a call's effects begin with
-        # its first event, so whatever they queued is not an effect of this call.
-        self._rules.outbox.clear()
-        return machine
 
     @property
     def state(self) -> str:
@@ -170,7 +157,7 @@ class TurnController:
             # milliseconds (callback resolution), so the explorer revives the engine,
             # which holds no other state between steps.
             self._machine._engine.running = True
-        self._machine.model.state = state
+        self._machine.model.state = OrderedSet(_path(self._machine_class, state))
         self._state = state
         self._rules.context = attrs.evolve(context)
 
@@ -243,7 +230,7 @@ class TurnController:
         the strict monitor's shadow (the trace and sink change last, when nothing can
         fail any more)."""
         return (
-            self._machine.model.state,
+            copy.copy(self._machine.model.state),
             self._state,
             copy.copy(self._rules.context),
             _copy_monitor(self._monitor) if self._monitor is not None else None,
@@ -317,12 +304,23 @@ def _copy_monitor(monitor: SafetyMonitor) -> SafetyMonitor:
     return attrs.evolve(monitor, **containers)
 
 
-_HANDLED_CACHE: dict[type[TurnMachine], dict[str, frozenset[str]]] = {}
+_HANDLED_CACHE: dict[type[TurnChart], dict[str, frozenset[str]]] = {}
 
 
-def _state_id(machine: TurnMachine) -> str:
-    value = machine.current_state_value
-    return value.id if isinstance(value, State) else str(value)
+def _path(machine_class: type[TurnChart], state: str) -> list[str]:
+    """The state's id and its parents', outermost first: a configuration in the chart."""
+    node: State | None = next(leaf for leaf in leaf_states(machine_class) if leaf.id == state)
+    ids = []
+    while node is not None:
+        ids.append(node.id)
+        node = node.parent
+    return ids[::-1]
+
+
+def _state_id(machine: TurnChart) -> str:
+    """The call's state: the one atomic state of the configuration."""
+    (leaf,) = (state.id for state in machine.configuration if not state.states)
+    return leaf
 
 
 def replay(trace: Trace, **controller_options: object) -> Trace:

@@ -37,7 +37,7 @@ import attrs
 from . import effects as fx
 from . import events as ev
 from .fields import check_fields, show
-from .machine import TurnMachine
+from .machine import leaf_states
 from .policy import TurnPolicy
 
 FORMAT_VERSION = 1
@@ -168,7 +168,7 @@ class Trace:
             TraceFormatError: naming the first bad line.
         """
         trace: Trace | None = None
-        states = _state_ids(TurnMachine)
+        states = _STATE_IDS
         for number, line in enumerate(lines, start=1):
             try:
                 if len(line) > MAX_LINE_BYTES:
@@ -370,8 +370,8 @@ def _problem(error: BaseException) -> str:
     return str(error)
 
 
-def _state_ids(machine_class: type[TurnMachine]) -> frozenset[str]:
-    return frozenset(machine_class.states_map)
+_STATE_IDS = frozenset(state.id for state in leaf_states())
+"""The states a step may name: the ones a call can be in."""
 
 
 def _parse_header(record: dict[str, Any]) -> tuple[TurnPolicy, int]:
