@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from turnfsm import TurnController, TurnMachine, TurnPolicy
 from turnfsm import events as ev
-from turnfsm.controller import handled_events, initial_state
+from turnfsm.controller import handled_events
+from turnfsm.machine import leaf_states, leaf_transitions
 from turnfsm.rules import TurnRules
 
 POLICY = TurnPolicy(
@@ -166,16 +167,15 @@ class _TransitionRecorder:
 
 def transitions_on(state: str, event: str) -> list[object]:
     """``state``'s transitions on ``event``, in the order the engine tries them."""
-    source = getattr(TurnMachine, state)
-    return [t for t in source.transitions if event in {str(e) for e in t.events}]
+    (source,) = (leaf for leaf in leaf_states(TurnMachine) if leaf.id == state)
+    return [t for t in leaf_transitions(source) if event in {str(e) for e in t.events}]
 
 
 def dispatch_steps(policy: TurnPolicy = POLICY) -> list[Step]:
     """The handled events of :func:`scripted_call`, each with the move it made."""
     controller = TurnController(policy, record=False)
     recorder = _TransitionRecorder()
-    start = initial_state(policy)
-    shadow = TurnMachine(start_value=start, listeners=[TurnRules(policy=policy), recorder])
+    shadow = TurnMachine(listeners=[TurnRules(policy=policy), recorder])
     handled = handled_events()
     steps: list[Step] = []
     for event in scripted_call():

@@ -19,6 +19,7 @@ from typing import Any
 from transitions import Machine
 
 from turnfsm import TurnMachine
+from turnfsm.machine import TurnChart, leaf_states, leaf_transitions
 
 from .callscript import Step, transitions_on
 
@@ -28,15 +29,15 @@ def _names(callbacks: Any) -> list[str]:
     return [str(spec.func) for spec in callbacks if not spec.is_convention]
 
 
-def state_ids(machine_class: type[TurnMachine] = TurnMachine) -> list[str]:
-    return [state.id for state in machine_class.states]
+def state_ids(machine_class: type[TurnChart] = TurnMachine) -> list[str]:
+    return [state.id for state in leaf_states(machine_class)]
 
 
-def moves(machine_class: type[TurnMachine] = TurnMachine) -> list[tuple[str, str, int, Any]]:
+def moves(machine_class: type[TurnChart] = TurnMachine) -> list[tuple[str, str, int, Any]]:
     """Every transition as ``(source, event, branch, transition)``, in the engine's order."""
     found = []
-    for state in machine_class.states:
-        events = dict.fromkeys(str(e) for t in state.transitions for e in t.events)
+    for state in leaf_states(machine_class):
+        events = dict.fromkeys(str(e) for t in leaf_transitions(state) for e in t.events)
         for event in events:
             for branch, transition in enumerate(transitions_on(state.id, event)):
                 found.append((state.id, event, branch, transition))
@@ -62,22 +63,22 @@ def _noop(self: object, *args: object, **kwargs: object) -> None:
     return None
 
 
-def transitions_model_class(machine_class: type[TurnMachine] = TurnMachine) -> type:
+def transitions_model_class(machine_class: type[TurnChart] = TurnMachine) -> type:
     """A model class with a no-op method for every action the machine names."""
     names: set[str] = set()
-    for state in machine_class.states:
+    for state in leaf_states(machine_class):
         names.update(_names(state.enter) + _names(state.exit))
-        for transition in state.transitions:
+        for transition in leaf_transitions(state):
             names.update(_names(transition.before) + _names(transition.on))
             names.update(_names(transition.after))
     return type("TransitionsTurnModel", (), dict.fromkeys(sorted(names), _noop))
 
 
-def transitions_spec(machine_class: type[TurnMachine] = TurnMachine) -> dict[str, Any]:
+def transitions_spec(machine_class: type[TurnChart] = TurnMachine) -> dict[str, Any]:
     """Keyword arguments for ``transitions.Machine``, equivalent to ``machine_class``."""
     states = [
         {"name": state.id, "on_enter": _names(state.enter), "on_exit": _names(state.exit)}
-        for state in machine_class.states
+        for state in leaf_states(machine_class)
     ]
     table = []
     for source, event, branch, transition in moves(machine_class):
@@ -87,7 +88,9 @@ def transitions_spec(machine_class: type[TurnMachine] = TurnMachine) -> dict[str
                 "trigger": event,
                 "source": source,
                 # dest=None is an internal transition: no exit or enter, like internal=True
-                "dest": None if transition.internal else transition.target.id,
+                "dest": None
+                if transition.internal or not transition.target
+                else transition.target.id,
                 "conditions": [_Oracle(branch)] if guarded else [],
                 "before": _names(transition.before),
                 "after": _names(transition.on) + _names(transition.after),
@@ -105,16 +108,16 @@ def transitions_spec(machine_class: type[TurnMachine] = TurnMachine) -> dict[str
 class TransitionsTurnMachine:
     """The turn machine on ``transitions``: ``model.trigger(event, branch=...)``."""
 
-    def __init__(self, start: str, machine_class: type[TurnMachine] = TurnMachine) -> None:
+    def __init__(self, start: str, machine_class: type[TurnChart] = TurnMachine) -> None:
         self.model = transitions_model_class(machine_class)()
         self.machine = Machine(model=self.model, initial=start, **transitions_spec(machine_class))
 
 
-def dict_table(machine_class: type[TurnMachine] = TurnMachine) -> dict[tuple[str, str, int], str]:
+def dict_table(machine_class: type[TurnChart] = TurnMachine) -> dict[tuple[str, str, int], str]:
     """``(state, event, branch) -> next state`` for every transition; branch -1 stays."""
     table: dict[tuple[str, str, int], str] = {}
     for source, event, branch, transition in moves(machine_class):
-        table[source, event, branch] = transition.target.id
+        table[source, event, branch] = transition.target.id if transition.target else source
         table[source, event, -1] = source
     return table
 

@@ -5,19 +5,21 @@ The package is pure: no LiveKit, no asyncio, no clock, no I/O. LiveKit lives in
 """
 
 from . import effects, events
-from .controller import TurnController, replay
+from .controller import ConcurrentUseError, TurnController, replay
 from .invariants import INVARIANTS, InvariantViolation, SafetyMonitor
 from .machine import TurnMachine
 from .policy import TurnPolicy
-from .trace import Trace, TraceFormatError, TraceStep
+from .trace import Trace, TraceFormatError, TraceStep, TraceWriter
 
 __all__ = [
+    "ConcurrentUseError",
     "INVARIANTS",
     "InvariantViolation",
     "SafetyMonitor",
     "Trace",
     "TraceFormatError",
     "TraceStep",
+    "TraceWriter",
     "TurnController",
     "TurnMachine",
     "TurnPolicy",

@@ -12,6 +12,7 @@ This is the only module that reads or writes files or runs a program.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import shutil
@@ -19,9 +20,13 @@ import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
+
+import tomllib
 
 from .diagram import build_diagram, to_dot, to_mermaid
-from .machine import TurnMachine
+from .escape import printable
+from .machine import TurnChart, TurnMachine
 from .policy import TurnPolicy
 from .report import CallReport
 from .timeline import render_timeline
@@ -66,7 +71,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.run(args))
     except CliError as error:
-        print(f"turnfsm: error: {error}", file=sys.stderr)
+        print(f"turnfsm: error: {printable(str(error))}", file=sys.stderr)
+        return 1
+    except Exception as error:  # a bug of ours: one line, never a traceback for any input
+        message = printable(f"{type(error).__name__}: {error}")[:300]
+        print(f"turnfsm: internal error: {message} (please report it)", file=sys.stderr)
         return 1
 
 
@@ -127,6 +136,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     report.add_argument("-o", "--output", type=Path, help="write the HTML here (default stdout)")
     report.set_defaults(run=_report)
+    check = commands.add_parser(
+        "check",
+        help="check a policy (and your rules or machine) against every invariant",
+        description="Explore every reachable configuration and run random calls; print "
+        "the coverage and each invariant breach with its shortest event path.",
+    )
+    check.add_argument("policy", metavar="POLICY", help="FILE.json, FILE.toml or module:attr")
+    check.add_argument("--rules", metavar="module:Class", help="a TurnRules subclass")
+    check.add_argument("--machine", metavar="module:attr", help="a class from build_machine")
+    check.add_argument(
+        "--events", metavar="module:attr", help="the extension's own events: a list of them"
+    )
+    check.add_argument(
+        "--random-calls", type=int, default=300, metavar="N", help="0 to skip (default 300)"
+    )
+    check.set_defaults(run=_check)
     return parser
 
 
@@ -138,7 +163,7 @@ def _diagram(args: argparse.Namespace) -> int:
     policy = _policy(args.policy) if args.policy else (trace.policy if trace else None)
     diagram = build_diagram(policy=policy, trace=trace)
     for warning in diagram.warnings:
-        print(f"turnfsm: warning: {warning}", file=sys.stderr)
+        print(f"turnfsm: warning: {printable(warning)}", file=sys.stderr)
     fmt = args.format or SUFFIX_FORMATS.get(args.output.suffix if args.output else "", "mermaid")
     if fmt == "mermaid":
         _emit(to_mermaid(diagram).encode(), args.output)
@@ -205,7 +230,7 @@ def _trace_files(paths: list[Path]) -> Iterator[Path]:
 # -- committed diagrams ---------------------------------------------------------------------
 
 
-def committed_diagrams(machine_class: type[TurnMachine] = TurnMachine) -> dict[str, str]:
+def committed_diagrams(machine_class: type[TurnChart] = TurnMachine) -> dict[str, str]:
     """The text files ``turnfsm diagrams`` writes, by file name: Mermaid and DOT per preset."""
     files = {}
     for name, policy in PRESETS.items():
@@ -215,7 +240,7 @@ def committed_diagrams(machine_class: type[TurnMachine] = TurnMachine) -> dict[s
     return files
 
 
-def stale_diagrams(out: Path, machine_class: type[TurnMachine] = TurnMachine) -> list[str]:
+def stale_diagrams(out: Path, machine_class: type[TurnChart] = TurnMachine) -> list[str]:
     """One message per committed text file that differs from a fresh rendering."""
     stale = []
     for name, text in committed_diagrams(machine_class).items():
@@ -225,6 +250,71 @@ def stale_diagrams(out: Path, machine_class: type[TurnMachine] = TurnMachine) ->
         elif path.read_text(encoding="utf-8") != text:
             stale.append(f"{path} differs from the machine: run `make diagrams`")
     return stale
+
+
+def _check(args: argparse.Namespace) -> int:
+    from .check import format_check, run_check
+    from .events import Event
+    from .rules import TurnRules
+
+    policy = _check_policy(args.policy)
+    options: dict[str, Any] = {"random_calls": args.random_calls}
+    if args.rules:
+        options["rules_class"] = _import(args.rules, "--rules")
+        if not (
+            isinstance(options["rules_class"], type)
+            and issubclass(options["rules_class"], TurnRules)
+        ):
+            raise CliError(f"--rules must name a TurnRules subclass, got {args.rules!r}")
+    if args.machine:
+        options["machine_class"] = _import(args.machine, "--machine")
+        if not (
+            isinstance(options["machine_class"], type)
+            and issubclass(options["machine_class"], TurnChart)
+        ):
+            raise CliError(f"--machine must name a class from build_machine, got {args.machine!r}")
+    if args.events:
+        options["extra_events"] = tuple(_import(args.events, "--events"))
+        if not all(isinstance(event, Event) for event in options["extra_events"]):
+            raise CliError(f"--events must name a list of turnfsm events, got {args.events!r}")
+    try:
+        report = run_check(policy, **options)
+    except Exception as error:  # the user's rules or machine: report, never a traceback
+        raise CliError(f"the check could not run: {type(error).__name__}: {error}") from None
+    print(format_check(report))
+    return 0 if report.ok else 1
+
+
+def _check_policy(spec: str) -> TurnPolicy:
+    if ":" in spec and not Path(spec).exists():
+        value = _import(spec, "POLICY")
+    elif spec.endswith(".toml"):
+        try:
+            value = tomllib.loads(Path(spec).read_text(encoding="utf-8"))
+        except OSError as error:
+            raise CliError(f"cannot read {spec}: {error.strerror}") from None
+        except tomllib.TOMLDecodeError as error:
+            raise CliError(f"{spec}: {error}") from None
+    elif spec.endswith(".json"):
+        return _policy(spec)
+    else:
+        raise CliError(f"POLICY must be a .json or .toml file or module:attr, got {spec!r}")
+    if isinstance(value, TurnPolicy):
+        return value
+    try:
+        if not isinstance(value, dict):
+            raise TypeError(f"expected a TurnPolicy or a table of its fields, got {value!r}")
+        return TurnPolicy(**value)
+    except (ValueError, TypeError) as error:
+        raise CliError(f"{spec}: {error}") from None
+
+
+def _import(spec: str, option: str) -> Any:
+    module_name, _, attr = spec.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as error:
+        raise CliError(f"{option}: cannot import {spec!r}: {error}") from None
 
 
 # -- files and programs ---------------------------------------------------------------------
@@ -271,8 +361,6 @@ def _read_trace(path: Path) -> Trace:
         raise CliError(f"cannot read {path}: {error.strerror}") from None
     except TraceFormatError as error:
         raise CliError(f"{path}: {error}") from None
-    except UnicodeDecodeError:
-        raise CliError(f"{path}: not a text file, expected JSON lines") from None
 
 
 def _emit(data: bytes, output: Path | None) -> None:

@@ -12,39 +12,47 @@
 ['cancel_timer', 'hold_user_turns', 'start_greeting']
 >>> controller.state
 'greeting'
+
+A controller belongs to one call and one thread. :meth:`TurnController.handle` is a
+step that either returns its effects or raises with nothing changed (state, context,
+trace, sink). The first thread that calls it owns the controller: a call from any
+other thread raises :class:`ConcurrentUseError` instead of interleaving two steps (the
+LiveKit adapter drives it from the session's event loop; from another thread, hand
+events over with ``loop.call_soon_threadsafe(adapter.dispatch, event)``).
 """
 
 from __future__ import annotations
 
+import copy
+import threading
+from typing import Any
+
 import attrs
 from statemachine import State
+from statemachine.orderedset import OrderedSet
 
 from . import effects as fx
 from .context import TurnContext
 from .events import Event
+from .fields import check_fields
 from .invariants import SafetyMonitor
-from .machine import TurnMachine
+from .machine import TurnChart, TurnMachine, handled_events, leaf_states
 from .policy import TurnPolicy
 from .rules import TurnRules
-from .trace import Trace, TraceStep, redact
+from .trace import Trace, TraceSink, TraceStep, redact
+
+DEFAULT_MAX_TRACE_STEPS = 10_000
+"""Steps a controller's trace keeps by default: a few MB, the last ~hour of a busy call.
+A :class:`~turnfsm.trace.TraceWriter` keeps every step of any call, on disk."""
 
 
-def handled_events(machine_class: type[TurnMachine] = TurnMachine) -> dict[str, frozenset[str]]:
-    """For each state id, the events that have at least one transition from it."""
-    handled: dict[str, set[str]] = {state.id: set() for state in machine_class.states}
-    for state in machine_class.states:
-        for transition in state.transitions:
-            handled[state.id].update(str(event) for event in transition.events)
-    return {state: frozenset(names) for state, names in handled.items()}
+class ConcurrentUseError(RuntimeError):
+    """A controller was used from a second thread, or re-entered during a step."""
 
 
-def initial_state(policy: TurnPolicy) -> str:
-    """Where a call starts: outbound calls ring; inbound calls are already answered."""
-    if policy.direction == "outbound":
-        return "ringing"
-    if policy.first_speaker == "agent":
-        return "greeting"
-    return "awaiting_user" if policy.has_greeting else "listening"
+def initial_state(policy: TurnPolicy, machine_class: type[TurnChart] = TurnMachine) -> str:
+    """Where a call under ``policy`` starts: the state the chart's eventless start picks."""
+    return TurnController(policy, record=False, machine_class=machine_class).state
 
 
 class TurnController:
@@ -54,9 +62,16 @@ class TurnController:
         policy: the call's policy.
         strict: check every step against the safety invariants and raise
             :class:`~turnfsm.invariants.InvariantViolation` on a breach (tests, debugging).
-        record: keep a :class:`~turnfsm.trace.Trace` of every step.
-        keep_text: keep transcript text in the trace (redacted by default).
-        machine_class: the machine to run; a subclass of :class:`TurnMachine`.
+        record: keep a :class:`~turnfsm.trace.Trace` of the call's steps.
+        keep_text: keep transcript and policy text in the trace and sink (redacted by
+            default, see :func:`turnfsm.trace.redact`).
+        max_trace_steps: the trace keeps this many last steps (``None``: all of them), so
+            a long call holds bounded memory; ``trace.dropped`` counts the others.
+        trace_sink: also send every step, as it happens, here (e.g. a
+            :class:`~turnfsm.trace.TraceWriter` appending to a JSON lines file); it works
+            with ``record=False`` too.
+        machine_class: the machine to run: :data:`~turnfsm.machine.TurnMachine` or a
+            class from :func:`~turnfsm.machine.build_machine`.
         rules_class: the guards and actions it runs; a subclass of
             :class:`~turnfsm.rules.TurnRules` (tests seed bugs this way).
     """
@@ -68,27 +83,39 @@ class TurnController:
         strict: bool = False,
         record: bool = True,
         keep_text: bool = False,
-        machine_class: type[TurnMachine] = TurnMachine,
+        max_trace_steps: int | None = DEFAULT_MAX_TRACE_STEPS,
+        trace_sink: TraceSink | None = None,
+        machine_class: type[TurnChart] = TurnMachine,
         rules_class: type[TurnRules] = TurnRules,
     ) -> None:
         self.policy = policy
         self._rules = rules_class(policy=policy)
         self._machine_class = machine_class
-        self._machine = self._new_machine(initial_state(policy))
+        self._machine = machine_class(listeners=[self._rules])
+        # The chart's eventless start picks the first state; entering it emits nothing
+        # before the call starts (call_answered, or session_started for inbound calls,
+        # replays the enter actions). Effects here would be lost: refuse them.
+        if self._rules.outbox:
+            raise RuntimeError(f"the start emitted effects before any event: {self._rules.outbox}")
         self._handled = _HANDLED_CACHE.get(machine_class) or _HANDLED_CACHE.setdefault(
             machine_class, handled_events(machine_class)
         )
-        self._state = initial_state(policy)
+        self._state = _state_id(self._machine)
         self._monitor = SafetyMonitor(policy) if strict else None
         self._keep_text = keep_text
-        self.trace: Trace | None = Trace(policy=policy) if record else None
-
-    def _new_machine(self, state: str) -> TurnMachine:
-        machine = self._machine_class(start_value=state, listeners=[self._rules])
-        # Entering the start state runs its enter actions; a call's effects begin with
-        # its first event, so whatever they queued is not an effect of this call.
-        self._rules.outbox.clear()
-        return machine
+        traced_policy = policy if keep_text else redact(policy)
+        self.trace: Trace | None = None
+        if record:
+            self.trace = (
+                Trace(policy=traced_policy)
+                if max_trace_steps is None
+                else Trace.bounded(traced_policy, max_trace_steps)
+            )
+        self.trace_sink = trace_sink
+        if trace_sink is not None:
+            trace_sink.start(traced_policy)
+        self._owner: int | None = None
+        self._busy = False
 
     @property
     def state(self) -> str:
@@ -120,15 +147,22 @@ class TurnController:
         return self._state, attrs.evolve(self._rules.context)
 
     def restore(self, state: str, context: TurnContext) -> None:
-        """Resume from a :meth:`snapshot` (the trace and strict monitor are not rewound)."""
-        if state not in self._handled:
+        """Resume from a :meth:`snapshot` (the trace and strict monitor are not rewound).
+
+        Raises:
+            ValueError, TypeError: the state is unknown, or the context is not one this
+                policy's calls can be in (see :func:`check_context`); nothing changed.
+        """
+        self._claim()
+        if not isinstance(state, str) or state not in self._handled:
             raise ValueError(f"state must be one of {sorted(self._handled)}, got {state!r}")
+        check_context(context, self.policy)
         if self._machine.is_terminated:
             # A machine that reached `ended` takes no events. Building a new one costs
             # milliseconds (callback resolution), so the explorer revives the engine,
             # which holds no other state between steps.
             self._machine._engine.running = True
-        self._machine.model.state = state
+        self._machine.model.state = OrderedSet(_path(self._machine_class, state))
         self._state = state
         self._rules.context = attrs.evolve(context)
 
@@ -136,14 +170,33 @@ class TurnController:
         """Take one event; return the effects to execute, in order.
 
         Every well-formed event is accepted in every state: it either moves the
-        machine or is ignored (see :data:`turnfsm.machine.IGNORED`).
+        machine or is ignored (see :data:`turnfsm.machine.IGNORED`). The step is atomic:
+        when it raises, the state, the context, the trace and the sink are as before.
 
         Raises:
             TypeError: ``event`` is not a :class:`turnfsm.events.Event`.
+            ConcurrentUseError: called from a second thread, or from within a step.
             InvariantViolation: only with ``strict=True``, when the step breaks one.
         """
         if not isinstance(event, Event):
             raise TypeError(f"event must be a turnfsm.events.Event, got {type(event).__name__}")
+        self._claim()
+        if self._monitor is None and event.name not in self._handled[self._state]:
+            # Ignored: only the recording changes anything, and it changes last.
+            if self.trace is not None or self.trace_sink is not None:
+                self._record(event, self._state, ())
+            return ()
+        saved = self._checkpoint()
+        self._busy = True
+        try:
+            return self._step(event)
+        except BaseException:
+            self._roll_back(saved)
+            raise
+        finally:
+            self._busy = False
+
+    def _step(self, event: Event) -> tuple[fx.Effect, ...]:
         before = self._state
         if event.name in self._handled[before]:
             outbox = self._rules.outbox
@@ -155,26 +208,124 @@ class TurnController:
             self._state = _state_id(self._machine)
         else:
             effects = ()
-        if self.trace is not None:
-            self._record(event, before, effects)
         if self._monitor is not None:
             self._monitor.check(before, event, self._state, effects)
+        if self.trace is not None or self.trace_sink is not None:
+            self._record(event, before, effects)
         return effects
+
+    def _claim(self) -> None:
+        """Make the calling thread the owner, or refuse it (see the module's docs)."""
+        caller = threading.get_ident()
+        if self._owner != caller:
+            with _CLAIM:
+                if self._owner is None:
+                    self._owner = caller
+            if self._owner != caller:
+                raise ConcurrentUseError(
+                    f"TurnController used from thread {caller}, but it belongs to thread "
+                    f"{self._owner} (the first to use it): one controller is driven by one "
+                    "thread; from another, hand the event over (loop.call_soon_threadsafe)"
+                )
+        if self._busy:
+            raise ConcurrentUseError("TurnController re-entered during a step of handle()")
+
+    def _checkpoint(self) -> tuple[Any, ...]:
+        """What a failing step must put back: engine configuration, state, context,
+        the strict monitor's shadow (the trace and sink change last, when nothing can
+        fail any more)."""
+        return (
+            copy.copy(self._machine.model.state),
+            self._state,
+            copy.copy(self._rules.context),
+            _copy_monitor(self._monitor) if self._monitor is not None else None,
+        )
+
+    def _roll_back(self, saved: tuple[Any, ...]) -> None:
+        configuration, state, context, monitor = saved
+        if self._machine.is_terminated and state != "ended":
+            self._machine._engine.running = True  # see restore()
+        self._machine.model.state = configuration
+        self._state = state
+        self._rules.context = context
+        self._rules.outbox.clear()
+        self._monitor = monitor
 
     def _record(self, event: Event, before: str, effects: tuple[fx.Effect, ...]) -> None:
         if not self._keep_text:
             event = redact(event)
             effects = tuple(redact(effect) for effect in effects)
-        assert self.trace is not None
-        self.trace.steps.append(TraceStep(event.at, event, before, self._state, effects))
+        step = TraceStep(event.at, event, before, self._state, effects)
+        if self.trace_sink is not None:
+            self.trace_sink.append(step)  # first: if it raises, the step never happened
+        if self.trace is not None:
+            self.trace.append(step)
 
 
-_HANDLED_CACHE: dict[type[TurnMachine], dict[str, frozenset[str]]] = {}
+_CLAIM = threading.Lock()
+"""Serialises the first claim of a controller by a thread (cheap, taken once per call)."""
 
 
-def _state_id(machine: TurnMachine) -> str:
-    value = machine.current_state_value
-    return value.id if isinstance(value, State) else str(value)
+def check_context(context: TurnContext, policy: TurnPolicy) -> None:
+    """Refuse a context no call under ``policy`` can be in: wrong types, counters out of
+    range, timers the policy never starts, speech ids that contradict each other.
+
+    Raises:
+        TypeError: a field of the wrong kind (``tool_rounds="2"``).
+        ValueError: a value out of range or inconsistent (``tool_rounds=-100``).
+    """
+    if not isinstance(context, TurnContext):
+        raise TypeError(f"context must be a TurnContext, got {type(context).__name__}")
+    check_fields(context)
+    limits = {"tool_rounds": policy.max_tool_steps, "reprompts": policy.idle_max_reprompts}
+    for name, limit in limits.items():
+        if getattr(context, name) > limit:
+            raise ValueError(
+                f"TurnContext.{name} must be <= {limit} under this policy, "
+                f"got {getattr(context, name)}"
+            )
+    timer_seconds = {
+        "await_user": policy.await_user_timeout,
+        "idle": policy.idle_timeout,
+        "max_duration": policy.max_call_duration,
+    }
+    if never := sorted(t for t in context.timers if timer_seconds.get(t) is None):
+        raise ValueError(f"TurnContext.timers has timers this policy never starts: {never}")
+    if stray := sorted(context.dropped_speeches - context.active_speeches):
+        raise ValueError(f"TurnContext.dropped_speeches must be active speeches: {stray}")
+    for name in ("greeting_speech_id", "final_speech_id"):
+        speech = getattr(context, name)
+        if speech is not None and speech not in context.active_speeches:
+            raise ValueError(f"TurnContext.{name} {speech!r} is not an active speech")
+
+
+def _copy_monitor(monitor: SafetyMonitor) -> SafetyMonitor:
+    """A copy that shares no mutable container with ``monitor``."""
+    containers: dict[str, Any] = {
+        field.name: copy.copy(value)
+        for field in attrs.fields(type(monitor))
+        if field.init and isinstance(value := getattr(monitor, field.name), set | dict | list)
+    }
+    return attrs.evolve(monitor, **containers)
+
+
+_HANDLED_CACHE: dict[type[TurnChart], dict[str, frozenset[str]]] = {}
+
+
+def _path(machine_class: type[TurnChart], state: str) -> list[str]:
+    """The state's id and its parents', outermost first: a configuration in the chart."""
+    node: State | None = next(leaf for leaf in leaf_states(machine_class) if leaf.id == state)
+    ids = []
+    while node is not None:
+        ids.append(node.id)
+        node = node.parent
+    return ids[::-1]
+
+
+def _state_id(machine: TurnChart) -> str:
+    """The call's state: the one atomic state of the configuration."""
+    (leaf,) = (state.id for state in machine.configuration if not state.states)
+    return leaf
 
 
 def replay(trace: Trace, **controller_options: object) -> Trace:
@@ -184,7 +335,12 @@ def replay(trace: Trace, **controller_options: object) -> Trace:
     (compare them with ``==``). The trace's text is already as redacted as it will be, so
     it is kept as it is (``keep_text=True`` unless given).
     """
-    options = {"keep_text": True, **controller_options}
+    if trace.dropped:
+        raise ValueError(
+            f"the trace lost its first {trace.dropped} steps (max_trace_steps): a replay "
+            "needs the whole call; record it with a trace_sink (TraceWriter)"
+        )
+    options = {"keep_text": True, "max_trace_steps": None, **controller_options}
     controller = TurnController(trace.policy, **options)  # type: ignore[arg-type]
     for step in trace:
         controller.handle(step.event)

@@ -30,32 +30,16 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 
 import attrs
+from statemachine import State
 from statemachine.callbacks import CallbackSpec
 from statemachine.transition import Transition
 
 from .controller import TurnController, initial_state
-from .machine import LOCKED_STATES, TurnMachine
+from .escape import mermaid_text, printable
+from .machine import LOCKED_STATES, TurnChart, TurnMachine, leaf_states, leaf_transitions
 from .policy import TurnPolicy
-from .rules import TurnRules
+from .rules import POLICY_GUARDS, TIMER_GUARDS, TurnRules
 from .trace import Trace
-
-POLICY_GUARDS: tuple[str, ...] = (
-    "agent_speaks_first",
-    "drops_overlap",
-    "greets_silent_callee",
-    "has_greeting_text",
-    "hangs_up_on_machine",
-)
-"""Guards of :class:`~turnfsm.rules.TurnRules` that read the policy only, so a policy
-decides them once for the whole call."""
-
-TIMER_GUARDS: dict[str, str] = {
-    "is_await_timer": "await_user_timeout",
-    "is_idle_timer": "idle_timeout",
-    "is_max_duration_timer": "max_call_duration",
-}
-"""Guards matching a timer's expiry, and the policy field that must be set for the
-timer to be started at all."""
 
 
 @attrs.frozen
@@ -121,15 +105,17 @@ class Diagram:
     warnings: tuple[str, ...] = ()
 
 
-def machine_edges(machine_class: type[TurnMachine] = TurnMachine) -> tuple[Edge, ...]:
+def machine_edges(machine_class: type[TurnChart] = TurnMachine) -> tuple[Edge, ...]:
     """Every declared transition of ``machine_class``, by source state then priority."""
     return tuple(
-        _edge(transition) for state in machine_class.states for transition in state.transitions
+        _edge(state, transition)
+        for state in leaf_states(machine_class)
+        for transition in leaf_transitions(state)
     )
 
 
 def build_diagram(
-    machine_class: type[TurnMachine] = TurnMachine,
+    machine_class: type[TurnChart] = TurnMachine,
     *,
     policy: TurnPolicy | None = None,
     trace: Trace | None = None,
@@ -146,15 +132,16 @@ def build_diagram(
     kept: tuple[Edge, ...] = edges
     omitted: tuple[Edge, ...] = ()
     if policy is None:
-        start = next(state.id for state in machine_class.states if state.initial)
+        start = leaf_states(machine_class)[0].id
     else:
-        start = initial_state(policy)
+        start = initial_state(policy, machine_class)
         kept, omitted = _prune(edges, policy, start)
     reachable = {start} | {edge.target for edge in kept}
-    states = tuple(state.id for state in machine_class.states if state.id in reachable)
+    leaves = leaf_states(machine_class)
+    states = tuple(state.id for state in leaves if state.id in reachable)
     entry_exit = {
         state.id: _state_actions(state.enter, state.exit)
-        for state in machine_class.states
+        for state in leaves
         if state.id in reachable
     }
     title = f"{machine_class.__name__} - {_describe(policy)}"
@@ -162,7 +149,7 @@ def build_diagram(
         title=title,
         states=states,
         start=start,
-        finals=frozenset(state.id for state in machine_class.states if state.final),
+        finals=frozenset(state.id for state in leaves if state.final),
         locked=LOCKED_STATES & reachable,
         entry_exit=entry_exit,
         edges=kept,
@@ -171,19 +158,19 @@ def build_diagram(
     return diagram if trace is None else _overlay(diagram, trace, machine_class)
 
 
-def _edge(transition: Transition) -> Edge:
+def _edge(state: State, transition: Transition) -> Edge:
     events = sorted({str(event) for event in transition.events})
     if len(events) != 1:
         raise ValueError(f"expected one event per transition, got {events}")
     return Edge(
-        source=transition.source.id,
-        target=(transition.target or transition.source).id,
+        source=state.id,
+        target=(transition.target or state).id,
         event=events[0],
         guards=tuple(str(spec) for spec in _declared(transition.cond)),
         actions=tuple(
             str(spec) for spec in (*_declared(transition.before), *_declared(transition.on))
         ),
-        internal=bool(transition.internal),
+        internal=bool(transition.internal) or transition.target is None,
     )
 
 
@@ -266,7 +253,7 @@ def _prune(
 # -- trace overlay --------------------------------------------------------------------------
 
 
-def _overlay(diagram: Diagram, trace: Trace, machine_class: type[TurnMachine]) -> Diagram:
+def _overlay(diagram: Diagram, trace: Trace, machine_class: type[TurnChart]) -> Diagram:
     """``diagram`` with the states ``trace`` visited and how often it took each transition.
 
     The trace's events are replayed through ``machine_class`` under the trace's policy,
@@ -284,16 +271,22 @@ def _overlay(diagram: Diagram, trace: Trace, machine_class: type[TurnMachine]) -
     )
     taken: Counter[Edge] = Counter()
     warnings: list[str] = []
+    leaves = {state.id: state for state in leaf_states(machine_class)}
     for number, step in enumerate(trace, start=1):
         fired.clear()
+        source = leaves[controller.state]  # a parent's transition is drawn from its child
         controller.handle(step.event)
-        taken.update(_edge(transition) for transition in fired)
+        taken.update(_edge(source, transition) for transition in fired)
         if controller.state != step.after:
             warnings.append(
                 f"step {number} ({step.event.name}) went {step.before} -> {step.after} in the "
                 f"trace but {step.before} -> {controller.state} in the machine"
             )
-            controller.restore(step.after, controller.context)
+            try:
+                controller.restore(step.after, controller.context)
+            except ValueError as error:  # the machine's context cannot be in that state
+                warnings.append(f"the overlay stops at step {number}: {error}")
+                break
     drawn = set(diagram.edges)
     warnings += [
         f"taken {count}x but not drawn: {_edge_text(edge)}"
@@ -439,7 +432,7 @@ def to_mermaid(diagram: Diagram) -> str:
     out.extend(
         f"    %% never fires under this policy: {_edge_text(edge)}" for edge in diagram.omitted
     )
-    out.extend(f"    %% trace overlay: {warning}" for warning in diagram.warnings)
+    out.extend(f"    %% trace overlay: {printable(warning)}" for warning in diagram.warnings)
     return "\n".join(out) + "\n"
 
 
@@ -457,8 +450,9 @@ def _styled_states(diagram: Diagram) -> dict[str, list[str]]:
 
 
 def _mermaid_text(text: str) -> str:
-    """Text safe inside a Mermaid label: no separators Mermaid would read as syntax."""
-    return text.replace(":", "∶").replace(";", ",").replace('"', "'").replace("#", "♯")
+    """Text safe inside a Mermaid label: one line, no separators Mermaid would read as
+    syntax (see :func:`turnfsm.escape.mermaid_text`)."""
+    return mermaid_text(text)
 
 
 def _edge_text(edge: Edge) -> str:

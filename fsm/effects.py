@@ -7,14 +7,14 @@ a trace of effects can be compared, replayed and drawn.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, get_args
 
 import attrs
 
 TimerName = Literal["await_user", "idle", "max_duration"]
 """The timers the machine uses; their expiry comes back as ``TimerFired``."""
 
-TIMER_NAMES: tuple[TimerName, ...] = ("await_user", "idle", "max_duration")
+TIMER_NAMES: tuple[TimerName, ...] = get_args(TimerName)
 
 
 @attrs.frozen

@@ -5,6 +5,20 @@ uses the event loop's clock, a simulation its own). The machine never reads a cl
 time enters only here, so a trace replays to the same effects.
 
 Each class maps to one machine event, named by its ``name`` class attribute.
+
+Every field is checked when an event is built (:func:`turnfsm.fields.check_fields`):
+times are finite seconds >= 0, ids and text are strings, flags are real booleans. A bad
+value raises before the event exists, naming the class and the field, so nothing
+downstream (the machine, a trace, a picture) ever sees it.
+
+>>> UserTurnCommitted(at=2.0, text=42)
+Traceback (most recent call last):
+...
+TypeError: UserTurnCommitted.text must be a string, got 42
+>>> AgentSpeechEnded(at=3.0, speech_id="s1", interrupted="no")
+Traceback (most recent call last):
+...
+TypeError: AgentSpeechEnded.interrupted must be True or False, got 'no'
 """
 
 from __future__ import annotations
@@ -14,6 +28,7 @@ from typing import ClassVar, Literal
 import attrs
 
 from .effects import EFFECTS_BY_NAME
+from .fields import check_fields, show
 
 SpeechSource = Literal["say", "reply", "tool_reply"]
 """Where an agent speech came from: ``session.say``, a reply, or a reply after tools."""
@@ -24,9 +39,9 @@ EffectOutcomeKind = Literal["done", "refused", "failed"]
 """What a lever did with an effect: ``done``, ``refused`` by LiveKit, or ``failed`` (raised)."""
 
 
-def _non_negative(_instance: object, attribute: attrs.Attribute, value: float) -> None:
-    if value < 0:
-        raise ValueError(f"{attribute.name} must be >= 0, got {value!r}")
+def _seconds(value: object) -> object:
+    """An integer number of seconds as a float; anything else is left to the checks."""
+    return float(value) if type(value) is int else value
 
 
 @attrs.frozen
@@ -34,7 +49,10 @@ class Event:
     """Base of every input; ``at`` is seconds on the caller's clock."""
 
     name: ClassVar[str] = ""
-    at: float = attrs.field(converter=float, validator=_non_negative, kw_only=True)
+    at: float = attrs.field(converter=_seconds, kw_only=True)
+
+    def __attrs_post_init__(self) -> None:
+        check_fields(self)
 
 
 @attrs.frozen
@@ -104,9 +122,7 @@ class AgentSpeechCreated(Event):
 
     name: ClassVar[str] = "agent_speech_created"
     speech_id: str = ""
-    source: SpeechSource = attrs.field(
-        default="reply", validator=attrs.validators.in_(("say", "reply", "tool_reply"))
-    )
+    source: SpeechSource = "reply"
 
 
 @attrs.frozen
@@ -124,7 +140,7 @@ class AgentSpeechEnded(Event):
     name: ClassVar[str] = "agent_speech_ended"
     speech_id: str = ""
     interrupted: bool = False
-    played_seconds: float = attrs.field(default=0.0, converter=float, validator=_non_negative)
+    played_seconds: float = attrs.field(default=0.0, converter=_seconds)
     played_text: str | None = None
     """What the caller heard, when the output chain knows it (a transcript synchronizer)."""
 
@@ -171,9 +187,7 @@ class AnsweringMachineDetected(Event):
     """The answering-machine detector's verdict on who picked up."""
 
     name: ClassVar[str] = "answering_machine_detected"
-    result: AnsweringMachineResult = attrs.field(
-        default="human", validator=attrs.validators.in_(("human", "machine"))
-    )
+    result: AnsweringMachineResult = "human"
 
 
 @attrs.frozen
@@ -186,9 +200,10 @@ class AgentSpeechInterrupted(Event):
 
 
 def _effect_name(_instance: object, attribute: attrs.Attribute, value: object) -> None:
-    if value not in EFFECTS_BY_NAME:
+    if not isinstance(value, str) or value not in EFFECTS_BY_NAME:
         raise ValueError(
-            f"{attribute.name} must be one of {sorted(EFFECTS_BY_NAME)}, got {value!r}"
+            f"EffectOutcome.{attribute.name} must be one of {sorted(EFFECTS_BY_NAME)}, "
+            f"got {show(value)}"
         )
 
 
@@ -199,9 +214,7 @@ class EffectOutcome(Event):
     name: ClassVar[str] = "effect_outcome"
     effect: str = attrs.field(validator=_effect_name)
     """The effect's ``name``, e.g. ``"interrupt"``, ``"start_greeting"``."""
-    outcome: EffectOutcomeKind = attrs.field(
-        validator=attrs.validators.in_(("done", "refused", "failed"))
-    )
+    outcome: EffectOutcomeKind
     speech_id: str | None = None
     """The speech the effect was about, when there is one."""
     detail: str = ""

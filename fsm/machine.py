@@ -1,26 +1,54 @@
-"""The turn machine: every state and transition of a call, declared in one class.
+"""The turn machine: every state and transition of a call, declared in one chart.
 
-The class names its guards and actions; their code lives in
+The chart names its guards and actions; their code lives in
 :class:`turnfsm.rules.TurnRules`, attached as a listener. Nothing here performs I/O:
 actions append :mod:`turnfsm.effects` to an outbox that the controller returns.
 
-Reading the declaration: ``event = source.to(target, cond=..., on=...)`` — the first
-transition (in declaration order) whose guards hold wins. ``internal=True`` stays in
-the state without running its exit and enter actions.
+Reading the declaration: ``event = source.to(target, cond=..., on=...)``. A state's own
+transitions come first (in declaration order; the first whose guards hold wins), then
+those of its parents: ``call.to(ended)`` ends the call from every state inside ``call``,
+and a targetless ``conversation.to(None, on=...)`` is bookkeeping shared by the
+conversation's states that declare nothing more specific. ``internal=True`` stays in the
+state without running its exit and enter actions. The call starts in ``start`` and
+leaves it at once, when the machine is built, by the first eventless transition whose
+policy guard holds: ``ringing`` for outbound calls, else ``greeting``, ``awaiting_user``
+or ``listening``. Entering that state emits nothing yet (the controller refuses effects
+before the first event): an outbound call starts on ``call_answered``, an inbound one on
+``session_started``, whose transitions replay the start state's enter actions. The
+``started`` context flag keeps the enter actions quiet until then (a parallel "session"
+region would carry it as a state, at the cost of a configuration that ``snapshot`` and
+``restore`` no longer describe by one state id).
 
-Events that a state does not list are ignored there on purpose; :data:`IGNORED` says
-why for each, and the test suite checks that every (state, event) pair is either a
-transition or listed there.
+Events that a state does not handle are ignored there on purpose; :data:`IGNORED` says
+why for each (state, event) pair, and the test suite checks every pair.
+
+Extending the machine: :func:`build_machine` declares a fresh chart (new ``State``
+objects every time) and lets extensions add states, events and transitions to it, so
+:data:`TurnMachine` itself is never changed. Subclassing ``TurnMachine`` with new
+transitions would add them to its ``State`` objects, i.e. change ``TurnMachine``.
+
+>>> def gave_up(chart):
+...     chart["agent_gave_up"] = chart["call"].conversation.speaking.to(chart["ended"])
+>>> Custom = build_machine(gave_up, name="Custom")
+>>> "agent_gave_up" in handled_events(Custom)["speaking"]
+True
+>>> "agent_gave_up" in handled_events(TurnMachine)["speaking"]
+False
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from typing import Any, cast
+
 from statemachine import State, StateChart
+from statemachine.transition import Transition
+
+from .events import EVENTS_BY_NAME
 
 
-class TurnMachine(StateChart):
-    """A voice call's turns: ``ringing → awaiting_user → greeting → listening ⇄ speaking ⇄
-    tool_loop``, and ``ended`` from anywhere."""
+class TurnChart(StateChart):
+    """The engine settings every turn machine shares; :func:`build_machine` adds the chart."""
 
     catch_errors_as_events = False
     """An exception in an action is a bug: it must reach the caller, never be swallowed."""
@@ -34,29 +62,67 @@ class TurnMachine(StateChart):
     atomic_configuration_update = True
     """The state changes once per step, after exit and before enter actions."""
 
-    ringing = State(initial=True)
-    """Outbound only: dialing, until the callee picks up."""
 
-    awaiting_user = State(enter="start_await_timer", exit="cancel_await_timer")
-    """Answered; waiting for the callee's first words before greeting."""
+def declare_chart() -> dict[str, Any]:
+    """A fresh declaration of the turn chart: its states and events, by name.
 
-    greeting = State(enter="begin_greeting", exit="release_greeting_lock")
-    """The locked greeting: nothing the caller says interrupts it."""
+    ``call`` holds every state of a live call: ``ringing`` and ``awaiting_user`` before
+    the greeting (``pre_greeting``), ``greeting``, and ``listening ⇄ speaking ⇄ tool_loop``
+    (``conversation``); ``ended`` is final.
+    """
 
-    listening = State(
-        enter="start_idle_timer",
-        exit=["cancel_idle_timer", "close_spill_over_window", "stop_discarding_overlap"],
-    )
-    """The caller's turn."""
+    class call(State.Compound):  # noqa: N801 - state ids are snake_case
+        """The call, from its start to the hang-up."""
 
-    speaking = State()
-    """The agent's turn: a reply is being generated or played."""
+        start = State(initial=True)
+        """Transient: the policy picks the first state (eventless transitions)."""
 
-    tool_loop = State(enter="mute_for_tools", exit="unmute_after_tools")
-    """The reply runs a tool step; capped at ``max_tool_steps`` per user turn."""
+        class pre_greeting(State.Compound):  # noqa: N801
+            """Before the greeting: the agent must not talk (invariant I8)."""
+
+            ringing = State(initial=True)
+            """Outbound only: dialing, until the callee picks up."""
+
+            awaiting_user = State(enter="start_await_timer", exit="cancel_await_timer")
+            """Answered; waiting for the callee's first words before greeting."""
+
+        greeting = State(enter="begin_greeting", exit="forget_greeting")
+        """The locked greeting: nothing the caller says interrupts it."""
+
+        class conversation(State.Compound):  # noqa: N801
+            """Turns after the greeting."""
+
+            listening = State(
+                initial=True,
+                enter="start_idle_timer",
+                exit=["cancel_idle_timer", "close_spill_over_window", "stop_discarding_overlap"],
+            )
+            """The caller's turn."""
+
+            speaking = State()
+            """The agent's turn: a reply is being generated or played."""
+
+            tool_loop = State(enter="mute_for_tools", exit="unmute_after_tools")
+            """The reply runs a tool step; capped at ``max_tool_steps`` per user turn."""
 
     ended = State(final=True, enter="clean_up_call")
     """The call is over; only clean-up effects are emitted on the way in."""
+
+    # the compound classes become States when declared: name them as such for the checker
+    in_call, pre_greeting = cast(State, call), cast(State, call.pre_greeting)
+    ringing, awaiting_user = call.pre_greeting.ringing, call.pre_greeting.awaiting_user
+    greeting, conversation = call.greeting, cast(State, call.conversation)
+    listening, speaking, tool_loop = (
+        call.conversation.listening,
+        call.conversation.speaking,
+        call.conversation.tool_loop,
+    )
+
+    # the start: outbound calls ring; inbound ones are answered (first match wins)
+    call.start.to(ringing, cond="is_outbound")
+    call.start.to(greeting, cond="agent_speaks_first")
+    call.start.to(awaiting_user, cond="has_greeting")
+    call.start.to(listening)
 
     session_started = (
         greeting.to.itself(internal=True, cond="not_started", on=["begin_call", "begin_greeting"])
@@ -68,15 +134,11 @@ class TurnMachine(StateChart):
         )
     )
 
-    call_ringing = ringing.to.itself(internal=True)
-
     call_answered = ringing.to(greeting, cond="agent_speaks_first", on="begin_call") | ringing.to(
         awaiting_user, on="begin_call"
     )
 
-    call_ended = ended.from_(
-        ringing, awaiting_user, greeting, listening, speaking, tool_loop, on="note_end_reason"
-    )
+    call_ended = in_call.to(ended, on="note_end_reason")
 
     user_speech_started = (
         awaiting_user.to.itself(internal=True, on=["note_user_speaking", "cancel_await_timer"])
@@ -87,8 +149,85 @@ class TurnMachine(StateChart):
             on=["note_user_speaking", "cancel_idle_timer", "hold_spill_over"],
         )
         | listening.to.itself(internal=True, on=["note_user_speaking", "cancel_idle_timer"])
-        | speaking.to.itself(internal=True, on="note_user_speaking")
-        | tool_loop.to.itself(internal=True, on="note_user_speaking")
+        | conversation.to(None, on="note_user_speaking")
+    )
+
+    user_speech_ended = (
+        awaiting_user.to.itself(internal=True, on=["note_user_silent", "start_await_timer"])
+        | listening.to.itself(
+            internal=True,
+            cond="discarding_overlap",
+            on=["note_user_silent", "discard_overlap", "start_idle_timer"],
+        )
+        | listening.to.itself(internal=True, on=["note_user_silent", "start_idle_timer"])
+        | greeting.to.itself(internal=True, on="note_user_silent")
+        | conversation.to(None, on="note_user_silent")
+    )
+
+    user_turn_committed = (
+        ringing.to(greeting, on=["begin_call", "note_first_words", "note_user_turn"])
+        | awaiting_user.to(greeting, on=["note_first_words", "note_user_turn"])
+        | greeting.to.itself(
+            internal=True, cond="drops_overlap", unless="is_first_words", on="reject_user_turn"
+        )
+        | conversation.to(None, on="note_user_turn")
+    )
+
+    agent_speech_created = (
+        pre_greeting.to(None, on="stop_early_speech")
+        | greeting.to.itself(internal=True, cond="greeting_speech_pending", on="lock_greeting")
+        | listening.to(speaking, on="note_speech")
+        | conversation.to(None, on="note_speech")
+    )
+
+    # Leaving the greeting: each lock and overlap policy releases the caller its own way.
+    greeting_ended = {"cond": "is_greeting_speech", "on": "note_speech_end"}
+    speech_ended = ["note_speech_end", "say_tool_fallback_if_final_reply_silent"]
+    agent_speech_ended = (
+        greeting.to(
+            listening,
+            cond=["is_greeting_speech", "mutes_greeting", "answers_whole_overlap"],
+            before="unmute_replaying_held_audio",
+            on="note_speech_end",
+        )
+        | greeting.to(
+            listening,
+            cond=["is_greeting_speech", "mutes_greeting"],
+            before=["unmute_dropping_held_audio", "open_spill_over_window"],
+            on="note_speech_end",
+        )
+        | greeting.to(
+            listening,
+            cond=["is_greeting_speech", "answers_whole_overlap"],
+            before="resume_user_turns_committing_a_finished_overlap",
+            on="note_speech_end",
+        )
+        | greeting.to(
+            listening,
+            cond=["is_greeting_speech", "user_is_speaking"],
+            before="discard_overlap_when_the_caller_stops",
+            on="note_speech_end",
+        )
+        | greeting.to(listening, before="clear_and_resume_user_turns", **greeting_ended)
+        | speaking.to(listening, cond="is_last_active_speech", on=speech_ended)
+        | tool_loop.to(listening, cond="is_last_active_speech", on=speech_ended)
+        | in_call.to(None, on=speech_ended)
+    )
+
+    assistant_message_committed = greeting.to(
+        None, cond="needs_drop", on="drop_unspoken_text"
+    ) | conversation.to(None, cond="needs_drop", on="drop_unspoken_text")
+
+    tool_step_started = (
+        listening.to(tool_loop, on="count_tool_round")
+        | speaking.to(tool_loop, on="count_tool_round")
+        | tool_loop.to.itself(internal=True, on="count_tool_round")
+    )
+
+    tool_step_finished = (
+        tool_loop.to(speaking, cond="tool_loop_must_stop", on="stop_after_tool_step")
+        | tool_loop.to(speaking)
+        | conversation.to(None, cond="tool_loop_must_stop", on="stop_after_tool_step")
     )
 
     agent_speech_interrupted = tool_loop.to.itself(
@@ -111,83 +250,8 @@ class TurnMachine(StateChart):
         | greeting.to(ended, cond="greeting_retry_not_done", on="note_greeting_failed")
     )
 
-    user_speech_ended = (
-        awaiting_user.to.itself(internal=True, on=["note_user_silent", "start_await_timer"])
-        | listening.to.itself(
-            internal=True,
-            cond="discarding_overlap",
-            on=["note_user_silent", "discard_overlap", "start_idle_timer"],
-        )
-        | listening.to.itself(internal=True, on=["note_user_silent", "start_idle_timer"])
-        | greeting.to.itself(internal=True, on="note_user_silent")
-        | speaking.to.itself(internal=True, on="note_user_silent")
-        | tool_loop.to.itself(internal=True, on="note_user_silent")
-    )
-
-    user_turn_committed = (
-        ringing.to(greeting, on=["begin_call", "note_first_words", "note_user_turn"])
-        | awaiting_user.to(greeting, on=["note_first_words", "note_user_turn"])
-        | greeting.to.itself(
-            internal=True, cond="drops_overlap", unless="is_first_words", on="reject_user_turn"
-        )
-        | listening.to.itself(internal=True, on="note_user_turn")
-        | speaking.to.itself(internal=True, on="note_user_turn")
-        | tool_loop.to.itself(internal=True, on="note_user_turn")
-    )
-
-    agent_speech_created = (
-        ringing.to.itself(internal=True, on="stop_early_speech")
-        | awaiting_user.to.itself(internal=True, on="stop_early_speech")
-        | greeting.to.itself(internal=True, cond="greeting_speech_pending", on="lock_greeting")
-        | listening.to(speaking, on="note_speech")
-        | speaking.to.itself(internal=True, on="note_speech")
-        | tool_loop.to.itself(internal=True, on="note_speech")
-    )
-
-    agent_speech_ended = (
-        greeting.to(listening, cond="is_greeting_speech", on="note_speech_end")
-        | speaking.to(listening, cond="is_last_active_speech", on="note_speech_end")
-        | tool_loop.to(listening, cond="is_last_active_speech", on="note_speech_end")
-        | ringing.to.itself(internal=True, on="note_speech_end")
-        | awaiting_user.to.itself(internal=True, on="note_speech_end")
-        | greeting.to.itself(internal=True, on="note_speech_end")
-        | listening.to.itself(internal=True, on="note_speech_end")
-        | speaking.to.itself(internal=True, on="note_speech_end")
-        | tool_loop.to.itself(internal=True, on="note_speech_end")
-    )
-
-    assistant_message_committed = (
-        greeting.to.itself(internal=True, cond="needs_drop", on="drop_unspoken_text")
-        | listening.to.itself(internal=True, cond="needs_drop", on="drop_unspoken_text")
-        | speaking.to.itself(internal=True, cond="needs_drop", on="drop_unspoken_text")
-        | tool_loop.to.itself(internal=True, cond="needs_drop", on="drop_unspoken_text")
-    )
-
-    tool_step_started = (
-        listening.to(tool_loop, on="count_tool_round")
-        | speaking.to(tool_loop, on="count_tool_round")
-        | tool_loop.to.itself(internal=True, on="count_tool_round")
-    )
-
-    tool_step_finished = (
-        tool_loop.to(speaking, cond="tool_loop_must_stop", on="stop_after_tool_step")
-        | tool_loop.to(speaking)
-        | listening.to.itself(internal=True, cond="tool_loop_must_stop", on="stop_after_tool_step")
-        | speaking.to.itself(internal=True, cond="tool_loop_must_stop", on="stop_after_tool_step")
-    )
-
     timer_fired = (
-        ended.from_(
-            awaiting_user,
-            greeting,
-            listening,
-            speaking,
-            tool_loop,
-            cond=["timer_is_running", "is_max_duration_timer"],
-            before="note_timer_fired",
-            on="note_max_duration",
-        )
-        | awaiting_user.to(
+        awaiting_user.to(
             greeting,
             cond=["timer_is_running", "is_await_timer", "greets_silent_callee"],
             before="note_timer_fired",
@@ -210,59 +274,184 @@ class TurnMachine(StateChart):
             before="note_timer_fired",
             on="note_idle_hang_up",
         )
+        # from the answer on (the timer starts there); ringing has no timer to fire
+        | ended.from_(
+            awaiting_user,
+            greeting,
+            conversation,
+            cond=["timer_is_running", "is_max_duration_timer"],
+            before="note_timer_fired",
+            on="note_max_duration",
+        )
     )
 
-    answering_machine_detected = ended.from_(
-        ringing,
-        awaiting_user,
-        greeting,
-        listening,
-        speaking,
-        tool_loop,
-        cond=["machine_answered", "hangs_up_on_machine"],
-        on="note_answering_machine",
+    answering_machine_detected = in_call.to(
+        ended, cond=["machine_answered", "hangs_up_on_machine"], on="note_answering_machine"
     )
 
-    session_error = ended.from_(
-        ringing,
-        awaiting_user,
-        greeting,
-        listening,
-        speaking,
-        tool_loop,
-        unless="error_is_recoverable",
-        on="note_session_error",
+    session_error = in_call.to(ended, unless="error_is_recoverable", on="note_session_error")
+
+    del in_call, pre_greeting, ringing, awaiting_user, greeting, conversation
+    del listening, speaking, tool_loop
+    del greeting_ended, speech_ended
+    return dict(locals())
+
+
+Extension = Callable[[dict[str, Any]], None]
+"""Changes a fresh chart declaration in place: adds events (``chart["name"] = ...``) or
+transitions to existing ones (``chart["event"] = chart["event"] | ...``). States are
+reached from ``chart["call"]`` (``chart["call"].conversation.speaking``) and
+``chart["ended"]``. New guard and action names go on a :class:`~turnfsm.rules.TurnRules`
+subclass passed as the controller's ``rules_class``."""
+
+
+def build_machine(*extensions: Extension, name: str = "CustomTurnMachine") -> type[TurnChart]:
+    """A new machine class: the turn chart, changed by each extension in order.
+
+    Every call declares new states and transitions, so neither :data:`TurnMachine` nor
+    an earlier build is affected. Check the result with :func:`turnfsm.testing.explore`
+    or ``turnfsm check``.
+    """
+    chart = declare_chart()
+    for extend in extensions:
+        extend(chart)
+    chart["__module__"] = __name__
+    return type(name, (TurnChart,), chart)
+
+
+TurnMachine: type[TurnChart] = build_machine(name="TurnMachine")
+"""A voice call's turns: ``ringing → awaiting_user → greeting → listening ⇄ speaking ⇄
+tool_loop``, and ``ended`` from anywhere."""
+
+
+def _walk(states: Any) -> Iterator[State]:
+    for state in states:
+        yield state
+        yield from _walk(state.states)
+
+
+def leaf_states(machine_class: type[TurnChart] = TurnMachine) -> tuple[State, ...]:
+    """The states a call can be in, in declaration order: the atomic states but the
+    transient ``start``, which only has eventless transitions."""
+    return tuple(
+        state
+        for state in _walk(machine_class.states)
+        if not state.states
+        and not (state.transitions and not any(_names(t) for t in state.transitions))
     )
 
+
+def _names(transition: Transition) -> list[str]:
+    return [str(event) for event in transition.events]
+
+
+def leaf_transitions(state: State) -> Iterator[Transition]:
+    """The event transitions that can fire in ``state``, in the order they are tried: its
+    own, then its parents'. One after an unguarded transition of its event never fires
+    there, and is left out."""
+    closed: set[str] = set()
+    node: State | None = state
+    while node is not None:
+        for transition in node.transitions:
+            names = set(_names(transition))
+            if names - closed:
+                yield transition
+                if not any(not spec.is_convention for spec in transition.cond):
+                    closed |= names
+        node = node.parent
+
+
+def handled_events(machine_class: type[TurnChart] = TurnMachine) -> dict[str, frozenset[str]]:
+    """For each state id, the events that have at least one transition from it."""
+    return {
+        state.id: frozenset(name for t in leaf_transitions(state) for name in _names(t))
+        for state in leaf_states(machine_class)
+    }
+
+
+def declared_moves(machine_class: type[TurnChart] = TurnMachine) -> set[tuple[str, str, str]]:
+    """(source, event, target) for every declared transition, from every state it can
+    fire in; a targetless transition stays in its state."""
+    return {
+        (state.id, event, (transition.target or state).id)
+        for state in leaf_states(machine_class)
+        for transition in leaf_transitions(state)
+        for event in _names(transition)
+    }
+
+
+STATES: tuple[str, ...] = tuple(state.id for state in leaf_states())
+"""The states a call can be in, as :attr:`TurnController.state` reports them."""
+
+
+def _leaves_under(compound: str) -> frozenset[str]:
+    (node,) = (state for state in _walk(TurnMachine.states) if state.id == compound)
+    return frozenset(state.id for state in _walk([node]) if not state.states)
+
+
+PRE_GREETING_STATES: frozenset[str] = _leaves_under("pre_greeting")
+"""States before the greeting: an agent speech there is stopped (invariant I8)."""
+
+CONVERSATION_STATES: frozenset[str] = _leaves_under("conversation")
+"""States after the greeting, where tool rounds are counted (invariant I3)."""
 
 LOCKED_STATES: frozenset[str] = frozenset({"greeting"})
 """States drawn and checked as locked: no interrupt effect is ever emitted in them."""
 
-IGNORED: dict[str, str] = {
-    "session_started": "outbound calls start on call_answered; a second start is a duplicate",
-    "call_ringing": "informational once the call is answered",
-    "call_answered": "the call is already answered (duplicate or inbound)",
-    "call_ended": "the call has already ended",
-    "user_speech_started": "before the answer nobody is on the line",
-    "user_speech_ended": "before the answer nobody is on the line",
-    "user_transcript": "transcripts are traced only; turns are decided on commit",
-    "user_turn_committed": "a turn inside the greeting is answered after it (answer_whole)",
-    "agent_speech_created": "a second speech in the greeting waits its turn behind it",
-    "agent_speech_started": "playback is traced only; the state follows creation and end",
-    "agent_speech_ended": "the call has already ended",
-    "assistant_message_committed": "nothing to drop: not interrupted, policy keep, or done",
-    "tool_step_started": "tools inside the greeting or after the end are not a user turn",
-    "tool_step_finished": "the tool step is within the cap, or the call has ended",
-    "timer_fired": "a cancelled timer's late expiry, or a timer of another state",
-    "answering_machine_detected": "a human answered, or the policy continues on machines",
-    "session_error": "recoverable errors are traced only",
-    "agent_speech_interrupted": "only a tool step needs it; a reply's end follows as"
-    " agent_speech_ended, a greeting is locked, and before the greeting the machine"
-    " interrupted the speech itself",
-    "effect_outcome": "a done outcome, or a refusal the machine has no other way to act on"
-    " (see OUTCOME_DECISIONS): traced only",
+
+def _everywhere(event: str, reason: str) -> dict[tuple[str, str], str]:
+    return {(state, event): reason for state in STATES if state != "ended"}
+
+
+IGNORED: dict[tuple[str, str], str] = {
+    **_everywhere("user_transcript", "transcripts are traced only; turns are decided on commit"),
+    **_everywhere("agent_speech_started", "playback is traced only; the state follows creation"),
+    **_everywhere("call_ringing", "informational: the call starts on call_answered"),
+    **{
+        (state, "call_answered"): "the call is already answered (a duplicate, or inbound)"
+        for state in ("awaiting_user", "greeting", "listening", "speaking", "tool_loop")
+    },
+    ("ringing", "session_started"): "an outbound call starts on call_answered",
+    ("speaking", "session_started"): "a duplicate: the session started before any reply",
+    ("tool_loop", "session_started"): "a duplicate: the session started before any tool",
+    ("ringing", "user_speech_started"): "before the answer nobody is on the line",
+    ("ringing", "user_speech_ended"): "before the answer nobody is on the line",
+    ("ringing", "timer_fired"): "timers start with the answer: a late or stale expiry",
+    **{
+        (state, "assistant_message_committed"): "an early speech is stopped before it says"
+        " anything the history keeps"
+        for state in ("ringing", "awaiting_user")
+    },
+    **{
+        (state, event): "tools before the greeting are not a user turn; the early speech"
+        " that calls them is stopped"
+        for state in ("ringing", "awaiting_user")
+        for event in ("tool_step_started", "tool_step_finished")
+    },
+    **{
+        (state, "agent_speech_interrupted"): reason
+        for state, reason in (
+            ("ringing", "the machine stopped the early speech itself"),
+            ("awaiting_user", "the machine stopped the early speech itself"),
+            ("greeting", "the greeting is locked; its end comes as agent_speech_ended"),
+            ("listening", "no reply is running; a late report changes nothing"),
+            ("speaking", "the reply's end follows as agent_speech_ended"),
+        )
+    },
+    ("greeting", "tool_step_started"): "the greeting's speech has no tools; counted per user turn",
+    ("greeting", "tool_step_finished"): "the greeting's speech has no tools",
+    **{
+        (state, "effect_outcome"): "no lever outcome changes this state: traced only"
+        " (see OUTCOME_DECISIONS)"
+        for state in ("ringing", "awaiting_user", "listening", "speaking")
+    },
+    **{
+        ("ended", event): "the call has already ended: nothing is emitted after the end"
+        for event in EVENTS_BY_NAME
+    },
 }
-"""Why an event is ignored where the machine declares no transition for it."""
+"""Why a state has no transition for an event, per (state, event) pair; the test suite
+checks that every pair is a transition or listed here with a reason, and nothing else."""
 
 OUTCOME_DECISIONS: dict[str, str] = {
     "mute_input": "traced only: the outcome monitor reports caller audio heard in a lock",

@@ -15,7 +15,7 @@ ValueError: direction must be one of ('inbound', 'outbound'), got 'sideways'
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import attrs
 
@@ -28,7 +28,11 @@ InterruptedText = Literal["spoken", "drop", "keep"]
 AnsweringMachineAction = Literal["hang_up", "continue"]
 
 
-def _one_of(*allowed: str) -> Any:
+def _one_of(choices: Any) -> Any:
+    """A validator accepting the values of the ``Literal`` type ``choices``, so the type
+    and the check are declared once."""
+    allowed = get_args(choices)
+
     def check(_instance: object, attribute: attrs.Attribute, value: object) -> None:
         if value not in allowed:
             raise ValueError(f"{attribute.name} must be one of {allowed}, got {value!r}")
@@ -74,10 +78,10 @@ def _text(_instance: object, attribute: attrs.Attribute, value: object) -> None:
 class TurnPolicy:
     """How a call takes turns. Every field is documented in the README's option table."""
 
-    direction: Direction = attrs.field(default="inbound", validator=_one_of("inbound", "outbound"))
+    direction: Direction = attrs.field(default="inbound", validator=_one_of(Direction))
     """``outbound`` calls start ringing and wait for the callee to pick up."""
 
-    first_speaker: Speaker = attrs.field(validator=_one_of("user", "agent"))
+    first_speaker: Speaker = attrs.field(validator=_one_of(Speaker))
     """Who speaks first once the call is answered. Default: ``user`` for outbound calls
     (wait for the callee's "Hello?"), ``agent`` for inbound ones."""
 
@@ -91,18 +95,18 @@ class TurnPolicy:
     """Seconds to wait for the callee's first words before ``on_await_user_timeout``."""
 
     on_await_user_timeout: AwaitUserTimeoutAction = attrs.field(
-        default="greet", validator=_one_of("greet", "hang_up")
+        default="greet", validator=_one_of(AwaitUserTimeoutAction)
     )
     """Greet anyway, or hang up, when the callee stays silent."""
 
     greeting_lock: GreetingLock = attrs.field(
-        default="keep_listening", validator=_one_of("mute_input", "keep_listening")
+        default="keep_listening", validator=_one_of(GreetingLock)
     )
     """``mute_input``: the caller is not heard during the greeting. ``keep_listening``: the
     caller is heard, but nothing interrupts the greeting and no turn is committed in it."""
 
     greeting_overlap: GreetingOverlap = attrs.field(
-        default="answer_whole", validator=_one_of("drop", "answer_whole")
+        default="answer_whole", validator=_one_of(GreetingOverlap)
     )
     """Speech overlapping the greeting: ``drop`` it, or answer it as one whole turn after
     the greeting (never a tail fragment)."""
@@ -112,7 +116,7 @@ class TurnPolicy:
     within this many seconds of unmuting is the tail of an overlap, and is dropped."""
 
     interrupted_text: InterruptedText = attrs.field(
-        default="spoken", validator=_one_of("spoken", "drop", "keep")
+        default="spoken", validator=_one_of(InterruptedText)
     )
     """What an interrupted reply leaves in the chat context: the ``spoken`` prefix,
     nothing (``drop``), or the full text (``keep``, LiveKit's behaviour without a
@@ -143,7 +147,7 @@ class TurnPolicy:
     """Hang up after this many seconds from the answer; None disables."""
 
     on_answering_machine: AnsweringMachineAction = attrs.field(
-        default="hang_up", validator=_one_of("hang_up", "continue")
+        default="hang_up", validator=_one_of(AnsweringMachineAction)
     )
     """What to do when answering-machine detection says a machine picked up."""
 

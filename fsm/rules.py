@@ -8,6 +8,9 @@ never perform I/O.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Literal, TypeVar
+
 import attrs
 
 from . import effects as fx
@@ -29,6 +32,30 @@ from .events import (
 )
 from .policy import TurnPolicy
 
+TIMER_POLICY_FIELDS: dict[fx.TimerName, str] = {
+    "await_user": "await_user_timeout",
+    "idle": "idle_timeout",
+    "max_duration": "max_call_duration",
+}
+"""Each timer's policy field: the timer is started only when the field is set."""
+
+GuardKind = Literal["policy", "timer", "event", "context"]
+"""What a guard reads: the policy only (decided once per call, so diagrams prune by it),
+a timer's expiry (``timer_fired`` of one timer), the event, or the call's context."""
+
+_Guard = TypeVar("_Guard", bound=Callable[..., bool])
+
+
+def guard(kind: GuardKind, *, timer: fx.TimerName | None = None) -> Callable[[_Guard], _Guard]:
+    """Declare a rule method as a guard of ``kind``; a timer guard names its timer."""
+
+    def mark(method: _Guard) -> _Guard:
+        method.guard_kind = kind  # type: ignore[attr-defined]
+        method.guard_timer = timer  # type: ignore[attr-defined]
+        return method
+
+    return mark
+
 
 @attrs.define
 class TurnRules:
@@ -43,34 +70,64 @@ class TurnRules:
 
     # -- guards -------------------------------------------------------------------------
 
+    @guard("context")
     def not_started(self) -> bool:
         return not self.context.started
 
+    @guard("policy")
+    def is_outbound(self) -> bool:
+        return self.policy.direction == "outbound"
+
+    @guard("policy")
+    def has_greeting(self) -> bool:
+        return self.policy.has_greeting
+
+    @guard("policy")
+    def mutes_greeting(self) -> bool:
+        return self.policy.mutes_greeting
+
+    @guard("policy")
+    def answers_whole_overlap(self) -> bool:
+        return self.policy.greeting_overlap == "answer_whole"
+
+    @guard("context")
+    def user_is_speaking(self) -> bool:
+        return self.context.user_speaking
+
+    @guard("policy")
     def agent_speaks_first(self) -> bool:
         return self.policy.first_speaker == "agent"
 
+    @guard("event")
     def in_spill_over_window(self, ev: Event) -> bool:
         until = self.context.spill_over_until
         return until is not None and ev.at <= until
 
+    @guard("context")
     def discarding_overlap(self) -> bool:
         return self.context.discarding_overlap
 
+    @guard("event")
     def is_first_words(self, ev: UserTurnCommitted) -> bool:
         return ev.item_id == self.context.first_words_item
 
+    @guard("policy")
     def drops_overlap(self) -> bool:
         return self.policy.greeting_overlap == "drop"
 
+    @guard("context")
     def greeting_speech_pending(self) -> bool:
         return self.context.greeting_speech_id is None
 
+    @guard("event")
     def is_greeting_speech(self, ev: AgentSpeechEnded) -> bool:
         return ev.speech_id == self.context.greeting_speech_id
 
+    @guard("event")
     def is_last_active_speech(self, ev: AgentSpeechEnded) -> bool:
         return self.context.active_speeches <= {ev.speech_id}
 
+    @guard("event")
     def needs_drop(self, ev: AssistantMessageCommitted) -> bool:
         return (
             ev.interrupted
@@ -79,15 +136,19 @@ class TurnRules:
             and ev.speech_id not in self.context.dropped_speeches
         )
 
+    @guard("event")
     def is_tool_step_speech(self, ev: AgentSpeechInterrupted) -> bool:
         return ev.speech_id == self.context.tool_speech_id
 
+    @guard("event")
     def interrupt_not_done(self, ev: EffectOutcome) -> bool:
         return ev.effect == "interrupt" and ev.outcome != "done"
 
+    @guard("context")
     def tool_loop_is_stopped(self) -> bool:
         return self.context.tool_loop_stopped
 
+    @guard("event")
     def greeting_start_not_done(self, ev: EffectOutcome) -> bool:
         """The greeting did not start and no speech of it exists (or the speech taken for
         it played something else, named by the outcome): the call would be deaf."""
@@ -98,6 +159,7 @@ class TurnRules:
             and (greeting_speech is None or ev.speech_id == greeting_speech)
         )
 
+    @guard("event")
     def greeting_retry_not_done(self, ev: EffectOutcome) -> bool:
         return (
             ev.effect == "say"
@@ -106,46 +168,59 @@ class TurnRules:
             and self.context.greeting_speech_id is None
         )
 
+    @guard("policy")
     def has_greeting_text(self) -> bool:
         return self.policy.greeting is not None
 
+    @guard("context")
     def greeting_retried(self) -> bool:
         return self.context.greeting_retried
 
+    @guard("context")
     def tool_loop_must_stop(self) -> bool:
         ctx = self.context
         return ctx.tool_loop_stopped or ctx.capped or ctx.tool_rounds >= self.policy.max_tool_steps
 
+    @guard("event")
     def timer_is_running(self, ev: TimerFired) -> bool:
         return ev.timer in self.context.timers
 
+    @guard("timer", timer="max_duration")
     def is_max_duration_timer(self, ev: TimerFired) -> bool:
         return ev.timer == "max_duration"
 
+    @guard("timer", timer="await_user")
     def is_await_timer(self, ev: TimerFired) -> bool:
         return ev.timer == "await_user"
 
+    @guard("timer", timer="idle")
     def is_idle_timer(self, ev: TimerFired) -> bool:
         return ev.timer == "idle"
 
+    @guard("policy")
     def greets_silent_callee(self) -> bool:
         return self.policy.on_await_user_timeout == "greet"
 
+    @guard("context")
     def can_reprompt(self) -> bool:
         return self.context.reprompts < self.policy.idle_max_reprompts
 
+    @guard("event")
     def machine_answered(self, ev: AnsweringMachineDetected) -> bool:
         return ev.result == "machine"
 
+    @guard("policy")
     def hangs_up_on_machine(self) -> bool:
         return self.policy.on_answering_machine == "hang_up"
 
+    @guard("event")
     def error_is_recoverable(self, ev: SessionError) -> bool:
         return ev.recoverable
 
     # -- timers -------------------------------------------------------------------------
 
-    def _start_timer(self, timer: fx.TimerName, seconds: float | None) -> None:
+    def _start_timer(self, timer: fx.TimerName) -> None:
+        seconds = getattr(self.policy, TIMER_POLICY_FIELDS[timer])
         if seconds is None:
             return
         self._cancel_timer(timer)
@@ -159,14 +234,14 @@ class TurnRules:
 
     def start_await_timer(self) -> None:
         if self.context.started:
-            self._start_timer("await_user", self.policy.await_user_timeout)
+            self._start_timer("await_user")
 
     def cancel_await_timer(self) -> None:
         self._cancel_timer("await_user")
 
     def start_idle_timer(self) -> None:
         if self.context.started and not self.context.user_speaking:
-            self._start_timer("idle", self.policy.idle_timeout)
+            self._start_timer("idle")
 
     def cancel_idle_timer(self) -> None:
         self._cancel_timer("idle")
@@ -178,7 +253,7 @@ class TurnRules:
 
     def begin_call(self) -> None:
         self.context.started = True
-        self._start_timer("max_duration", self.policy.max_call_duration)
+        self._start_timer("max_duration")
 
     def note_end_reason(self, ev: CallEnded) -> None:
         self.context.end_reason = ev.reason
@@ -245,28 +320,43 @@ class TurnRules:
     def note_overlap(self) -> None:
         self.context.overlapped_greeting = True
 
-    def release_greeting_lock(self, ev: Event, target: object) -> None:
-        """Leave the greeting: unlock the input and settle speech that overlapped it."""
-        ctx, policy = self.context, self.policy
+    def forget_greeting(self) -> None:
+        """Leaving the greeting, whatever the way: its speech, first words and retry."""
+        ctx = self.context
         ctx.greeting_speech_id = None
         ctx.first_words_item = None
         ctx.greeting_retried = False
-        if _is_end(target):
-            return  # clean_up_call releases everything without replaying or committing
-        answer_whole = policy.greeting_overlap == "answer_whole"
-        if policy.mutes_greeting:
-            self._unmute(replay_held_audio=answer_whole)
-            if not answer_whole:
-                ctx.spill_over_until = ev.at + policy.spill_over_window
-        elif answer_whole:
-            overlap_done = ctx.overlapped_greeting and not ctx.user_speaking
-            self._resume_user_turns(commit_pending=overlap_done)
-        elif ctx.user_speaking:
-            ctx.discarding_overlap = True
-        else:
-            self.emit(fx.ClearUserTurn())
-            self._resume_user_turns(commit_pending=False)
         ctx.overlapped_greeting = False
+
+    # Leaving the greeting for the conversation: one action per lock and overlap policy
+    # (on a hang-up, clean_up_call releases everything without replaying or committing).
+
+    def unmute_replaying_held_audio(self) -> None:
+        """``mute_input`` + ``answer_whole``: the caller's held speech is heard whole."""
+        self._unmute(replay_held_audio=True)
+
+    def unmute_dropping_held_audio(self) -> None:
+        """``mute_input`` + ``drop``."""
+        self._unmute(replay_held_audio=False)
+
+    def open_spill_over_window(self, ev: Event) -> None:
+        """Speech starting right after the unmute is the tail of a missed overlap."""
+        self.context.spill_over_until = ev.at + self.policy.spill_over_window
+
+    def resume_user_turns_committing_a_finished_overlap(self) -> None:
+        """``keep_listening`` + ``answer_whole``: an overlap already over is one turn now;
+        one still going on becomes a turn when the caller stops."""
+        ctx = self.context
+        self._resume_user_turns(commit_pending=ctx.overlapped_greeting and not ctx.user_speaking)
+
+    def discard_overlap_when_the_caller_stops(self) -> None:
+        """``keep_listening`` + ``drop``, the caller still speaking: discarded at its end."""
+        self.context.discarding_overlap = True
+
+    def clear_and_resume_user_turns(self) -> None:
+        """``keep_listening`` + ``drop``, the caller silent: forget what was held."""
+        self.emit(fx.ClearUserTurn())
+        self._resume_user_turns(commit_pending=False)
 
     def close_spill_over_window(self) -> None:
         self.context.spill_over_until = None
@@ -356,6 +446,10 @@ class TurnRules:
         if ev.speech_id == ctx.tool_speech_id:
             ctx.tool_speech_id = None
         ctx.dropped_speeches = ctx.dropped_speeches - {ev.speech_id}
+
+    def say_tool_fallback_if_final_reply_silent(self, ev: AgentSpeechEnded) -> None:
+        """The final reply without tools played nothing (the model called tools again)."""
+        ctx = self.context
         if ev.speech_id == ctx.final_speech_id:
             ctx.final_speech_id = None
             if not ev.interrupted and ev.played_seconds == 0:
@@ -425,3 +519,31 @@ class TurnRules:
 
 def _is_end(target: object) -> bool:
     return getattr(target, "id", None) == "ended"
+
+
+def guards_of(rules_class: type[TurnRules] = TurnRules) -> dict[str, GuardKind]:
+    """Every guard a rules class declares (with :func:`guard`), by name, and its kind."""
+    members = {name: getattr(rules_class, name) for name in dir(rules_class)}
+    kinds = {name: getattr(member, "guard_kind", None) for name, member in members.items()}
+    return {name: kind for name, kind in kinds.items() if kind is not None}
+
+
+def timer_guards(rules_class: type[TurnRules] = TurnRules) -> dict[str, fx.TimerName]:
+    """The guards matching one timer's expiry, and that timer."""
+    return {
+        name: getattr(rules_class, name).guard_timer
+        for name, kind in guards_of(rules_class).items()
+        if kind == "timer"
+    }
+
+
+POLICY_GUARDS: tuple[str, ...] = tuple(
+    name for name, kind in guards_of().items() if kind == "policy"
+)
+"""Guards that read the policy only: a policy decides them once for the whole call."""
+
+TIMER_GUARDS: dict[str, str] = {
+    name: TIMER_POLICY_FIELDS[timer] for name, timer in timer_guards().items()
+}
+"""Guards matching a timer's expiry, and the policy field that must be set for the
+timer to be started at all."""

@@ -16,7 +16,7 @@ True
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 
 import attrs
 
@@ -25,7 +25,7 @@ from .context import TurnContext
 from .controller import TurnController
 from .effects import TIMER_NAMES
 from .invariants import InvariantViolation, SafetyMonitor
-from .machine import TurnMachine
+from .machine import TurnChart, TurnMachine
 from .policy import TurnPolicy
 from .rules import TurnRules
 
@@ -92,37 +92,46 @@ class ExplorationReport:
     """(source, event, target) moves taken, self loops included."""
     violations: list[str]
     """One line per breach: the invariant, the configuration's state and the event."""
+    paths: tuple[tuple[ev.Event, ...], ...] = ()
+    """For each violation, in the same order, a shortest event path from the start that
+    ends with the breaking event (breadth-first: no shorter path breaks it there)."""
 
 
 def explore(
     policy: TurnPolicy,
     *,
-    machine_class: type[TurnMachine] = TurnMachine,
+    machine_class: type[TurnChart] = TurnMachine,
     rules_class: type[TurnRules] = TurnRules,
     max_configurations: int = 200_000,
+    extra_events: Sequence[ev.Event] = (),
 ) -> ExplorationReport:
     """Breadth-first over every reachable configuration, every event, every invariant.
 
     ``machine_class`` and ``rules_class`` replace the machine or its guards and actions,
-    e.g. with a deliberately broken subclass to show the invariants catch it.
+    e.g. with a deliberately broken subclass to show the invariants catch it, or with an
+    extension from :func:`~turnfsm.machine.build_machine`; ``extra_events`` adds the
+    extension's own events to the alphabet.
 
     Raises:
         RuntimeError: more than ``max_configurations`` configurations (unbounded state).
     """
-    alphabet = event_alphabet()
+    alphabet = (*event_alphabet(), *extra_events)
     controller = TurnController(
         policy, record=False, machine_class=machine_class, rules_class=rules_class
     )
     start = (controller.state, controller.context, SafetyMonitor(policy))
-    seen: set[Hashable] = {_key(*start)}
+    # every configuration's first way in (parent key, event): shortest paths, breadth-first
+    seen: dict[Hashable, tuple[Hashable, ev.Event] | None] = {_key(*start): None}
     queue = deque([start])
     steps = 0
     states: set[str] = set()
     moves: set[tuple[str, str, str]] = set()
     violations: list[str] = []
+    paths: list[tuple[ev.Event, ...]] = []
     while queue:
         state, context, monitor = queue.popleft()
         states.add(state)
+        here = _key(state, context, monitor)
         for event in alphabet:
             controller.restore(state, context)
             shadow = _copy_monitor(monitor)
@@ -132,12 +141,13 @@ def explore(
                 shadow.check(state, event, controller.state, effects)
             except InvariantViolation as breach:
                 violations.append(f"{breach} [in {state} on {event!r}]")
+                paths.append((*_path_to(seen, here), event))
                 continue
             moves.add((state, event.name, controller.state))
             after = (controller.state, controller.context, shadow)
             key = _key(*after)
             if key not in seen:
-                seen.add(key)
+                seen[key] = (here, event)
                 if len(seen) > max_configurations:
                     raise RuntimeError(f"more than {max_configurations} configurations")
                 queue.append((after[0], attrs.evolve(after[1]), after[2]))
@@ -147,7 +157,18 @@ def explore(
         states=frozenset(states),
         transitions=frozenset(moves),
         violations=violations,
+        paths=tuple(paths),
     )
+
+
+def _path_to(
+    seen: dict[Hashable, tuple[Hashable, ev.Event] | None], key: Hashable
+) -> tuple[ev.Event, ...]:
+    path: list[ev.Event] = []
+    while (way_in := seen[key]) is not None:
+        key, event = way_in
+        path.append(event)
+    return tuple(reversed(path))
 
 
 def _copy_monitor(monitor: SafetyMonitor) -> SafetyMonitor:

@@ -6,6 +6,12 @@ speech and committed turns, the agent's speeches (pending, played, interrupted, 
 locked greeting), tool rounds, timers, and the other effects; a time axis in seconds
 since the first step, and a legend. Every mark has a ``<title>``, shown on hover.
 
+A trace is untrusted input: every string taken from it is escaped
+(:func:`turnfsm.escape.xml_text`), so the SVG is valid XML whatever the ids and texts
+hold; the drawing takes time linear in the trace (plus a log factor for packing rows);
+a step stamped earlier than the one before it (a clock that jumped back) is drawn at the
+time of the one before, and the title counts such jumps.
+
 >>> from turnfsm import TurnController, TurnPolicy, events
 >>> controller = TurnController(TurnPolicy(direction="outbound", greeting="Hi"))
 >>> _ = controller.handle(events.CallAnswered(at=1.0))
@@ -15,16 +21,20 @@ True
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections.abc import Iterable
-from xml.sax.saxutils import escape, quoteattr
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+from xml.sax.saxutils import quoteattr
 
 import attrs
 
 from . import effects as fx
 from . import events as ev
+from .escape import xml_text
 from .machine import LOCKED_STATES, TurnMachine
-from .trace import Trace
+from .trace import Trace, TraceStep
 
 WIDTH = 1200
 LEFT = 150
@@ -83,6 +93,12 @@ EFFECT_MARKERS: dict[str, _Marker] = {
 }
 """How each effect is marked in the Effects lane; timers have a lane of their own."""
 
+OTHER_EFFECT = _Marker("call", "circle", "#616161", "other effect")
+"""The marker of an effect without one of its own (a subclass's)."""
+
+NUDGE = 9.0
+"""Pixels between marks of one effects row drawn at the same instant."""
+
 EFFECT_ROWS: tuple[str, ...] = ("input", "speech", "call")
 
 _LEGEND_MARK = (10.0, 0.0)
@@ -136,8 +152,8 @@ class _Timeline:
 
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
-        self.t0 = trace.steps[0].at if trace.steps else 0.0
-        self.last = trace.steps[-1].at - self.t0 if trace.steps else 0.0
+        self.timed, self.jumps = _timed(trace)
+        self.last = self.timed[-1][1] if self.timed else 0.0
         self.tick = _tick_step(self.last)
         self.end = max(self.tick, math.ceil(self.last / self.tick) * self.tick)
         self.out: list[str] = []
@@ -148,12 +164,12 @@ class _Timeline:
         return LEFT + seconds / self.end * (WIDTH - LEFT - RIGHT)
 
     def render(self) -> str:
-        speeches = self._speeches()
+        speeches = list(_rows_of_speeches(self._speeches()))
         tools = _rows(self._tool_rounds())
         lanes = [
             _Lane("state", "FSM state", [""]),
             _Lane("user", "User speech", ["speech", "turns"]),
-            _Lane("agent", "Agent speech", [""] * max(1, _row_count(speeches))),
+            _Lane("agent", "Agent speech", [""] * (1 + max((r for r, _ in speeches), default=0))),
             _Lane("tools", "Tool rounds", [""] * max(1, len(tools))),
             _Lane("timers", "Timers", list(fx.TIMER_NAMES)),
             _Lane("effects", "Effects", list(EFFECT_ROWS)),
@@ -177,6 +193,10 @@ class _Timeline:
             f"Call timeline: {self.trace.policy.direction} call, {len(self.trace)} steps, "
             f"{_seconds(self.last)} s"
         )
+        if self.jumps:
+            title += f", {self.jumps} backward time jump{'s' if self.jumps != 1 else ''}"
+        if self.trace.dropped:
+            title += f" (the first {self.trace.dropped} steps were not kept)"
         head = (
             f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height:.0f}" '
             f'viewBox="0 0 {WIDTH} {height:.0f}" font-family="{FONT}" font-size="11" '
@@ -189,18 +209,15 @@ class _Timeline:
             "</pattern></defs>"
         )
         background = f'<rect width="{WIDTH}" height="{height:.0f}" fill="#ffffff"/>'
-        heading = f'<text x="12" y="24" font-size="15" font-weight="bold">{escape(title)}</text>'
+        heading = f'<text x="12" y="24" font-size="15" font-weight="bold">{xml_text(title)}</text>'
         return "\n".join([head, defs, background, heading, *self.out, "</svg>"]) + "\n"
 
     # -- data from the trace --------------------------------------------------------------
 
-    def _t(self, at: float) -> float:
-        return at - self.t0
-
     def _speeches(self) -> list[_Speech]:
         speeches: dict[str, _Speech] = {}
-        for step in self.trace:
-            event, at = step.event, self._t(step.at)
+        for step, at in self.timed:
+            event = step.event
             if isinstance(event, ev.AgentSpeechCreated):
                 speeches[event.speech_id] = _Speech(event.speech_id, at, source=event.source)
             elif isinstance(event, (ev.AgentSpeechStarted, ev.AgentSpeechEnded)):
@@ -215,16 +232,16 @@ class _Timeline:
         return list(speeches.values())
 
     def _tool_rounds(self) -> list[_Span]:
-        open_rounds: dict[str, list[_Span]] = {}
+        open_rounds: dict[str, deque[_Span]] = {}
         rounds: list[_Span] = []
-        for step in self.trace:
-            event, at = step.event, self._t(step.at)
+        for step, at in self.timed:
+            event = step.event
             if isinstance(event, ev.ToolStepStarted):
                 span = _Span(at, detail=f"{event.calls} call{'s' if event.calls != 1 else ''}")
-                open_rounds.setdefault(event.speech_id, []).append(span)
+                open_rounds.setdefault(event.speech_id, deque()).append(span)
                 rounds.append(span)
             elif isinstance(event, ev.ToolStepFinished) and open_rounds.get(event.speech_id):
-                open_rounds[event.speech_id].pop(0).end = at
+                open_rounds[event.speech_id].popleft().end = at
         return rounds
 
     # -- lanes ----------------------------------------------------------------------------
@@ -237,13 +254,13 @@ class _Timeline:
                 f'<rect x="0" y="{lane.top:.1f}" width="{WIDTH}" height="{lane.height:.1f}" '
                 f'fill="{fill}"/>'
                 f'<text class="lane-label" x="12" y="{lane.top + lane.height / 2 + 4:.1f}" '
-                f'font-size="12" font-weight="bold">{escape(lane.label)}</text>'
+                f'font-size="12" font-weight="bold">{xml_text(lane.label)}</text>'
             )
             for row, name in enumerate(lane.rows):
                 if name:
                     self.out.append(
                         f'<text x="{LEFT - 8}" y="{lane.row_y(row) + 3:.1f}" font-size="9" '
-                        f'fill="#757575" text-anchor="end">{escape(name)}</text>'
+                        f'fill="#757575" text-anchor="end">{xml_text(name)}</text>'
                     )
             self.out.append("</g>")
         for seconds in _ticks(self.end, self.tick):
@@ -258,10 +275,10 @@ class _Timeline:
             return
         spans: list[tuple[str, float, float]] = []
         state, since = self.trace.steps[0].before, 0.0
-        for step in self.trace:
+        for step, at in self.timed:
             if step.after != state:
-                spans.append((state, since, self._t(step.at)))
-                state, since = step.after, self._t(step.at)
+                spans.append((state, since, at))
+                state, since = step.after, at
         final = {s.id for s in TurnMachine.states if s.final}
         spans.append((state, since, self.end if state in final else self.last))
         y = lane.row_y(0) - BAR / 2
@@ -273,7 +290,7 @@ class _Timeline:
             tip = f"{label}: {_seconds(start)}–{_seconds(end)} s"
             self.out.append(
                 f'<rect x="{x:.1f}" y="{y:.1f}" width="{width:.1f}" height="{BAR}" '
-                f'fill="{colour}" stroke="#ffffff"><title>{escape(tip)}</title></rect>'
+                f'fill="{colour}" stroke="#ffffff"><title>{xml_text(tip)}</title></rect>'
             )
             if locked:
                 self.out.append(
@@ -286,8 +303,8 @@ class _Timeline:
 
     def _user(self, lane: _Lane) -> None:
         spans: list[_Span] = []
-        for step in self.trace:
-            event, at = step.event, self._t(step.at)
+        for step, at in self.timed:
+            event = step.event
             if isinstance(event, ev.UserSpeechStarted):
                 spans.append(_Span(at))
             elif isinstance(event, ev.UserSpeechEnded) and spans and spans[-1].end is None:
@@ -302,8 +319,8 @@ class _Timeline:
             self._span(lane.row_y(0), span, USER, "user speaking")
             self.legend.setdefault("user speech", _swatch(USER))
 
-    def _agent(self, lane: _Lane, speeches: list[_Speech]) -> None:
-        for row, speech in _rows_of_speeches(speeches):
+    def _agent(self, lane: _Lane, speeches: list[tuple[int, _Speech]]) -> None:
+        for row, speech in speeches:
             y = lane.row_y(row)
             end = speech.ended if speech.ended is not None else self.last
             playing = speech.started if speech.started is not None else end
@@ -335,8 +352,7 @@ class _Timeline:
     def _timers(self, lane: _Lane) -> None:
         running: dict[str, _Span] = {}
         rows = {name: index for index, name in enumerate(lane.rows)}
-        for step in self.trace:
-            at = self._t(step.at)
+        for step, at in self.timed:
             if isinstance(step.event, ev.TimerFired) and step.event.timer in running:
                 self._timer_end(lane, rows, step.event.timer, running.pop(step.event.timer), at)
                 y = lane.row_y(rows[step.event.timer])
@@ -368,24 +384,24 @@ class _Timeline:
         x1, x2 = self.x(span.start), self.x(end)
         self.out.append(
             f'<line x1="{x1:.1f}" y1="{y:.1f}" x2="{x2:.1f}" y2="{y:.1f}" stroke="{TIMER}" '
-            f'stroke-width="3" stroke-opacity="0.5"><title>{escape(span.detail)} running, '
+            f'stroke-width="3" stroke-opacity="0.5"><title>{xml_text(span.detail)} running, '
             f"{_seconds(span.start)}–{_seconds(end)} s</title></line>"
         )
         self.legend.setdefault("timer running", _swatch(TIMER, thin=True))
 
     def _effects(self, lane: _Lane) -> None:
-        taken: dict[str, list[float]] = {row: [] for row in EFFECT_ROWS}
-        for step in self.trace:
-            at = self._t(step.at)
+        last_x: dict[str, float] = {}
+        for step, at in self.timed:
             for effect in step.effects:
                 if isinstance(effect, (fx.StartTimer, fx.CancelTimer)):
                     continue
-                marker = EFFECT_MARKERS[effect.name]
+                marker = EFFECT_MARKERS.get(effect.name, OTHER_EFFECT)
+                # Effects of one instant are nudged apart so that each stays visible. Time
+                # never goes back here (see _timed), so only the row's last mark can be near.
                 x = self.x(at)
-                # Effects of one instant are nudged apart so that each stays visible.
-                while any(abs(x - other) < 9 for other in taken[marker.row]):
-                    x += 9
-                taken[marker.row].append(x)
+                if marker.row in last_x:
+                    x = max(x, last_x[marker.row] + NUDGE)
+                last_x[marker.row] = x
                 y = lane.row_y(EFFECT_ROWS.index(marker.row))
                 self._mark(
                     marker.shape, marker.colour, x, y, f"{_describe(effect)} at {_seconds(at)} s"
@@ -426,7 +442,7 @@ class _Timeline:
                 x, y = LEFT, y + 20
             self.out.append(
                 f'<g transform="translate({x:.1f},{y:.1f})">{sample}'
-                f'<text x="26" y="4">{escape(label)}</text></g>'
+                f'<text x="26" y="4">{xml_text(label)}</text></g>'
             )
             x += column
         self.out.append("</g>")
@@ -450,7 +466,7 @@ class _Timeline:
         self.out.append(
             f'<rect x="{x:.1f}" y="{y - BAR / 2:.1f}" width="{width:.1f}" height="{BAR}" '
             f'rx="3" fill="{colour}"{stroke}>'
-            f"<title>{escape(tip)}: {_seconds(span.start)}–{_seconds(end)} s</title></rect>"
+            f"<title>{xml_text(tip)}: {_seconds(span.start)}–{_seconds(end)} s</title></rect>"
         )
         if label:
             self._bar_text(x, width, y, label, "#ffffff")
@@ -461,11 +477,11 @@ class _Timeline:
         colour = fill or "#212121"
         self.out.append(
             f'<text x="{x + 4:.1f}" y="{y + 4:.1f}" fill="{colour}" font-size="10">'
-            f"{escape(text)}</text>"
+            f"{xml_text(text)}</text>"
         )
 
     def _mark(self, shape: str, colour: str, x: float, y: float, tip: str) -> None:
-        self.out.append(f"<g>{_mark_svg(shape, colour, x, y)}<title>{escape(tip)}</title></g>")
+        self.out.append(f"<g>{_mark_svg(shape, colour, x, y)}<title>{xml_text(tip)}</title></g>")
 
 
 # -- pure helpers -----------------------------------------------------------------------------
@@ -488,34 +504,59 @@ def _seconds(value: float) -> str:
     return f"{value:.3f}".rstrip("0").rstrip(".")
 
 
+_Item = TypeVar("_Item")
+
+
+def _timed(trace: Trace) -> tuple[list[tuple[TraceStep, float]], int]:
+    """Each step with its time in seconds since the first step, never decreasing, and how
+    many steps were stamped earlier than the one before (drawn at that one's time)."""
+    timed: list[tuple[TraceStep, float]] = []
+    jumps = 0
+    t0 = trace.steps[0].at if trace.steps else 0.0
+    now = 0.0
+    for step in trace:
+        at = step.at - t0
+        if at < now:
+            jumps += 1
+        now = max(now, at)
+        timed.append((step, now))
+    return timed, jumps
+
+
 def _rows(spans: list[_Span]) -> list[list[_Span]]:
-    """Spans packed into the fewest rows in which none overlap (in start order)."""
+    """Spans packed into the fewest rows in which none overlap (in start order): each
+    goes to the lowest row free at its start."""
     rows: list[list[_Span]] = []
-    for span in sorted(spans, key=lambda s: s.start):
-        for row in rows:
-            last = row[-1].end
-            if last is not None and last <= span.start:
-                row.append(span)
-                break
-        else:
-            rows.append([span])
+    for row, span in _packed(sorted(spans, key=lambda s: s.start), lambda s: (s.start, s.end)):
+        if row == len(rows):
+            rows.append([])
+        rows[row].append(span)
     return rows
 
 
 def _rows_of_speeches(speeches: list[_Speech]) -> Iterable[tuple[int, _Speech]]:
-    ends: list[float] = []
-    for speech in sorted(speeches, key=lambda s: s.created):
-        row = next((i for i, end in enumerate(ends) if end <= speech.created), len(ends))
-        end = speech.ended if speech.ended is not None else math.inf
-        if row == len(ends):
-            ends.append(end)
+    ordered = sorted(speeches, key=lambda s: s.created)
+    return _packed(ordered, lambda s: (s.created, s.ended))
+
+
+def _packed(
+    items: list[_Item], extent: Callable[[_Item], tuple[float, float | None]]
+) -> Iterable[tuple[int, _Item]]:
+    """``(row, item)`` for items in start order: the lowest row whose last item ended by
+    the item's start, else a new row. An item without an end keeps its row for good."""
+    busy: list[tuple[float, int]] = []  # (end, row) of the rows in use, soonest end first
+    free: list[int] = []  # rows free again, lowest first
+    rows = 0
+    for item in items:
+        start, end = extent(item)
+        while busy and busy[0][0] <= start:
+            heapq.heappush(free, heapq.heappop(busy)[1])
+        if free:
+            row = heapq.heappop(free)
         else:
-            ends[row] = end
-        yield row, speech
-
-
-def _row_count(speeches: list[_Speech]) -> int:
-    return 1 + max((row for row, _ in _rows_of_speeches(speeches)), default=0)
+            row, rows = rows, rows + 1
+        heapq.heappush(busy, (math.inf if end is None else end, row))
+        yield row, item
 
 
 def _describe(effect: fx.Effect) -> str:

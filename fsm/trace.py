@@ -1,27 +1,59 @@
 """Traces: every step of a call as data, written and read as JSON lines.
 
 The first line is a header with the format version and the policy; each further line
-is one step ``{"at", "event", "before", "after", "effects"}``. Reading is JSON only
-and validated: a malformed line raises :class:`TraceFormatError` with its line number.
+is one step ``{"at", "event", "before", "after", "effects"}``. A trace file is
+untrusted input: reading is JSON only, bounded (:data:`MAX_LINE_BYTES`,
+:data:`MAX_TRACE_BYTES`), and checks every value (types, ranges, known names and state
+ids, real Unicode), so whatever is read replays and draws; anything else raises
+:class:`TraceFormatError` naming the line.
 
-Transcript text (what the caller said, what the agent said) is redacted when a step
-is recorded unless the controller was asked to keep it; the length stays.
+Transcript text (what the caller said, what the agent said) and the policy's texts (the
+greeting, which often names the callee and the reason for calling; the re-prompt; the
+tool-cap fallback) are redacted when a step is recorded unless the controller was asked
+to keep them, lengths included: every such text reads ``[redacted]``.
+
+A long call need not be held in memory: a trace can keep only its last steps
+(:meth:`Trace.bounded`, what :class:`~turnfsm.TurnController` does by default) and a
+:class:`TraceWriter` appends every step to a file as it happens.
+
+>>> header = '{"turnfsm_trace": 1, "policy": {"first_speaker": "user"}}'
+>>> Trace.parse([header, '{"at": 1e400}'])
+Traceback (most recent call last):
+...
+turnfsm.trace.TraceFormatError: line 2: number out of range: 1e400
 """
 
 from __future__ import annotations
 
+import collections
 import json
-from collections.abc import Iterable, Iterator
+import re
+from collections.abc import Iterable, Iterator, MutableSequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import attrs
 
 from . import effects as fx
 from . import events as ev
+from .fields import check_fields, show
+from .machine import leaf_states
 from .policy import TurnPolicy
 
 FORMAT_VERSION = 1
+
+MAX_LINE_BYTES = 1_000_000
+"""The longest line read (a step is a few hundred bytes): a longer one is refused before
+it is held in memory."""
+
+MAX_TRACE_BYTES = 200_000_000
+"""The largest trace file read by default (a two-hour call is about 5 MB)."""
+
+MAX_NUMBER_DIGITS = 30
+"""Integers with more digits are refused (they would overflow times and counts)."""
+
+REDACTED = "[redacted]"
+"""What a redacted text reads: the same for every text, so not even its length shows."""
 
 TEXT_FIELDS: dict[type, tuple[str, ...]] = {
     ev.UserTranscript: ("text",),
@@ -29,8 +61,12 @@ TEXT_FIELDS: dict[type, tuple[str, ...]] = {
     ev.AssistantMessageCommitted: ("text",),
     ev.AgentSpeechEnded: ("played_text",),
     fx.DropUnspokenText: ("played_text",),
+    fx.StartGreeting: ("text", "instructions"),
+    fx.Say: ("text",),
+    fx.FinalReplyWithoutTools: ("fallback_text",),
+    TurnPolicy: ("greeting", "greeting_instructions", "tool_cap_fallback", "idle_message"),
 }
-"""Fields holding transcript text, redacted in traces unless kept."""
+"""Fields holding transcript or policy text, redacted in traces unless kept."""
 
 
 class TraceFormatError(ValueError):
@@ -48,12 +84,51 @@ class TraceStep:
     effects: tuple[fx.Effect, ...]
 
 
+class StepRing(collections.deque[TraceStep]):
+    """The steps of a bounded trace: a ring buffer that slices and compares like a list."""
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return list(self)[index]
+        return super().__getitem__(index)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, list | collections.deque):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 @attrs.define
 class Trace:
-    """A recorded call: its policy and its steps."""
+    """A recorded call: its policy and its steps.
+
+    ``dropped`` counts the steps a bounded trace let go (its oldest); such a trace shows
+    the end of a call and cannot be replayed.
+    """
 
     policy: TurnPolicy
-    steps: list[TraceStep] = attrs.field(factory=list)
+    steps: MutableSequence[TraceStep] = attrs.field(factory=list)
+    dropped: int = 0
+
+    @classmethod
+    def bounded(cls, policy: TurnPolicy, max_steps: int) -> Trace:
+        """A trace that keeps the last ``max_steps`` steps (a ring buffer)."""
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+            raise ValueError(f"max_steps must be an integer >= 1, got {max_steps!r}")
+        return cls(policy=policy, steps=StepRing(maxlen=max_steps))
+
+    @property
+    def max_steps(self) -> int | None:
+        """How many steps the trace keeps; ``None`` when it keeps them all."""
+        return getattr(self.steps, "maxlen", None)
+
+    def append(self, step: TraceStep) -> None:
+        """Add a step; a bounded trace that is full lets its oldest step go."""
+        if self.max_steps is not None and len(self.steps) == self.max_steps:
+            self.dropped += 1
+        self.steps.append(step)
 
     def __iter__(self) -> Iterator[TraceStep]:
         return iter(self.steps)
@@ -61,11 +136,13 @@ class Trace:
     def __len__(self) -> int:
         return len(self.steps)
 
+    def header(self) -> str:
+        """The first line: format version, policy and (when some were) dropped steps."""
+        return _header_line(self.policy, self.dropped)
+
     def to_jsonl(self) -> str:
         """The trace as JSON lines (header first)."""
-        header = {"turnfsm_trace": FORMAT_VERSION, "policy": self.policy.to_dict()}
-        lines = [json.dumps(header, sort_keys=True)]
-        lines.extend(json.dumps(_step_to_dict(step), sort_keys=True) for step in self.steps)
+        lines = [self.header(), *(step_line(step) for step in self.steps)]
         return "\n".join(lines) + "\n"
 
     def write(self, path: str | Path) -> None:
@@ -73,14 +150,15 @@ class Trace:
         Path(path).write_text(self.to_jsonl(), encoding="utf-8")
 
     @classmethod
-    def read(cls, path: str | Path) -> Trace:
-        """Read a trace written by :meth:`write`.
+    def read(cls, path: str | Path, *, max_bytes: int = MAX_TRACE_BYTES) -> Trace:
+        """Read a trace written by :meth:`write` or a :class:`TraceWriter`.
 
         Raises:
-            TraceFormatError: naming the first bad line.
+            TraceFormatError: naming the first bad line (or the size of the file).
+            OSError: the file cannot be opened.
         """
-        with open(path, encoding="utf-8") as stream:
-            return cls.parse(stream)
+        with open(path, "rb") as stream:
+            return cls.parse(_decoded_lines(stream, max_bytes))
 
     @classmethod
     def parse(cls, lines: Iterable[str] | IO[str]) -> Trace:
@@ -90,35 +168,121 @@ class Trace:
             TraceFormatError: naming the first bad line.
         """
         trace: Trace | None = None
+        states = _STATE_IDS
         for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
             try:
-                record = json.loads(line)
-                if not isinstance(record, dict):
-                    raise ValueError("a line must be a JSON object")
+                if len(line) > MAX_LINE_BYTES:
+                    raise ValueError(f"longer than {MAX_LINE_BYTES} characters")
+                if not line.strip():
+                    continue
+                record = _json(line)
                 if trace is None:
-                    trace = cls(policy=_parse_header(record))
+                    policy, dropped = _parse_header(record)
+                    trace = cls(policy=policy, dropped=dropped)
                 else:
-                    trace.steps.append(_step_from_dict(record))
-            except (ValueError, TypeError, KeyError) as error:
-                raise TraceFormatError(f"line {number}: {error}") from None
+                    trace.steps.append(_step_from_dict(record, states))
+            except (ValueError, TypeError, KeyError, RecursionError) as error:
+                raise TraceFormatError(f"line {number}: {_problem(error)}") from None
         if trace is None:
             raise TraceFormatError("line 1: empty trace, expected a header line")
         return trace
 
 
+class TraceSink(Protocol):
+    """Where a controller sends each recorded step as it happens (see :class:`TraceWriter`).
+
+    ``start`` is called once, with the policy as the trace shows it (redacted unless text
+    is kept); ``append`` once per step, already redacted. An ``append`` that raises makes
+    the controller's step fail as if it never happened.
+    """
+
+    def start(self, policy: TurnPolicy) -> None: ...
+
+    def append(self, step: TraceStep) -> None: ...
+
+
+class TraceWriter:
+    """A :class:`TraceSink` writing a call's trace to a file as it happens.
+
+    The header is written when the controller starts, then one line per step, flushed:
+    the file is a trace :meth:`Trace.read` reads at any moment, a crash loses at most the
+    step being written, and memory stays flat however long the call::
+
+        writer = TraceWriter(f"traces/{room_name}.jsonl")
+        controller = TurnController(policy, trace_sink=writer)
+        ...  # the call
+        writer.close()  # e.g. in the session's "close" handler
+
+    A write that fails (disk full) stops the writer rather than the call: :attr:`error`
+    keeps the ``OSError`` and later steps are not written.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.error: OSError | None = None
+        self.steps = 0
+        self._stream: IO[str] | None = None
+
+    def start(self, policy: TurnPolicy) -> None:
+        if self._stream is not None or self.steps:
+            raise RuntimeError(f"{self.path}: a TraceWriter records one call; open another")
+        self._stream = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 (closed in close)
+        self._write(_header_line(policy, 0))
+
+    def append(self, step: TraceStep) -> None:
+        if self._stream is None:
+            if self.error is None and not self.steps:
+                raise RuntimeError(f"{self.path}: start() the writer before appending")
+            return
+        self._write(step_line(step))
+        self.steps += 1
+
+    def close(self) -> None:
+        """Close the file; idempotent."""
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            stream.close()
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _write(self, line: str) -> None:
+        assert self._stream is not None
+        try:
+            self._stream.write(line + "\n")
+            self._stream.flush()
+        except OSError as error:
+            self.error = error
+            self.close()
+
+
 def redact(item: Any) -> Any:
-    """``item`` with its transcript fields replaced by their length only."""
+    """``item`` with its transcript or policy text fields replaced by ``[redacted]``
+    (an empty text too: nothing about a text shows; a missing one stays ``None``)."""
     names = TEXT_FIELDS.get(type(item))
     if not names:
         return item
-    changes = {
-        name: f"[redacted {len(value)} chars]"
-        for name in names
-        if (value := getattr(item, name)) is not None
-    }
+    changes = {name: REDACTED for name in names if getattr(item, name) is not None}
     return attrs.evolve(item, **changes) if changes else item
+
+
+def step_line(step: TraceStep) -> str:
+    """One step as a JSON line (without the newline)."""
+    return _dumps(_step_to_dict(step))
+
+
+def _header_line(policy: TurnPolicy, dropped: int) -> str:
+    header: dict[str, Any] = {"turnfsm_trace": FORMAT_VERSION, "policy": policy.to_dict()}
+    if dropped:
+        header["dropped_steps"] = dropped
+    return _dumps(header)
+
+
+def _dumps(record: dict[str, Any]) -> str:
+    return json.dumps(record, sort_keys=True, allow_nan=False)
 
 
 def _data(item: ev.Event | fx.Effect) -> dict[str, Any]:
@@ -135,42 +299,134 @@ def _step_to_dict(step: TraceStep) -> dict[str, Any]:
     }
 
 
-def _parse_header(record: dict[str, Any]) -> TurnPolicy:
+# -- reading untrusted lines ------------------------------------------------------------
+
+
+def _decoded_lines(stream: IO[bytes], max_bytes: int) -> Iterator[str]:
+    """The stream's lines as text, each bounded, the whole bounded, UTF-8 checked."""
+    total = 0
+    number = 0
+    while raw := stream.readline(MAX_LINE_BYTES + 1):
+        number += 1
+        total += len(raw)
+        if len(raw) > MAX_LINE_BYTES:
+            raise TraceFormatError(f"line {number}: longer than {MAX_LINE_BYTES} bytes")
+        if total > max_bytes:
+            raise TraceFormatError(
+                f"line {number}: the trace is larger than {max_bytes} bytes "
+                "(Trace.read(path, max_bytes=...) reads larger ones)"
+            )
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise TraceFormatError(
+                f"line {number}: not UTF-8 text (byte {raw[error.start]:#04x} at "
+                f"column {error.start + 1})"
+            ) from None
+
+
+def _json(line: str) -> Any:
+    record = json.loads(
+        line, parse_constant=_no_constant, parse_int=_bounded_int, parse_float=_finite_float
+    )
+    if not isinstance(record, dict):
+        raise ValueError("a line must be a JSON object")
+    if _SURROGATE_ESCAPE.search(line):  # a pair is text; a lone half is not
+        try:
+            json.dumps(record, ensure_ascii=False, check_circular=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(
+                "a string holds a lone surrogate (\\ud800-\\udfff): not text"
+            ) from None
+    return record
+
+
+_SURROGATE_ESCAPE = re.compile("\\\\u[dD][89a-fA-F]|[\ud800-\udfff]")
+"""A surrogate, escaped or not (``parse`` takes strings, which may hold one raw)."""
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number a trace holds")
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_NUMBER_DIGITS:
+        raise ValueError(f"number out of range: {text[:20]}... ({len(text)} digits)")
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"number out of range: {text[:40]}")
+    return value
+
+
+def _problem(error: BaseException) -> str:
+    if isinstance(error, RecursionError):
+        return "nested too deeply"
+    if isinstance(error, KeyError):
+        return f"missing {error}"
+    return str(error)
+
+
+_STATE_IDS = frozenset(state.id for state in leaf_states())
+"""The states a step may name: the ones a call can be in."""
+
+
+def _parse_header(record: dict[str, Any]) -> tuple[TurnPolicy, int]:
     version = record.get("turnfsm_trace")
-    if version != FORMAT_VERSION:
+    if type(version) is not int or version != FORMAT_VERSION:
         raise ValueError(f"header: turnfsm_trace must be {FORMAT_VERSION}, got {version!r}")
+    if unknown := sorted(set(record) - {"turnfsm_trace", "policy", "dropped_steps"}):
+        raise ValueError(f"header: unknown keys {unknown}")
     policy = record.get("policy")
     if not isinstance(policy, dict):
         raise ValueError("header: policy must be an object")
-    return TurnPolicy(**policy)
+    dropped = record.get("dropped_steps", 0)
+    if isinstance(dropped, bool) or not isinstance(dropped, int) or dropped < 0:
+        raise ValueError(f"header: dropped_steps must be an integer >= 0, got {show(dropped)}")
+    return TurnPolicy(**policy), dropped
 
 
 def _build(kinds: dict[str, type], data: Any, what: str) -> Any:
     if not isinstance(data, dict):
-        raise ValueError(f"{what} must be an object, got {data!r}")
+        raise ValueError(f"{what} must be an object, got {show(data)}")
     fields = dict(data)
     name = fields.pop("name", None)
-    if name not in kinds:
-        raise ValueError(f"unknown {what} {name!r}")
+    if not isinstance(name, str) or name not in kinds:
+        raise ValueError(f"unknown {what} {show(name)}")
     known = {field.name for field in attrs.fields(kinds[name])}
     if unknown := sorted(set(fields) - known):
         raise ValueError(f"{what} {name!r} has unknown fields {unknown}")
-    return kinds[name](**fields)
+    item = kinds[name](**fields)
+    check_fields(item)
+    return item
 
 
-def _step_from_dict(record: dict[str, Any]) -> TraceStep:
-    missing = sorted({"at", "event", "before", "after", "effects"} - set(record))
-    if missing:
+STEP_KEYS = frozenset({"at", "event", "before", "after", "effects"})
+
+
+def _step_from_dict(record: dict[str, Any], states: frozenset[str]) -> TraceStep:
+    if missing := sorted(STEP_KEYS - set(record)):
         raise ValueError(f"step is missing {missing}")
+    if unknown := sorted(set(record) - STEP_KEYS):
+        raise ValueError(f"step has unknown keys {unknown}")
     effects = record["effects"]
     if not isinstance(effects, list):
         raise ValueError("effects must be a list")
     for key in ("before", "after"):
         if not isinstance(record[key], str):
-            raise ValueError(f"{key} must be a state id string")
+            raise ValueError(f"{key} must be a state id string, got {show(record[key])}")
+        if record[key] not in states:
+            raise ValueError(f"{key}: unknown state {show(record[key])}")
+    event = _build(ev.EVENTS_BY_NAME, record["event"], "event")
+    at = record["at"]
+    if isinstance(at, bool) or not isinstance(at, int | float) or at != event.at:
+        raise ValueError(f"at must be the event's time {event.at}, got {show(at)}")
     return TraceStep(
-        at=float(record["at"]),
-        event=_build(ev.EVENTS_BY_NAME, record["event"], "event"),
+        at=event.at,
+        event=event,
         before=record["before"],
         after=record["after"],
         effects=tuple(_build(fx.EFFECTS_BY_NAME, e, "effect") for e in effects),

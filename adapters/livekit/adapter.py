@@ -78,6 +78,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import threading
 import traceback
 import weakref
 from collections.abc import Awaitable, Callable
@@ -100,6 +101,7 @@ from livekit.agents.voice.events import (
 from turnfsm import TurnController
 from turnfsm import effects as fx
 from turnfsm import events as ev
+from turnfsm.controller import ConcurrentUseError
 from turnfsm.trace import TraceStep, redact
 
 from .audio import InputGate, PlayedSegment, PlayoutMeter
@@ -188,6 +190,8 @@ class TurnAdapter:
         ``session.current_speech`` may already be cleared while a tool-only step runs."""
         self._queue: collections.deque[ev.Event] = collections.deque()
         self._dispatching = False
+        self._thread: int | None = None
+        """The thread of the session's event loop, the only one that may dispatch."""
         self._origin: float | None = None
         self._handlers: list[tuple[str, Callable[..., None]]] = []
         self._tasks: set[asyncio.Future[Any]] = set()
@@ -270,7 +274,24 @@ class TurnAdapter:
         Use it for inputs the adapter cannot see itself, e.g.
         ``adapter.dispatch(CallAnswered(at=adapter.now()))`` for an outbound call placed
         without SIP status attributes.
+
+        Like the session, the adapter belongs to its event loop's thread (the first to
+        dispatch): from another thread, hand the event over with
+        ``loop.call_soon_threadsafe(adapter.dispatch, event)``.
+
+        Raises:
+            ConcurrentUseError: called from another thread than the first dispatch's.
         """
+        # -- turnfsm hardening (issue 11.4): one owner thread --------------------------
+        caller = threading.get_ident()
+        if self._thread is None:
+            self._thread = caller
+        elif caller != self._thread:
+            raise ConcurrentUseError(
+                f"TurnAdapter.dispatch called from thread {caller}, not from the session's "
+                f"event loop thread {self._thread}: use loop.call_soon_threadsafe"
+            )
+        # -- end of the owner-thread check -----------------------------------------------
         if not self._handlers:
             logger.debug("turnfsm: %s after detach ignored", event.name)
             return

@@ -17,7 +17,8 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
-from turnfsm import TurnMachine, TurnPolicy
+from turnfsm import TurnPolicy
+from turnfsm.machine import STATES, declared_moves
 from turnfsm.testing import ExplorationReport, explore
 
 QUICK: dict[str, TurnPolicy] = {  # the costliest first: two processes share the work
@@ -87,12 +88,7 @@ def deep_policies() -> Iterator[TurnPolicy]:
         yield TurnPolicy(greeting="Hi", interrupted_text=texts[number % len(texts)], **options)
 
 
-DECLARED = {
-    (transition.source.id, str(event), transition.target.id)
-    for state in TurnMachine.states
-    for transition in state.transitions
-    for event in transition.events
-}
+DECLARED = declared_moves()
 STATE_CHANGES = {move for move in DECLARED if move[0] != move[2]}
 
 
@@ -109,7 +105,7 @@ def explore_all(policies: list[TurnPolicy]) -> list[tuple[ExplorationReport, flo
 
 
 def expected_states(policy: TurnPolicy) -> set[str]:
-    states = {state.id for state in TurnMachine.states}
+    states = set(STATES)
     if policy.direction == "inbound":
         states.discard("ringing")
     if policy.first_speaker == "agent":

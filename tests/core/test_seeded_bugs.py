@@ -2,7 +2,8 @@
 
 The bugs are seeded in subclasses of :class:`turnfsm.rules.TurnRules` (never in a
 ``TurnMachine`` subclass: python-statemachine 3.2 shares State objects with the parent,
-so adding transitions would change the real machine in this process). Three tools must
+so adding transitions would change the real machine in this process; extensions go
+through :func:`turnfsm.machine.build_machine`). Three tools must
 catch them: the exhaustive explorer, the strict controller's monitor on a plain
 scenario, and the hypothesis state machine of ``test_stateful_calls``.
 """
@@ -29,10 +30,17 @@ from turnfsm.testing import explore
 class GreetingLeavesInputMuted(TurnRules):
     """I2: leaving the greeting forgets to unmute the caller (and to resume turns)."""
 
-    def release_greeting_lock(self, ev: Event, target: object) -> None:
-        self.context.greeting_speech_id = None
-        self.context.first_words_item = None
-        self.context.overlapped_greeting = False
+    def unmute_replaying_held_audio(self) -> None:
+        return
+
+    def unmute_dropping_held_audio(self) -> None:
+        return
+
+    def resume_user_turns_committing_a_finished_overlap(self) -> None:
+        return
+
+    def clear_and_resume_user_turns(self) -> None:
+        return
 
 
 class GreetingInterruptedByOverlap(TurnRules):

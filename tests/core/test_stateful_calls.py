@@ -29,11 +29,12 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from turnfsm import Trace, TurnController, TurnMachine, TurnPolicy, replay
+from turnfsm import Trace, TurnController, TurnPolicy, replay
 from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.effects import TIMER_NAMES
 from turnfsm.events import EVENT_TYPES
+from turnfsm.machine import STATES, declared_moves
 from turnfsm.rules import TurnRules
 
 settings.register_profile(
@@ -60,12 +61,7 @@ ELAPSED = st.sampled_from([0.0, 0.2, 0.5, 1.5])
 """Seconds that pass before an event."""
 ENDING = frozenset({"call_ended", "session_error", "answering_machine_detected"})
 """Events that may end the call from any state: drawn rarely, or calls end too soon."""
-DECLARED = frozenset(
-    (transition.source.id, str(event), transition.target.id)
-    for state in TurnMachine.states
-    for transition in state.transitions
-    for event in transition.events
-)
+DECLARED = frozenset(declared_moves())
 """Every (source, event, target) move the machine declares."""
 CHANGES = frozenset(move for move in DECLARED if move[0] != move[2])
 """The declared moves that change the state."""
@@ -275,7 +271,7 @@ def run(profile: str, summary_line: Callable[[str], None]) -> None:
     )
     target = settings.get_profile(profile).max_examples
     assert Totals.examples >= target, f"only {Totals.examples} examples of {target}"
-    assert {after for _, _, after in Totals.moves} == {state.id for state in TurnMachine.states}
+    assert {after for _, _, after in Totals.moves} == set(STATES)
     # The guided strategy gets deep into calls: every state change short of the end is
     # taken (the rarest about 10 times in 1 000 calls). Each state's way to `ended` is
     # rarer by design; the explorer covers those exhaustively.

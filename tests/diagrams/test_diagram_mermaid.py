@@ -13,7 +13,7 @@ import pytest
 
 from turnfsm.cli import PRESETS
 from turnfsm.diagram import POLICY_GUARDS, build_diagram, machine_edges, to_dot, to_mermaid
-from turnfsm.machine import LOCKED_STATES, TurnMachine
+from turnfsm.machine import LOCKED_STATES, TurnMachine, declared_moves
 from turnfsm.policy import TurnPolicy
 from turnfsm.rules import TurnRules
 
@@ -43,12 +43,7 @@ def test_mermaid_is_the_same_bytes_in_fresh_interpreters() -> None:
 
 def test_every_declared_event_is_drawn() -> None:
     text = to_mermaid(build_diagram())
-    declared = {
-        str(event)
-        for state in TurnMachine.states
-        for transition in state.transitions
-        for event in transition.events
-    }
+    declared = {event for _, event, _ in declared_moves(TurnMachine)}
     assert declared == {edge.event for edge in machine_edges()}
     missing = sorted(event for event in declared if not re.search(rf"\b{event}\b", text))
     assert not missing
@@ -81,7 +76,7 @@ def test_edges_show_guards_and_actions() -> None:
     assert "session_error [!error_is_recoverable] / note_session_error" in text
     assert "user_turn_committed [drops_overlap, !is_first_words] / reject_user_turn" in text
     assert "entry / begin_greeting" in text
-    assert "exit / release_greeting_lock" in text
+    assert "exit / forget_greeting" in text
 
 
 def test_policy_sets_the_start_and_omits_what_cannot_fire() -> None:

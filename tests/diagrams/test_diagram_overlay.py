@@ -66,7 +66,10 @@ def test_overlay_labels_and_highlights_in_mermaid() -> None:
     text = to_mermaid(build_diagram(policy=trace.policy, trace=trace))
     assert "    ringing --> awaiting_user : call_answered ×1 / begin_call\n" in text
     assert "awaiting_user --> greeting : user_turn_committed ×1 / note_first_words" in text
-    assert "greeting --> listening : agent_speech_ended ×1 [is_greeting_speech]" in text
+    assert (
+        "greeting --> listening : agent_speech_ended ×1 "
+        "[is_greeting_speech, answers_whole_overlap]" in text
+    )
     assert (
         "listening --> ended : call_ended ×1, answering_machine_detected, session_error\n" in text
     )

@@ -19,17 +19,20 @@ def test_committed_diagrams_match_the_machine() -> None:
 
 
 def test_drift_check_fails_when_the_machine_gains_a_transition() -> None:
-    # A subclass adds its transition to the parent's State objects: never in-process.
+    # An extension builds a fresh class; run apart all the same (as a user would).
     script = textwrap.dedent(
         """
         import sys
         from pathlib import Path
 
         from turnfsm.cli import stale_diagrams
-        from turnfsm.machine import TurnMachine
+        from turnfsm.machine import build_machine
 
-        class Drifted(TurnMachine):
-            agent_gave_up = TurnMachine.speaking.to(TurnMachine.listening)
+        def gave_up(chart):
+            conversation = chart["call"].conversation
+            chart["agent_gave_up"] = conversation.speaking.to(conversation.listening)
+
+        Drifted = build_machine(gave_up)
 
         print("\\n".join(stale_diagrams(Path(sys.argv[1]), Drifted)))
         """

@@ -41,9 +41,8 @@ from turnfsm import TurnPolicy
 from turnfsm import events as ev
 from turnfsm.adapters.livekit import TurnAgent, adapter_for
 from turnfsm.adapters.sim import ScriptedLLM, ScriptedReply, ScriptedToolCall
-from turnfsm.machine import TurnMachine
+from turnfsm.machine import STATES
 
-STATES = [state.id for state in TurnMachine.states]
 HOW = ("call_ended", "session_close")
 LONG_REPLY = (
     "Sure, let me tell you everything about your appointment tomorrow morning, "

@@ -2,8 +2,9 @@
 
 Two real calls run side by side with the same callee and replies; one controller keeps
 text (``keep_text=True``), the other has the default. Each call's trace is written as
-JSON lines and searched for the callee's words and the agent's: absent by default (the
-lengths stay, ``[redacted N chars]``), present with ``keep_text``. The adapter's log
+JSON lines and searched for the callee's words, the agent's and the greeting: absent by
+default (each reads ``[redacted]``, not even its length shows), present with
+``keep_text``. The adapter's log
 records (all of them, from DEBUG, on the ``turnfsm`` loggers) are searched too; a lever
 that fails on an effect carrying heard text (``DropUnspokenText.played_text``, behind a
 transcript synchronizer) must not quote it unless text is kept, and neither may a failing
@@ -26,7 +27,7 @@ from turnfsm import events as ev
 from turnfsm.adapters.livekit import LEVERS, TurnAdapter
 from turnfsm.adapters.sim import LINES, ScriptedLLM
 from turnfsm.rules import TurnRules
-from turnfsm.trace import Trace
+from turnfsm.trace import REDACTED, Trace
 
 CALLEE_WORDS = LINES["who_is_this"].text  # "Hi, yes, who is this? I was not expecting ..."
 REPLY = (
@@ -92,20 +93,21 @@ async def test_traces_and_logs_carry_text_only_with_keep_text(
 
     assert CALLEE_WORDS in [text for role, text in redacted.history() if role == "user"]
     # the callee's words and the agent's: absent by default, present with keep_text
-    for words in ("who is this", "not expecting a call", "Hello?", "Acme Dental", HEARD):
+    greeting = redacted.controller.policy.greeting
+    assert greeting
+    for words in ("who is this", "not expecting a call", "Hello?", "Acme Dental", HEARD, greeting):
         assert words not in redacted_file
         assert words in kept_file
-    # the lengths stay
-    users = {m.id: m.text_content or "" for m in redacted.call.messages("user")}
+    # not even the lengths stay
     committed = [
         s.event
         for s in Trace.parse(redacted_file.splitlines())
         if isinstance(s.event, ev.UserTurnCommitted)
     ]
     assert len(committed) == 2
-    assert all(c.text == f"[redacted {len(users[c.item_id])} chars]" for c in committed)
+    assert all(c.text == REDACTED for c in committed)
     drops = redacted.effects(fx.DropUnspokenText)
-    assert [getattr(e, "played_text", None) for e in drops] == [f"[redacted {len(HEARD)} chars]"]
+    assert [getattr(e, "played_text", None) for e in drops] == [REDACTED]
     assert [getattr(e, "played_text", None) for e in kept.effects(fx.DropUnspokenText)] == [HEARD]
 
     # the logs: one warning per call for the failing lever, quoting the heard text only
@@ -115,13 +117,13 @@ async def test_traces_and_logs_carry_text_only_with_keep_text(
     ]
     assert len(warnings) == 2, warnings
     assert sum(HEARD in w for w in warnings) == 1
-    assert sum(f"played_text='[redacted {len(HEARD)} chars]'" in w for w in warnings) == 1
+    assert sum(f"played_text='{REDACTED}'" in w for w in warnings) == 1
     turnfsm_log = "\n".join(
         logging.Formatter("%(message)s").format(r)
         for r in caplog.records
         if r.name.startswith("turnfsm")
     )
-    for words in ("who is this", "not expecting a call", "Hello?"):
+    for words in ("who is this", "not expecting a call", "Hello?", greeting):
         assert words not in turnfsm_log
     assert escaped(caplog.records) == []
 

@@ -1,0 +1,205 @@
+"""Extending the machine is safe, and ``turnfsm check`` proves an extension or finds its bug.
+
+A user's extension goes through :func:`turnfsm.machine.build_machine` (a fresh chart, new
+``State`` objects) plus a :class:`~turnfsm.rules.TurnRules` subclass for its guards and
+actions; ``TurnMachine`` itself must come out unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, ClassVar
+
+import attrs
+import pytest
+
+from turnfsm import TurnController, TurnPolicy
+from turnfsm import effects as fx
+from turnfsm import events as ev
+from turnfsm.check import format_check, run_check
+from turnfsm.cli import main
+from turnfsm.machine import (
+    TurnChart,
+    TurnMachine,
+    build_machine,
+    declared_moves,
+    handled_events,
+    leaf_states,
+)
+from turnfsm.rules import TurnRules
+
+POLICY = TurnPolicy(direction="outbound", greeting="Hi", max_tool_steps=1)
+
+
+@attrs.frozen
+class CallerSaidGoodbye(ev.Event):
+    """A user's own event: their intent detector heard a goodbye."""
+
+    name: ClassVar[str] = "caller_said_goodbye"
+
+
+def say_goodbye_when_asked(chart: dict[str, Any]) -> None:
+    """A user's extension: a new event ending the call from the conversation, and a
+    transition added to an existing event."""
+    conversation = chart["call"].conversation
+    chart["caller_said_goodbye"] = conversation.to(chart["ended"], on="note_goodbye")
+    chart["session_error"] = chart["session_error"] | conversation.speaking.to(
+        conversation.listening, on="note_recovered"
+    )
+
+
+class GoodbyeRules(TurnRules):
+    def note_goodbye(self) -> None:
+        self.context.end_reason = "goodbye"
+
+    def note_recovered(self) -> None:
+        self.context.reprompts = 0
+
+
+class LoudGoodbyeRules(GoodbyeRules):
+    """A seeded bug: saying goodbye while hanging up breaks I5 (clean-up only)."""
+
+    def note_goodbye(self) -> None:
+        super().note_goodbye()
+        self.emit(fx.Say(text="Bye!", reason="reprompt"))
+
+
+GOODBYE = (CallerSaidGoodbye(at=1.0),)
+
+
+def fingerprint(machine_class: type[TurnChart]) -> tuple[Any, ...]:
+    """Every state, transition, guard and action of a machine, as plain data."""
+    return tuple(
+        (
+            state.id,
+            tuple(str(spec) for spec in state.enter),
+            tuple(str(spec) for spec in state.exit),
+            tuple(
+                (
+                    tuple(str(e) for e in transition.events),
+                    transition.target.id if transition.target else None,
+                    tuple(str(spec) for spec in transition.cond),
+                    tuple(str(spec) for spec in transition.on),
+                    transition.internal,
+                )
+                for transition in state.transitions
+            ),
+        )
+        for state in leaf_states(machine_class)
+    )
+
+
+def test_an_extension_leaves_turn_machine_unchanged() -> None:
+    before, moves = fingerprint(TurnMachine), declared_moves(TurnMachine)
+    extended = build_machine(say_goodbye_when_asked, name="Extended")
+    assert fingerprint(TurnMachine) == before
+    assert declared_moves(TurnMachine) == moves
+    assert "caller_said_goodbye" not in set().union(*handled_events(TurnMachine).values())
+    assert ("speaking", "caller_said_goodbye", "ended") in declared_moves(extended)
+    assert ("speaking", "session_error", "listening") in declared_moves(extended)
+    assert fingerprint(build_machine(name="Plain")) == before  # builds are independent
+
+
+def test_an_extension_runs_with_its_rules() -> None:
+    controller = TurnController(
+        TurnPolicy(direction="inbound", first_speaker="user"),
+        strict=True,
+        machine_class=build_machine(say_goodbye_when_asked),
+        rules_class=GoodbyeRules,
+    )
+    controller.handle(ev.SessionStarted(at=0.0))
+    assert controller.handle(CallerSaidGoodbye(at=1.0)) == (fx.EndCall(reason="goodbye"),)
+    assert controller.state == "ended"
+
+
+def test_check_passes_a_sound_extension() -> None:
+    report = run_check(
+        POLICY,
+        machine_class=build_machine(say_goodbye_when_asked),
+        rules_class=GoodbyeRules,
+        extra_events=GOODBYE,
+        random_calls=50,
+    )
+    assert report.ok, format_check(report)
+    assert ("listening", "caller_said_goodbye", "ended") in report.exploration.transitions
+
+
+def test_check_finds_a_seeded_violation_with_its_shortest_path() -> None:
+    report = run_check(
+        POLICY,
+        machine_class=build_machine(say_goodbye_when_asked),
+        rules_class=LoudGoodbyeRules,
+        extra_events=GOODBYE,
+        random_calls=200,
+    )
+    assert not report.ok
+    # breadth-first: the callee's "hello" greeted, the greeting's speech created and
+    # ended (listening), then goodbye: no shorter way into the conversation
+    shortest = report.exploration.paths[0]
+    assert [event.name for event in shortest] == [
+        "user_turn_committed",
+        "agent_speech_created",
+        "agent_speech_ended",
+        "caller_said_goodbye",
+    ]
+    assert report.random is not None
+    assert report.random.path[-1] == GOODBYE[0]
+    text = format_check(report)
+    assert "VIOLATION I5 quiet_after_end" in text
+    assert "  4. CallerSaidGoodbye(at=1.0)" in text
+    assert text.endswith("FAILED")
+
+
+USER_MODULE = """
+import attrs
+from typing import ClassVar
+from turnfsm import effects as fx, events as ev
+from turnfsm.machine import build_machine
+from turnfsm.rules import TurnRules
+
+@attrs.frozen
+class CallerSaidGoodbye(ev.Event):
+    name: ClassVar[str] = "caller_said_goodbye"
+
+def goodbye(chart):
+    chart["caller_said_goodbye"] = chart["call"].conversation.to(chart["ended"], on="bye")
+
+class Rules(TurnRules):
+    def bye(self):
+        self.emit(fx.Say(text="Bye!", reason="reprompt"))  # seeded: speech on the way out
+
+MACHINE = build_machine(goodbye)
+EVENTS = [CallerSaidGoodbye(at=1.0)]
+"""
+
+
+def test_turnfsm_check_cli_prints_the_violation_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "my_turns.py").write_text(textwrap.dedent(USER_MODULE))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "my_turns", raising=False)
+    policy = tmp_path / "policy.toml"
+    policy.write_text('direction = "outbound"\ngreeting = "Hi"\nmax_tool_steps = 1\n')
+    args = ["check", str(policy), "--machine", "my_turns:MACHINE", "--rules", "my_turns:Rules"]
+    assert main([*args, "--events", "my_turns:EVENTS", "--random-calls", "0"]) == 1
+    out = capsys.readouterr().out
+    assert "VIOLATION I5 quiet_after_end" in out
+    assert "  4. CallerSaidGoodbye(at=1.0)" in out
+    assert "random calls: skipped" in out
+    # the plain machine under the same policy, from JSON: every invariant holds
+    (tmp_path / "policy.json").write_text(json.dumps({"direction": "outbound", "greeting": "Hi"}))
+    assert main(["check", str(tmp_path / "policy.json"), "--random-calls", "20"]) == 0
+    out = capsys.readouterr().out
+    assert "ok: no invariant broken" in out
+    assert "random calls: 20" in out
+
+
+def test_turnfsm_check_refuses_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "policy.yaml"]) == 1
+    assert "POLICY must be a .json or .toml file or module:attr" in capsys.readouterr().err
+    assert main(["check", "turnfsm.policy:TurnPolicy", "--rules", "json:loads"]) == 1
+    assert "expected a TurnPolicy or a table" in capsys.readouterr().err

@@ -1,0 +1,66 @@
+"""Every registry is derived from one declaration, and covers what the chart uses."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal, get_args, get_origin, get_type_hints
+
+import attrs
+import pytest
+from statemachine.callbacks import CallbackSpec
+
+from turnfsm import TurnPolicy
+from turnfsm import effects as fx
+from turnfsm.machine import TurnMachine, leaf_states, leaf_transitions
+from turnfsm.rules import (
+    POLICY_GUARDS,
+    TIMER_GUARDS,
+    TIMER_POLICY_FIELDS,
+    TurnRules,
+    guards_of,
+    timer_guards,
+)
+
+
+def chart_guards() -> set[str]:
+    """Every guard name the chart uses, ``unless`` ones included."""
+    names: set[str] = set()
+    for state in leaf_states(TurnMachine):
+        for transition in leaf_transitions(state):
+            specs: list[CallbackSpec] = [s for s in transition.cond if not s.is_convention]
+            names |= {str(spec).removeprefix("!") for spec in specs}
+    return names
+
+
+def test_every_guard_of_the_chart_declares_its_kind() -> None:
+    undeclared = chart_guards() - set(guards_of())
+    assert not undeclared, f"guards without @guard(kind): {sorted(undeclared)}"
+
+
+def test_each_timer_has_one_guard_and_one_policy_field() -> None:
+    assert fx.TIMER_NAMES == get_args(fx.TimerName)
+    assert sorted(timer_guards().values()) == sorted(fx.TIMER_NAMES)
+    assert set(TIMER_POLICY_FIELDS) == set(fx.TIMER_NAMES)
+    fields = {field.name for field in attrs.fields(TurnPolicy)}
+    assert set(TIMER_GUARDS.values()) <= fields
+
+
+@pytest.mark.parametrize("guard", POLICY_GUARDS)
+def test_policy_guards_read_the_policy_only(guard: str) -> None:
+    """A policy guard gives the same answer whatever the call did (diagrams prune by it)."""
+    policy = TurnPolicy(direction="outbound", greeting="Hi")
+    fresh, busy = TurnRules(policy=policy), TurnRules(policy=policy)
+    busy.context.started = busy.context.user_speaking = busy.context.capped = True
+    busy.context.reprompts = 5
+    assert getattr(fresh, guard)() == getattr(busy, guard)()
+
+
+def test_policy_choices_are_validated_from_their_literal_types() -> None:
+    hints = get_type_hints(TurnPolicy)
+    choices = {name: get_args(hint) for name, hint in hints.items() if get_origin(hint) is Literal}
+    assert len(choices) == 7  # direction, first_speaker and the five other choices
+    for name, values in choices.items():
+        for value in values:
+            TurnPolicy(greeting="Hi", **{name: value})  # every choice of the type is accepted
+        with pytest.raises(ValueError, match=re.escape(f"{name} must be one of {values}")):
+            TurnPolicy(greeting="Hi", **{name: "nonsense"})
