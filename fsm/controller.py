@@ -24,6 +24,7 @@ events over with ``loop.call_soon_threadsafe(adapter.dispatch, event)``).
 from __future__ import annotations
 
 import copy
+import functools
 import threading
 from typing import Any
 
@@ -312,14 +313,15 @@ def _copy_monitor(monitor: SafetyMonitor) -> SafetyMonitor:
 _HANDLED_CACHE: dict[type[TurnChart], dict[str, frozenset[str]]] = {}
 
 
-def _path(machine_class: type[TurnChart], state: str) -> list[str]:
+@functools.cache
+def _path(machine_class: type[TurnChart], state: str) -> tuple[str, ...]:
     """The state's id and its parents', outermost first: a configuration in the chart."""
     node: State | None = next(leaf for leaf in leaf_states(machine_class) if leaf.id == state)
     ids = []
     while node is not None:
         ids.append(node.id)
         node = node.parent
-    return ids[::-1]
+    return tuple(ids[::-1])
 
 
 def _state_id(machine: TurnChart) -> str:

@@ -38,6 +38,7 @@ False
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
@@ -330,9 +331,11 @@ def _walk(states: Any) -> Iterator[State]:
         yield from _walk(state.states)
 
 
+@functools.cache
 def leaf_states(machine_class: type[TurnChart] = TurnMachine) -> tuple[State, ...]:
     """The states a call can be in, in declaration order: the atomic states but the
-    transient ``start``, which only has eventless transitions."""
+    transient ``start``, which only has eventless transitions. (Cached: a chart class
+    is never changed once declared, and the explorer asks on every restore.)"""
     return tuple(
         state
         for state in _walk(machine_class.states)
