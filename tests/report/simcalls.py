@@ -29,7 +29,9 @@ class Driver:
     """Feeds one controller, keeps the call's clock and answers its effects."""
 
     def __init__(self, policy: TurnPolicy, rng: random.Random) -> None:
-        self.controller = TurnController(policy, strict=True)
+        self.controller = TurnController(
+            policy, strict=True, keep_text=True
+        )  # dropped text is measured from the text
         self.rng = rng
         self.t = 0.0
         self.timers: dict[str, float] = {}

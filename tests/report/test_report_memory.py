@@ -42,5 +42,6 @@ def test_memory_is_bounded_over_5000_traces(tmp_path: Path, summary_line: object
         f"report memory: tracemalloc peak {peaks[250] / 1e3:.0f} kB over 250 traces, "
         f"{peaks[5000] / 1e3:.0f} kB over 5000"
     )
-    assert peaks[5000] < 1.25 * peaks[250], peaks
+    # 20x the traces: growing with them would be ~20x; allow one-off interpreter caches
+    assert peaks[5000] < 2 * peaks[250], peaks
     assert peaks[5000] < 2_000_000, peaks

@@ -70,7 +70,9 @@ class Call:
 
     def __init__(self, name: str, policy: TurnPolicy) -> None:
         self.name = name
-        self.controller = TurnController(policy, strict=True)
+        self.controller = TurnController(
+            policy, strict=True, keep_text=True
+        )  # figures are checked against the trace's text
         self.telemetry: TurnTelemetry | None = None
         self.reported: list[CallMetrics] = []
         self.sim: SimulatedCall | None = None
