@@ -7,7 +7,7 @@ step. The alphabet is finite (two speeches, two user turns, each timer, early an
 late times), and the policy bounds the counters, so the search ends.
 
 Usage (not run as a doctest: each exploration takes about a minute, and
-``tests/core/test_explorer.py`` explores four covering policies)::
+``tests/core/test_explorer.py`` runs this very policy)::
 
     report = explore(TurnPolicy(direction="outbound", greeting="Hi", max_tool_steps=1))
     assert report.violations == [] and report.configurations > 100
