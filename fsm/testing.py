@@ -6,11 +6,11 @@ every event of :func:`event_alphabet` to each, checking every invariant on every
 step. The alphabet is finite (two speeches, two user turns, each timer, early and
 late times), and the policy bounds the counters, so the search ends.
 
-Usage (not run as a doctest: each exploration takes about a minute, and
-``tests/core/test_explorer.py`` runs this very policy)::
-
-    report = explore(TurnPolicy(direction="outbound", greeting="Hi", max_tool_steps=1))
-    assert report.violations == [] and report.configurations > 100
+>>> report = explore(TurnPolicy(direction="outbound", greeting="Hi", max_tool_steps=1))
+>>> report.violations
+[]
+>>> report.configurations > 100
+True
 """
 
 from __future__ import annotations
