@@ -260,19 +260,13 @@ def _check(args: argparse.Namespace) -> int:
     policy = _check_policy(args.policy)
     options: dict[str, Any] = {"random_calls": args.random_calls}
     if args.rules:
-        options["rules_class"] = _import(args.rules, "--rules")
-        if not (
-            isinstance(options["rules_class"], type)
-            and issubclass(options["rules_class"], TurnRules)
-        ):
-            raise CliError(f"--rules must name a TurnRules subclass, got {args.rules!r}")
+        options["rules_class"] = _import_class(
+            args.rules, "--rules", TurnRules, "a TurnRules subclass"
+        )
     if args.machine:
-        options["machine_class"] = _import(args.machine, "--machine")
-        if not (
-            isinstance(options["machine_class"], type)
-            and issubclass(options["machine_class"], TurnChart)
-        ):
-            raise CliError(f"--machine must name a class from build_machine, got {args.machine!r}")
+        options["machine_class"] = _import_class(
+            args.machine, "--machine", TurnChart, "a class from build_machine"
+        )
     if args.events:
         options["extra_events"] = tuple(_import(args.events, "--events"))
         if not all(isinstance(event, Event) for event in options["extra_events"]):
@@ -283,6 +277,14 @@ def _check(args: argparse.Namespace) -> int:
         raise CliError(f"the check could not run: {type(error).__name__}: {error}") from None
     print(format_check(report))
     return 0 if report.ok else 1
+
+
+def _import_class(spec: str, flag: str, base: type, what: str) -> type:
+    """The class ``spec`` (``module:attr``) names, which must derive from ``base``."""
+    value = _import(spec, flag)
+    if not (isinstance(value, type) and issubclass(value, base)):
+        raise CliError(f"{flag} must name {what}, got {spec!r}")
+    return value
 
 
 def _check_policy(spec: str) -> TurnPolicy:
