@@ -300,13 +300,18 @@ class Transcript:
         return list(seen.values())
 
 
+FRAME_STALL_MARGIN = 0.5
+"""Seconds past ``final_lag`` after which a segment ends when no frame arrives at all."""
+
+
 class ScriptedSTT(stt.STT):
     """Streaming STT that transcribes exactly what it heard of the recorded lines.
 
     A frame is *voiced* when its RMS exceeds ``voiced_rms``; all-zero frames (silence
     between lines, or frames the session silenced during locked speech) never are. A
-    speech segment runs from the first voiced frame until ``final_lag`` seconds without
-    one; its FINAL_TRANSCRIPT is emitted at that moment, framed by START_OF_SPEECH and
+    speech segment runs from the first voiced frame until ``final_lag`` seconds of audio
+    without one (audio time, so a late burst of frames is no pause; if no frame arrives at
+    all, ``final_lag + FRAME_STALL_MARGIN`` wall seconds); its FINAL_TRANSCRIPT is emitted at that moment, framed by START_OF_SPEECH and
     END_OF_SPEECH events (which LiveKit uses only with ``turn_detection="stt"``).
 
     Which words were heard is taken from the ledger: each received frame is matched to
@@ -381,6 +386,7 @@ class _ScriptedRecognizeStream(stt.RecognizeStream):
         self._transcribed: dict[int, set[int]] = {}
         self._interim_text = ""
         self._in_segment = False
+        self._unvoiced = 0.0
         self._final_timer: asyncio.TimerHandle | None = None
 
     async def _run(self) -> None:
@@ -411,15 +417,24 @@ class _ScriptedRecognizeStream(stt.RecognizeStream):
                 heard.append((start, end))
 
         rms = float(np.sqrt(np.mean(samples.astype(np.float64) ** 2))) if samples.size else 0.0
+        final_lag = self._scripted_stt.final_lag
         if rms <= self._scripted_stt.voiced_rms:
+            if self._in_segment:
+                # silence is counted in audio time, not wall time: on a loaded machine frames
+                # arrive in bursts, and a late burst is not a pause in the speech
+                self._unvoiced += frame.samples_per_channel / frame.sample_rate
+                if self._unvoiced >= final_lag:
+                    self._end_segment()
             return
+        self._unvoiced = 0.0
         if not self._in_segment:
             self._in_segment = True
             self._send(stt.SpeechEvent(type=stt.SpeechEventType.START_OF_SPEECH))
         if self._final_timer is not None:
             self._final_timer.cancel()
+        # when no frame at all follows (input closed or held back), end the segment anyway
         self._final_timer = asyncio.get_running_loop().call_later(
-            self._scripted_stt.final_lag, self._end_segment
+            final_lag + FRAME_STALL_MARGIN, self._end_segment
         )
         if self._scripted_stt.capabilities.interim_results:
             text = " ".join(word.text for _, word in self._new_words())
@@ -451,6 +466,7 @@ class _ScriptedRecognizeStream(stt.RecognizeStream):
         if not self._in_segment:
             return
         self._in_segment = False
+        self._unvoiced = 0.0
         self._interim_text = ""
         words = self._new_words()
         if words:

@@ -98,11 +98,18 @@ class FaultCall:
         return [(m.role, m.text_content or "") for m in self.call.messages()]
 
     def replied_after(self, user_text: str) -> bool:
-        """A user message ``user_text`` is in the history, followed by an assistant one."""
+        """The callee has said ``user_text`` and an assistant message follows its end.
+
+        A recorded sentence with a pause in it may commit as two user turns ("Yes, that" and
+        "works for me."), depending on where endpointing falls on a loaded machine: the
+        user messages are read as one running transcript."""
         history = self.history()
+        said = ""
         for index, (role, text) in enumerate(history):
-            if role == "user" and user_text in text:
-                return any(r == "assistant" for r, _ in history[index + 1 :])
+            if role == "user":
+                said = f"{said} {text}".strip()
+                if user_text in said:
+                    return any(r == "assistant" for r, _ in history[index + 1 :])
         return False
 
     async def wait_state(self, state: str, *, timeout: float) -> float:
