@@ -8,13 +8,13 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip setuptools wheel
-	$(BIN)/pip install -q -e '.[test,bench]' --config-settings editable_mode=strict
+	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
+	$(BIN)/python -m pip install -q -e '.[test,bench]' --config-settings editable_mode=strict
 	touch $(STAMP)
 
 install: $(STAMP)
 	@# strict editable installs link files one by one: refresh so new modules are seen
-	@$(BIN)/pip install -q --no-deps --no-build-isolation -e . --config-settings editable_mode=strict
+	@$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e . --config-settings editable_mode=strict
 
 test: install
 	$(BIN)/python -m pytest
