@@ -11,7 +11,7 @@ import aiohttp
 import numpy as np
 import pytest
 
-from turnfsm.adapters.sim.realtime_server import SAMPLE_RATE, RealtimeScript, RealtimeTestServer
+from support.realtime_server import SAMPLE_RATE, RealtimeScript, RealtimeTestServer
 
 
 class Client:
