@@ -79,7 +79,10 @@ async def test_session_update_merges_audio_and_replaces_turn_detection(
 
     assert updated["session"]["audio"]["input"]["turn_detection"] == turn_detection
     assert updated["session"]["audio"]["output"]["voice"] == "marin"
-    await client.send("session.update", session={"audio": {"input": {"turn_detection": None}}})
+    await client.send(
+        "session.update",
+        session={"type": "realtime", "audio": {"input": {"turn_detection": None}}},
+    )
     await client.expect("session.updated")
     assert server.turn_detection is None
     assert server.session["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 24000}
@@ -118,7 +121,7 @@ async def test_conversation_edits_and_rejections(
         ),
         (
             "conversation.item.truncate",
-            {"item_id": "u1", "audio_end_ms": 10},
+            {"item_id": "u1", "content_index": 0, "audio_end_ms": 10},
             "item_truncate_invalid_item_id",
         ),
         ("input_audio_buffer.commit", {}, "input_audio_buffer_commit_empty"),
@@ -158,6 +161,7 @@ async def test_server_vad_follows_audio_energy(server: RealtimeTestServer, clien
     await client.send(
         "session.update",
         session={
+            "type": "realtime",
             "audio": {
                 "input": {
                     "transcription": {"model": "gpt-4o-mini-transcribe"},
