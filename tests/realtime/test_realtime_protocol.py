@@ -2,40 +2,13 @@
 
 from __future__ import annotations
 
-import base64
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
-import numpy as np
 import pytest
 
-from support.realtime_server import SAMPLE_RATE, RealtimeScript, RealtimeTestServer
-
-
-class Client:
-    """A bare Realtime client: sends events and reads server events in order."""
-
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
-        self.ws = ws
-
-    async def send(self, type_: str, **fields: Any) -> None:
-        await self.ws.send_str(json.dumps({"type": type_, **fields}))
-
-    async def expect(self, type_: str) -> dict[str, Any]:
-        """Reads events until one of ``type_`` arrives and returns it."""
-        while True:
-            event: dict[str, Any] = json.loads(await self.ws.receive_str(timeout=5))
-            if event["type"] == type_:
-                return event
-
-    async def append_audio(self, milliseconds: int, amplitude: float) -> None:
-        samples = np.full(SAMPLE_RATE * milliseconds // 1000, amplitude * 32767, dtype=np.int16)
-        samples[::2] *= -1  # a full-scale square wave: RMS equals the amplitude
-        await self.send(
-            "input_audio_buffer.append", audio=base64.b64encode(samples.tobytes()).decode()
-        )
+from support.realtime_client import Client, connect
+from support.realtime_server import RealtimeScript, RealtimeTestServer
 
 
 @pytest.fixture
@@ -47,13 +20,7 @@ async def server() -> AsyncIterator[RealtimeTestServer]:
 
 @pytest.fixture
 async def client(server: RealtimeTestServer) -> AsyncIterator[Client]:
-    url = server.base_url.replace("http", "ws", 1) + "/realtime?model=gpt-realtime"
-    async with (
-        aiohttp.ClientSession() as http,
-        http.ws_connect(url, headers={"Authorization": "Bearer dummy"}) as ws,
-    ):
-        test_client = Client(ws)
-        await test_client.expect("session.created")
+    async with connect(server) as test_client:
         yield test_client
 
 
@@ -172,7 +139,7 @@ async def test_server_vad_follows_audio_energy(server: RealtimeTestServer, clien
                         "create_response": False,
                     },
                 }
-            }
+            },
         },
     )
     await client.append_audio(300, amplitude=0.0)
