@@ -183,19 +183,6 @@ async def test_truncate_shortfall_and_past_the_end_rejection() -> None:
     assert server.conversation_summary() == [("assistant", "")]  # the transcript is gone
 
 
-async def test_ideal_truncate_keeps_the_heard_transcript() -> None:
-    async with served(IDEAL, "One two three four.") as (server, client):
-        await client.send("response.create")
-        item_id = (await client.expect("response.output_item.added"))["item"]["id"]
-        await client.expect("response.done")
-        assert server.connection.item_audio_ms[item_id] == 950
-        await client.send(
-            "conversation.item.truncate", item_id=item_id, content_index=0, audio_end_ms=300
-        )
-        await client.expect("conversation.item.truncated")
-    assert server.conversation_summary() == [("assistant", "One two")]
-
-
 async def test_deleting_the_item_of_a_response_in_progress() -> None:
     async with served(REAL_PROTOCOL, "An answer of a second.") as (
         server,
