@@ -150,6 +150,32 @@ async def test_audio_is_generated_faster_than_real_time() -> None:
     assert client.arrived_at(done) - created_at < 3.0
 
 
+async def test_uneven_speech_is_not_spoken_at_a_constant_rate() -> None:
+    text = "Our shop opens at nine and closes at six, and on Sundays at four."
+    even = RealtimeTestServer(chars_per_second=CPS, fidelity=IDEAL)
+    uneven = RealtimeTestServer(
+        chars_per_second=CPS, fidelity=replace(IDEAL, speaking_rate_variation=0.3)
+    )
+    even_words, even_ms = even.speech_timeline(text)
+    uneven_words, uneven_ms = uneven.speech_timeline(text)
+
+    assert even_ms == len(text) / CPS * 1000
+    assert [start for start, _ in even_words][:3] == [0.0, 150.0, 400.0]  # "Our", " shop"
+    assert uneven.speech_timeline(text) == (uneven_words, uneven_ms)  # the same every time
+    assert 0.7 * even_ms < uneven_ms < 1.3 * even_ms
+    # where the caller stopped hearing cannot be found at a constant rate any more
+    constant_rate = [
+        even.heard_prefix(text, round(cut * even_ms / uneven_ms)) for cut in range(0, 3300, 100)
+    ]
+    actual = [uneven.heard_prefix(text, cut) for cut in range(0, 3300, 100)]
+    assert constant_rate != actual
+    async with served(replace(IDEAL, speaking_rate_variation=0.3), text) as (_, client):
+        await client.send("response.create")
+        await client.expect("response.done")
+    audio_ms = sum(map(_audio_ms, client.seen_of_type("response.output_audio.delta")))
+    assert audio_ms == round(uneven_ms)
+
+
 async def test_truncate_shortfall_and_past_the_end_rejection() -> None:
     text = "x" * 20  # 1000 ms of audio sent
     async with served(REAL_PROTOCOL, text) as (server, client):
@@ -374,3 +400,5 @@ def test_bad_fidelity_is_refused_naming_the_field() -> None:
         Fidelity(network_latency_ms=-1)
     with pytest.raises(ValueError, match="generation_speed must be >= 1.0"):
         Fidelity(generation_speed=0.5)
+    with pytest.raises(ValueError, match="speaking_rate_variation must be in"):
+        Fidelity(speaking_rate_variation=1.0)
