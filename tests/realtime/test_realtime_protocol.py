@@ -91,8 +91,13 @@ async def test_conversation_edits_and_rejections(
         ),
         (
             "conversation.item.truncate",
-            {"item_id": "u1", "content_index": 0, "audio_end_ms": 10},
+            {"item_id": "a1", "content_index": 0, "audio_end_ms": 10},
             "item_truncate_invalid_item_id",
+        ),
+        (
+            "conversation.item.truncate",
+            {"item_id": "u1", "content_index": 0, "audio_end_ms": 10},
+            "unsupported_content_type",  # only model output audio can be truncated
         ),
         ("input_audio_buffer.commit", {}, "input_audio_buffer_commit_empty"),
         ("response.cancel", {}, "response_cancel_not_active"),

@@ -966,11 +966,19 @@ class RealtimeConnection:
         item_id = event.get("item_id", "")
         audio_end_ms = int(event.get("audio_end_ms", 0))
         item = self.item(item_id)
-        if item is None or item.get("role") != "assistant" or item_id not in self.item_audio_ms:
+        if item is None:
             self._send_error(
                 "item_truncate_invalid_item_id",
-                f"Error truncating item: the item with id '{item_id}' does not exist or has "
-                "no audio.",
+                f"Error truncating item: the item with id '{item_id}' does not exist.",
+                event,
+            )
+            return
+        if item.get("role") != "assistant" or item_id not in self.item_audio_ms:
+            # also an assistant item none of whose audio was sent yet (seen when a client
+            # truncates at 0 ms before the first audio delta)
+            self._send_error(
+                "unsupported_content_type",
+                "Only model output audio messages can be truncated",
                 event,
             )
             return
@@ -1154,7 +1162,6 @@ class RealtimeConnection:
         self._append_item(item)
         if audio:
             item["content"] = [{"type": "output_audio", "transcript": ""}]
-            self.item_audio_ms[item["id"]] = 0
             self._message_event(
                 active, "response.content_part.added", part={"type": "audio", "transcript": ""}
             )
@@ -1196,7 +1203,7 @@ class RealtimeConnection:
                 duration_ms = min(chunk_ms, total_ms - chunk_start_ms)
                 pcm = tone.next_chunk(duration_ms * SAMPLE_RATE // 1000)
                 active.record.audio_ms_sent += duration_ms
-                if item["id"] in self.item_audio_ms:  # not once the client deleted it
+                if self.item(item["id"]) is not None:  # not once the client deleted it
                     self.item_audio_ms[item["id"]] = max(
                         0, active.record.audio_ms_sent - self._fidelity.truncate_shortfall_ms
                     )
