@@ -384,7 +384,10 @@ class RecordedEvent:
         direction: ``"received"`` from the client or ``"sent"`` by the server.
         type: The event's ``type``.
         payload: The full event as JSON-decoded data.
-        timestamp: ``time.monotonic()`` when it was received or queued for sending.
+        timestamp: ``time.monotonic()`` on the server's side of the network: when the
+            server handled a client event (``network_latency_ms`` after the client sent
+            it) or sent a server event (it reaches the client ``network_latency_ms``
+            later).
         connection: Index of the websocket connection in `RealtimeTestServer.connections`.
     """
 
