@@ -328,8 +328,20 @@ async def test_state_errors_name_the_client_event_only_when_ideal() -> None:
             {"type": "input_audio_buffer.append", "event_id": "evt_4", "audio": 7},
             {"code": "invalid_value", "param": "audio", "event_id": None},
         ),
+        (  # named in the union member the event meant (server_vad), not the others tried
+            {
+                "type": "session.update",
+                "session": {
+                    "type": "realtime",
+                    "audio": {
+                        "input": {"turn_detection": {"type": "server_vad", "threshold": "x"}}
+                    },
+                },
+            },
+            {"code": "invalid_value", "param": "session.audio.input.turn_detection.threshold"},
+        ),
     ],
-    ids=["unknown-type", "unknown-parameter", "missing-parameter", "wrong-type"],
+    ids=["unknown-type", "unknown-parameter", "missing-parameter", "wrong-type", "in-a-union"],
 )
 async def test_malformed_client_events_are_rejected_with_the_real_error(
     event: dict[str, Any], expected: dict[str, Any]
@@ -343,6 +355,9 @@ async def test_malformed_client_events_are_rejected_with_the_real_error(
     assert error["type"] == "invalid_request_error"
     assert {key: error[key] for key in expected} == expected
     assert (violation.side, violation.type) == ("client", event["type"])
+    assert violation.problems[0].param == error["param"]
+    if event["type"] == "session.update":  # no problem from the members not meant
+        assert len(violation.problems) == 1
     assert len(server.connection.session_history) == updates  # nothing was applied
     assert server.conversation == []
     if expected["code"] == "invalid_value" and expected["param"] == "type":
