@@ -169,7 +169,8 @@ async def test_uneven_speech_is_not_spoken_at_a_constant_rate() -> None:
     ]
     actual = [uneven.heard_prefix(text, cut) for cut in range(0, 3300, 100)]
     assert constant_rate != actual
-    async with served(replace(IDEAL, speaking_rate_variation=0.3), text) as (_, client):
+    fast_uneven = replace(IDEAL, speaking_rate_variation=0.3, generation_speed=8.0)
+    async with served(fast_uneven, text) as (_, client):
         await client.send("response.create")
         await client.expect("response.done")
     audio_ms = sum(map(_audio_ms, client.seen_of_type("response.output_audio.delta")))
@@ -388,7 +389,9 @@ async def test_conformance_check_fails_on_a_server_event_missing_a_field() -> No
 
 async def test_the_servers_own_events_conform_in_every_setting() -> None:
     """A reply, a cancel, a truncate and the rejections, under each setting: all conform."""
-    for fidelity in [IDEAL, *FIDELITY_MATRIX.values()]:
+    for setting in [IDEAL, *FIDELITY_MATRIX.values()]:
+        # neither the pace nor the network changes an event's content
+        fidelity = replace(setting, generation_speed=8.0, network_latency_ms=0)
         async with served(fidelity, "One two three.", "Four.") as (server, client):
             await client.send("response.create")
             item_id = (await client.expect("response.output_item.added"))["item"]["id"]
