@@ -14,7 +14,8 @@ from livekit.plugins import openai
 from openai.types.realtime.realtime_audio_input_turn_detection import SemanticVad, ServerVad
 
 from turnfsm.adapters.sim.io import PacedAudioOutput, ToneMicrophone
-from turnfsm.adapters.sim.realtime_server import (
+
+from support.realtime_server import (
     SAMPLE_RATE,
     RealtimeScript,
     RealtimeTestServer,

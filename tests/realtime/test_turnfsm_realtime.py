@@ -30,7 +30,8 @@ from turnfsm import events as ev
 from turnfsm.adapters.livekit import TurnAdapter, TurnAgent, attach
 from turnfsm.adapters.livekit.realtime import say_exactly
 from turnfsm.adapters.sim.io import PacedAudioOutput, PlayoutSegment, ToneMicrophone
-from turnfsm.adapters.sim.realtime_server import (
+
+from support.realtime_server import (
     SAMPLE_RATE,
     RealtimeScript,
     RealtimeTestServer,
