@@ -39,9 +39,7 @@ lint: install
 	$(BIN)/mypy
 
 diagrams: install
-	$(BIN)/python -m turnfsm diagrams --out diagrams
-	@# keep the README's inline diagram equal to diagrams/outbound.mmd (a test checks it)
-	$(BIN)/python -c "import re,pathlib; r=pathlib.Path('README.md'); m=pathlib.Path('diagrams/outbound.mmd').read_text(); r.write_text(re.sub(r'(<!-- diagram:outbound -->\n).*?(<!-- /diagram -->)', lambda g: g[1] + '\`\`\`mermaid\n' + m + '\`\`\`\n' + g[2], r.read_text(), flags=re.S))"
+	$(BIN)/python -m turnfsm diagrams --out diagrams --readme README.md
 
 demo: install
 	$(BIN)/python -m turnfsm.adapters.sim.demo --scenario $(or $(SCENARIO),greeting_barge_in) --out demo-output
