@@ -13,7 +13,7 @@ from livekit.agents.voice.events import SpeechCreatedEvent
 from livekit.plugins import openai
 from openai.types.realtime.realtime_audio_input_turn_detection import SemanticVad, ServerVad
 
-from turnfsm.adapters.sim.io import PacedAudioOutput, ToneMicrophone
+from turnfsm.adapters.sim.io import PacedAudioOutput
 from turnfsm.adapters.sim.realtime_server import (
     SAMPLE_RATE,
     RealtimeScript,
@@ -21,6 +21,8 @@ from turnfsm.adapters.sim.realtime_server import (
     ScriptedResponse,
     ToolCall,
 )
+
+from support.tone import ToneMicrophone
 
 
 class WeatherAgent(Agent):
