@@ -14,7 +14,7 @@ from pathlib import Path
 
 from mermaid_render import render
 
-from turnfsm.cli import readme_diagram
+from turnfsm.cli import PRESETS, readme_diagram
 
 DIAGRAMS = Path(__file__).resolve().parents[2] / "diagrams"
 
@@ -22,18 +22,19 @@ READABLE_PX = 11.0
 """The smallest text we call readable on a page."""
 
 
-async def test_readme_diagram_reads_at_900_px_and_the_full_one_parses(
+async def test_readme_diagram_reads_at_900_px_and_the_full_ones_render(
     summary_line: Callable[[str], None],
 ) -> None:
     block = re.search(r"```mermaid\n(.*?)```", readme_diagram(), flags=re.S)
     assert block is not None
-    full = (DIAGRAMS / "outbound.mmd").read_text(encoding="utf-8")
-    overview, detail = await render([block.group(1), full], width=900)
-    assert overview.errors == (), overview.errors  # Mermaid drew both without an error
+    full = [(DIAGRAMS / f"{name}.mmd").read_text(encoding="utf-8") for name in PRESETS]
+    overview, detail, *_ = await render([block.group(1), *full], width=900)
+    assert overview.errors == (), overview.errors  # Mermaid drew them all without an error
     assert overview.labels >= 20  # states and event names were measured
     assert overview.shown_width <= 900
     assert overview.smallest_text_px >= READABLE_PX, overview
-    # the measure tells: the full detail is far too wide for a page (it lives in diagrams/)
+    # the measure tells: the full detail (outbound) is too wide for a page, it lives in
+    # diagrams/
     assert detail.labels > overview.labels
     assert detail.smallest_text_px < READABLE_PX
     summary_line(
