@@ -199,7 +199,7 @@ async def _measure_reaction(cases: list[_Case], rounds: int, per_round: int) -> 
                 with gc_paused():
                     for case in cases:
                         for _ in range(per_round):
-                            controller.restore(case.state, TurnContext(started=True))
+                            controller.restore(case.state, TurnContext())
                             name, event = case.emit()
                             await asyncio.sleep(case.pace)
                             probe.expect, probe.lever_ns, probe.handle_ns = case.effect, None, 0

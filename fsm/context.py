@@ -19,9 +19,6 @@ class TurnContext:
     field, never change it in place, so a shallow :meth:`copy` shares nothing mutable.
     """
 
-    started: bool = False
-    """The call is answered (outbound) or the session started (inbound)."""
-
     input_muted: bool = False
     """A ``MuteInput`` is in force."""
 

@@ -103,7 +103,7 @@ class Diagram:
         states: the drawn state ids in declaration order, compound states before their
             children (states no call can reach under the policy left out).
         parents: each drawn state inside a compound state, mapped to that state.
-        start: the state a call starts in; ``start`` itself (a choice) when no policy
+        start: the state a call starts in; ``start`` itself when no policy
             decides it.
         finals: the final states.
         locked: the states drawn as locked.
@@ -308,10 +308,12 @@ def _prune(
             if target is not None and target not in reachable:
                 reachable.add(target)
                 frontier.append(target)
+    # the start's eventless choice under this policy (none: inbound calls wait in start)
     start_edge = next(
-        edge for edge in edge_of.values() if not edge.event and open_guards(edge) is not None
+        (e for e in edge_of.values() if not e.event and open_guards(e) is not None), None
     )
-    kept.add(start_edge)
+    if start_edge is not None:
+        kept.add(start_edge)
     return tuple(edge for edge in edge_of.values() if edge in kept), reachable
 
 
@@ -544,7 +546,7 @@ def _model(
                 DiagramState(
                     id=state.id,
                     name=state_label(diagram, state.id),
-                    type=StateType.CHOICE if state.id == "start" else state.type,
+                    type=state.type,
                     actions=[DiagramAction(ActionType.INTERNAL, mermaid_text(x)) for x in lines],
                     children=children,
                     is_initial=state.id in path_to_start if on_path else state.is_initial,
@@ -658,8 +660,6 @@ def _dot_states(
                 *_dot_states(diagram, children, state, pad + "    "),
                 f"{pad}}}",
             ]
-        elif state == "start":
-            out.append(f'{pad}start [shape=diamond, label="", width=0.3, height=0.3];')
         else:
             attributes = [f"label={_dot_node_label(diagram, state)}"]
             if state in diagram.locked:

@@ -56,6 +56,9 @@ INVARIANTS: dict[str, str] = {
 
 TOOL_STATES = frozenset({"listening", "speaking", "tool_loop"})
 PRE_GREETING_STATES = frozenset({"ringing", "awaiting_user"})
+"""Where the callee's first committed words are noted (the greeting answers them)."""
+SILENT_STATES = PRE_GREETING_STATES | {"start"}
+"""Where the agent must not talk: before the callee or the session is there (I8)."""
 
 
 class InvariantViolation(AssertionError):
@@ -243,7 +246,7 @@ class SafetyMonitor:
     def _check_early_speech(
         self, before: str, event: ev.Event, effects: tuple[fx.Effect, ...]
     ) -> None:
-        if isinstance(event, ev.AgentSpeechCreated) and before in PRE_GREETING_STATES:
+        if isinstance(event, ev.AgentSpeechCreated) and before in SILENT_STATES:
             _require(fx.Interrupt(force=True) in effects, "I8", "agent spoke before the callee")
 
     def _apply_input_effects(self, effects: tuple[fx.Effect, ...]) -> None:

@@ -9,15 +9,13 @@ transitions come first (in declaration order; the first whose guards hold wins),
 those of its parents: ``call.to(ended)`` ends the call from every state inside ``call``,
 and a targetless ``conversation.to(None, on=...)`` is bookkeeping shared by the
 conversation's states that declare nothing more specific. ``internal=True`` stays in the
-state without running its exit and enter actions. The call starts in ``start`` and
-leaves it at once, when the machine is built, by the first eventless transition whose
-policy guard holds: ``ringing`` for outbound calls, else ``greeting``, ``awaiting_user``
-or ``listening``. Entering that state emits nothing yet (the controller refuses effects
-before the first event): an outbound call starts on ``call_answered``, an inbound one on
-``session_started``, whose transitions replay the start state's enter actions. The
-``started`` context flag keeps the enter actions quiet until then (a parallel "session"
-region would carry it as a state, at the cost of a configuration that ``snapshot`` and
-``restore`` no longer describe by one state id).
+state without running its exit and enter actions. Every call begins in ``start``,
+before anything is live: an outbound call leaves it at once, when the machine is built,
+by an eventless transition to ``ringing``, and goes live on ``call_answered``; an
+inbound call waits in ``start`` for ``session_started``. Either event picks the first
+live state by the policy's guards (``greeting``, ``awaiting_user`` or ``listening``),
+whose enter actions then run once, with the call live; building the machine emits
+nothing.
 
 Events that a state does not handle are ignored there on purpose; :data:`IGNORED` says
 why for each (state, event) pair, and the test suite checks every pair.
@@ -75,21 +73,23 @@ class TurnChart(StateChart):
 def declare_chart() -> dict[str, Any]:
     """A fresh declaration of the turn chart: its states and events, by name.
 
-    ``call`` holds every state of a live call: ``ringing`` and ``awaiting_user`` before
-    the greeting (``pre_greeting``), ``greeting``, and ``listening ⇄ speaking ⇄ tool_loop``
-    (``conversation``); ``ended`` is final.
+    ``call`` holds every state of a call: ``start``, ``ringing`` and ``awaiting_user``
+    before the greeting (``pre_greeting``), ``greeting``, and ``listening ⇄ speaking ⇄
+    tool_loop`` (``conversation``); ``ended`` is final.
     """
 
     class call(State.Compound):  # noqa: N801 - state ids are snake_case
         """The call, from its start to the hang-up."""
 
-        start = State(initial=True)
-        """Transient: the policy picks the first state (eventless transitions)."""
-
         class pre_greeting(State.Compound):  # noqa: N801
-            """Before the greeting: the agent must not talk (invariant I8)."""
+            """Before the greeting (or the conversation, for calls without one): the agent
+            must not talk (invariant I8)."""
 
-            ringing = State(initial=True)
+            start = State(initial=True)
+            """The call is not live yet: outbound calls ring at once, inbound ones wait
+            here for the session to start."""
+
+            ringing = State()
             """Outbound only: dialing, until the callee picks up."""
 
             awaiting_user = State(enter="start_await_timer", exit="cancel_await_timer")
@@ -119,7 +119,8 @@ def declare_chart() -> dict[str, Any]:
 
     # the compound classes become States when declared: name them as such for the checker
     in_call, pre_greeting = cast(State, call), cast(State, call.pre_greeting)
-    ringing, awaiting_user = call.pre_greeting.ringing, call.pre_greeting.awaiting_user
+    start, ringing = call.pre_greeting.start, call.pre_greeting.ringing
+    awaiting_user = call.pre_greeting.awaiting_user
     greeting, conversation = call.greeting, cast(State, call.conversation)
     listening, speaking, tool_loop = (
         call.conversation.listening,
@@ -127,20 +128,14 @@ def declare_chart() -> dict[str, Any]:
         call.conversation.tool_loop,
     )
 
-    # the start: outbound calls ring; inbound ones are answered (first match wins)
-    call.start.to(ringing, cond="is_outbound")
-    call.start.to(greeting, cond="agent_speaks_first")
-    call.start.to(awaiting_user, cond="has_greeting")
-    call.start.to(listening)
+    # outbound calls ring at once (eventless); inbound ones go live with their session,
+    # in the state the policy picks (first match wins)
+    start.to(ringing, cond="is_outbound")
 
     session_started = (
-        greeting.to.itself(internal=True, cond="not_started", on=["begin_call", "begin_greeting"])
-        | awaiting_user.to.itself(
-            internal=True, cond="not_started", on=["begin_call", "start_await_timer"]
-        )
-        | listening.to.itself(
-            internal=True, cond="not_started", on=["begin_call", "start_idle_timer"]
-        )
+        start.to(greeting, cond="agent_speaks_first", on="begin_call")
+        | start.to(awaiting_user, cond="has_greeting", on="begin_call")
+        | start.to(listening, on="begin_call")
     )
 
     call_answered = ringing.to(greeting, cond="agent_speaks_first", on="begin_call") | ringing.to(
@@ -300,7 +295,7 @@ def declare_chart() -> dict[str, Any]:
 
     session_error = in_call.to(ended, unless="error_is_recoverable", on="note_session_error")
 
-    del in_call, pre_greeting, ringing, awaiting_user, greeting, conversation
+    del in_call, pre_greeting, start, ringing, awaiting_user, greeting, conversation
     del listening, speaking, tool_loop
     del greeting_ended, speech_ended
     return dict(locals())
@@ -329,8 +324,8 @@ def build_machine(*extensions: Extension, name: str = "CustomTurnMachine") -> ty
 
 
 TurnMachine: type[TurnChart] = build_machine(name="TurnMachine")
-"""A voice call's turns: ``ringing → awaiting_user → greeting → listening ⇄ speaking ⇄
-tool_loop``, and ``ended`` from anywhere."""
+"""A voice call's turns: ``start → ringing`` (outbound) ``→ awaiting_user → greeting →
+listening ⇄ speaking ⇄ tool_loop``, and ``ended`` from anywhere."""
 
 
 def _walk(states: Any) -> Iterator[State]:
@@ -341,15 +336,9 @@ def _walk(states: Any) -> Iterator[State]:
 
 @functools.cache
 def leaf_states(machine_class: type[TurnChart] = TurnMachine) -> tuple[State, ...]:
-    """The states a call can be in, in declaration order: the atomic states but the
-    transient ``start``, which only has eventless transitions. (Cached: a chart class
-    is never changed once declared, and the explorer asks on every restore.)"""
-    return tuple(
-        state
-        for state in _walk(machine_class.states)
-        if not state.states
-        and not (state.transitions and not any(_names(t) for t in state.transitions))
-    )
+    """The states a call can be in (the atomic ones), in declaration order. (Cached: a
+    chart class is never changed once declared.)"""
+    return tuple(state for state in _walk(machine_class.states) if not state.states)
 
 
 def _names(transition: Transition) -> list[str]:
@@ -422,26 +411,39 @@ IGNORED: dict[tuple[str, str], str] = {
         (state, "call_answered"): "the call is already answered (a duplicate, or inbound)"
         for state in ("awaiting_user", "greeting", "listening", "speaking", "tool_loop")
     },
+    ("start", "call_answered"): "an inbound call goes live on session_started (an outbound"
+    " one is never in start: it rings at once)",
     ("ringing", "session_started"): "an outbound call starts on call_answered",
-    ("speaking", "session_started"): "a duplicate: the session started before any reply",
-    ("tool_loop", "session_started"): "a duplicate: the session started before any tool",
-    ("ringing", "user_speech_started"): "before the answer nobody is on the line",
-    ("ringing", "user_speech_ended"): "before the answer nobody is on the line",
+    **{
+        (state, "session_started"): "a duplicate: the session has already started"
+        for state in ("awaiting_user", "greeting", "listening", "speaking", "tool_loop")
+    },
+    **{
+        (state, event): reason
+        for state, reason in (
+            ("ringing", "before the answer nobody is on the line"),
+            ("start", "before the session starts its input is not listened to"),
+        )
+        for event in ("user_speech_started", "user_speech_ended")
+    },
+    ("start", "user_turn_committed"): "before the session starts no turn is committed",
     ("ringing", "timer_fired"): "timers start with the answer: a late or stale expiry",
+    ("start", "timer_fired"): "timers start with the call: a stale expiry",
     **{
         (state, "assistant_message_committed"): "an early speech is stopped before it says"
         " anything the history keeps"
-        for state in ("ringing", "awaiting_user")
+        for state in ("start", "ringing", "awaiting_user")
     },
     **{
         (state, event): "tools before the greeting are not a user turn; the early speech"
         " that calls them is stopped"
-        for state in ("ringing", "awaiting_user")
+        for state in ("start", "ringing", "awaiting_user")
         for event in ("tool_step_started", "tool_step_finished")
     },
     **{
         (state, "agent_speech_interrupted"): reason
         for state, reason in (
+            ("start", "the machine stopped the early speech itself"),
             ("ringing", "the machine stopped the early speech itself"),
             ("awaiting_user", "the machine stopped the early speech itself"),
             ("greeting", "the greeting is locked; its end comes as agent_speech_ended"),
@@ -454,7 +456,7 @@ IGNORED: dict[tuple[str, str], str] = {
     **{
         (state, "effect_outcome"): "no lever outcome changes this state: traced only"
         " (see OUTCOME_DECISIONS)"
-        for state in ("ringing", "awaiting_user", "listening", "speaking")
+        for state in ("start", "ringing", "awaiting_user", "listening", "speaking")
     },
     **{
         ("ended", event): "the call has already ended: nothing is emitted after the end"

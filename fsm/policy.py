@@ -79,7 +79,8 @@ class TurnPolicy:
     """How a call takes turns. Every field is documented in the README's option table."""
 
     direction: Direction = attrs.field(default="inbound", validator=_one_of(Direction))
-    """``outbound`` calls start ringing and wait for the callee to pick up."""
+    """``outbound`` calls start ringing and wait for the callee to pick up; ``inbound``
+    ones wait in ``start`` for the session to start."""
 
     first_speaker: Speaker = attrs.field(validator=_one_of(Speaker))
     """Who speaks first once the call is answered. Default: ``user`` for outbound calls

@@ -70,10 +70,6 @@ class TurnRules:
 
     # -- guards -------------------------------------------------------------------------
 
-    @guard("context")
-    def not_started(self) -> bool:
-        return not self.context.started
-
     @guard("policy")
     def is_outbound(self) -> bool:
         return self.policy.direction == "outbound"
@@ -233,14 +229,13 @@ class TurnRules:
             self.emit(fx.CancelTimer(timer=timer))
 
     def start_await_timer(self) -> None:
-        if self.context.started:
-            self._start_timer("await_user")
+        self._start_timer("await_user")
 
     def cancel_await_timer(self) -> None:
         self._cancel_timer("await_user")
 
     def start_idle_timer(self) -> None:
-        if self.context.started and not self.context.user_speaking:
+        if not self.context.user_speaking:
             self._start_timer("idle")
 
     def cancel_idle_timer(self) -> None:
@@ -252,7 +247,6 @@ class TurnRules:
     # -- call lifecycle -----------------------------------------------------------------
 
     def begin_call(self) -> None:
-        self.context.started = True
         self._start_timer("max_duration")
 
     def note_end_reason(self, ev: CallEnded) -> None:
@@ -291,8 +285,6 @@ class TurnRules:
 
     def begin_greeting(self) -> None:
         ctx, policy = self.context, self.policy
-        if not ctx.started:
-            return
         if policy.mutes_greeting:
             self._mute(hold_audio=policy.greeting_overlap == "answer_whole")
         else:

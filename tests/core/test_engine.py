@@ -56,6 +56,8 @@ POLICIES = {
 }
 WALKS = 10
 STEPS = 40
+ENDINGS = frozenset({"call_ended", "session_error", "answering_machine_detected"})
+"""Drawn only among any events, or the walks end too soon."""
 
 
 def test_the_turn_machine_runs_on_the_tabled_engine() -> None:
@@ -76,7 +78,11 @@ def test_both_engines_make_the_same_moves(name: str) -> None:
         stock = TurnController(policy, strict=True, keep_text=True, machine_class=StockTurnMachine)
         assert tabled.state == stock.state
         for _ in range(STEPS):
-            handled = [e for e in alphabet if e.name in tabled._handled[tabled.state]]
+            handled = [
+                e
+                for e in alphabet
+                if e.name in tabled._handled[tabled.state] and e.name not in ENDINGS
+            ]
             event = rng.choice(handled if handled and rng.random() < 0.85 else alphabet)
             before = tabled.state
             effects = tabled.handle(event)

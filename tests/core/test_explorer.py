@@ -1,6 +1,6 @@
 """The exhaustive explorer: every reachable configuration, every event, every invariant.
 
-``make test`` explores four policies that together take every value of direction,
+``make test`` explores five policies that together take every value of direction,
 first_speaker, greeting_lock, greeting_overlap, interrupted_text and
 mute_input_during_tools (and every timer and ending option); ``make test-deep`` explores
 the product of the binary options (32 policies). Policies are explored in parallel, one
@@ -67,6 +67,12 @@ QUICK: dict[str, TurnPolicy] = {  # the costliest first: two processes share the
         mute_input_during_tools=True,
         max_tool_steps=1,
     ),
+    "inbound-user-no-greeting": TurnPolicy(  # the only way into listening at the start
+        direction="inbound",
+        first_speaker="user",
+        interrupted_text="keep",
+        max_tool_steps=1,
+    ),
 }
 
 OPTIONS = {
@@ -106,8 +112,7 @@ def explore_all(policies: list[TurnPolicy]) -> list[tuple[ExplorationReport, flo
 
 def expected_states(policy: TurnPolicy) -> set[str]:
     states = set(STATES)
-    if policy.direction == "inbound":
-        states.discard("ringing")
+    states.discard("ringing" if policy.direction == "inbound" else "start")
     if policy.first_speaker == "agent":
         states.discard("awaiting_user")
     if not policy.has_greeting:

@@ -31,6 +31,7 @@ def test_machine_events_are_event_types() -> None:
 
 def test_states_are_the_documented_ones() -> None:
     assert list(STATES) == [
+        "start",
         "ringing",
         "awaiting_user",
         "greeting",
@@ -84,17 +85,16 @@ POLICIES = [
 
 
 def plausible_contexts(state: str, policy: TurnPolicy) -> list[TurnContext]:
-    """Contexts a call can be in while in ``state``: before the start, a fresh start,
-    and one with every flag and counter busy (speeches active, tools capped, overlap)."""
+    """Contexts a call can be in while in ``state``: a fresh one, and one with every flag
+    and counter busy (speeches active, tools capped, overlap)."""
     fresh = TurnContext()
-    started = TurnContext(started=True)
     timers = {"max_duration"} if policy.max_call_duration else set()
     if state == "awaiting_user" and policy.await_user_timeout:
         timers.add("await_user")
     if state == "listening" and policy.idle_timeout:
         timers.add("idle")
     busy = attrs.evolve(
-        started,
+        fresh,
         input_muted=(state == "greeting" and policy.mutes_greeting)
         or (state == "tool_loop" and policy.mute_input_during_tools),
         turns_held=state == "listening" or (state == "greeting" and not policy.mutes_greeting),
@@ -113,7 +113,7 @@ def plausible_contexts(state: str, policy: TurnPolicy) -> list[TurnContext]:
         reprompts=policy.idle_max_reprompts,
         timers=frozenset(timers),
     )
-    return [fresh, started, busy]
+    return [fresh, busy]
 
 
 @pytest.mark.parametrize("policy", POLICIES, ids=["outbound", "inbound-muting"])

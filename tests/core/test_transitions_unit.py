@@ -32,7 +32,7 @@ def inbound(**options: Any) -> TurnController:
 
 
 def user_first(**options: Any) -> TurnController:
-    """Inbound, the caller speaks first, no greeting: the call starts in ``listening``."""
+    """Inbound, the caller speaks first, no greeting: the call goes live in ``listening``."""
     return TurnController(
         TurnPolicy(direction="inbound", first_speaker="user", **options), strict=True
     )
@@ -423,13 +423,14 @@ def test_no_await_timer_when_disabled() -> None:
 # -- inbound starts ------------------------------------------------------------------------
 
 
-def test_inbound_agent_first_starts_in_greeting_and_greets_on_session_start() -> None:
+def test_inbound_agent_first_greets_on_session_start() -> None:
     controller = inbound(greeting_lock="mute_input", greeting_overlap="drop")
-    assert controller.state == "greeting"
+    assert controller.state == "start"
     assert controller.handle(ev.SessionStarted(at=0.0)) == (
         fx.MuteInput(hold_audio=False),
         fx.StartGreeting(text=GREETING),
     )
+    assert controller.state == "greeting"
     assert controller.handle(ev.SessionStarted(at=0.1)) == ()
     assert controller.handle(ev.AgentSpeechCreated(at=0.2, speech_id="g1", source="say")) == (
         fx.LockSpeech(speech_id="g1"),
@@ -439,19 +440,21 @@ def test_inbound_agent_first_starts_in_greeting_and_greets_on_session_start() ->
 def test_inbound_events_before_session_start_do_not_greet() -> None:
     controller = inbound()
     assert controller.handle(ev.UserSpeechStarted(at=0.0)) == ()
-    assert controller.state == "greeting"
+    assert controller.state == "start"
     assert controller.handle(ev.SessionStarted(at=0.1)) == (
         fx.HoldUserTurns(),
         fx.StartGreeting(text=GREETING),
     )
+    assert controller.state == "greeting"
 
 
 def test_inbound_user_first_with_greeting_awaits_the_caller() -> None:
     controller = inbound(first_speaker="user")
-    assert controller.state == "awaiting_user"
+    assert controller.state == "start"
     assert controller.handle(ev.SessionStarted(at=0.0)) == (
         fx.StartTimer(timer="await_user", seconds=8.0),
     )
+    assert controller.state == "awaiting_user"
     assert controller.handle(ev.UserTurnCommitted(at=1.0, text="Hi", item_id="u1")) == (
         fx.CancelTimer(timer="await_user"),
         fx.HoldUserTurns(),
@@ -461,11 +464,12 @@ def test_inbound_user_first_with_greeting_awaits_the_caller() -> None:
 
 def test_inbound_user_first_without_greeting_listens() -> None:
     controller = user_first(idle_timeout=5, max_call_duration=120)
-    assert controller.state == "listening"
+    assert controller.state == "start"
     assert controller.handle(ev.SessionStarted(at=0.0)) == (
         fx.StartTimer(timer="max_duration", seconds=120),
         fx.StartTimer(timer="idle", seconds=5),
     )
+    assert controller.state == "listening"
     assert controller.handle(ev.UserSpeechStarted(at=1.0)) == (fx.CancelTimer(timer="idle"),)
     assert controller.handle(ev.UserSpeechEnded(at=2.0)) == (
         fx.StartTimer(timer="idle", seconds=5),

@@ -107,16 +107,20 @@ def test_policy_sets_the_start_and_omits_what_cannot_fire() -> None:
     # greets_silent_callee holds, so the earlier transition always wins over hanging up
     assert "note_no_answer" not in _edge_lines(outbound, "awaiting_user", "ended")
 
+    # inbound calls wait in start for the session; the policy picks where they go live
     inbound = to_mermaid(build_diagram(policy=PRESETS["inbound"]))
-    assert "        [*] --> greeting\n" in inbound
+    assert "        [*] --> pre_greeting\n" in inbound
+    assert "            [*] --> start\n" in inbound
+    assert "start --> greeting : session_started [agent_speaks_first] / begin_call" in inbound
     assert "ringing" not in inbound.split("%% never fires")[0]
-    assert "pre_greeting" not in inbound.split("%% never fires")[0]  # no state of it is reached
+    assert "never fires under this policy: start --session_started--> listening" in inbound
 
-    # without a policy the start is a choice between its eventless, policy-guarded moves
+    # without a policy: an outbound call rings at once (the eventless, policy-guarded
+    # move), an inbound one goes live on session_started
     whole = to_mermaid(build_diagram())
-    assert "        state start <<choice>>\n" in whole
-    assert "        start --> ringing : [is_outbound]\n" in whole
-    assert "        start --> listening\n" in whole
+    assert "<<choice>>" not in whole
+    assert "            start --> ringing : [is_outbound]\n" in whole
+    assert "        start --> listening : session_started / begin_call\n" in whole
 
     agent_first = TurnPolicy(direction="outbound", first_speaker="agent", greeting="Hi")
     text = to_mermaid(build_diagram(policy=agent_first))

@@ -261,7 +261,7 @@ def test_a_negative_tool_round_count_cannot_lift_the_cap() -> None:
     """The issue's reproducer: ``tool_rounds=-100`` let 6 rounds through a cap of 2."""
     controller = TurnController(CAPPED)
     with pytest.raises(ValueError, match=r"^TurnContext\.tool_rounds must be >= 0, got -100"):
-        controller.restore("speaking", TurnContext(started=True, tool_rounds=-100))
+        controller.restore("speaking", TurnContext(tool_rounds=-100))
     assert controller.state == "ringing"
     assert controller.context == TurnContext()
 
@@ -271,7 +271,7 @@ def test_a_negative_tool_round_count_cannot_lift_the_cap() -> None:
     [
         (TurnContext(tool_rounds=3), ValueError, "tool_rounds must be <= 2"),
         (TurnContext(reprompts=3), ValueError, "reprompts must be <= 2"),
-        (TurnContext(started="yes"), TypeError, "started must be True or False"),  # type: ignore[arg-type]
+        (TurnContext(input_muted="yes"), TypeError, "input_muted must be True or False"),  # type: ignore[arg-type]
         (TurnContext(spill_over_until=float("nan")), ValueError, "spill_over_until must be"),
         (TurnContext(active_speeches={"s1"}), TypeError, "active_speeches must be a frozenset"),  # type: ignore[arg-type]
         (TurnContext(active_speeches=frozenset({1})), TypeError, "items each must be a string"),  # type: ignore[arg-type]

@@ -58,7 +58,7 @@ def test_the_owner_is_the_first_thread_to_use_it() -> None:
     assert in_thread(lambda: [controller.handle(e) for e in call_events(1)]) is None
     assert controller.is_ended
     with pytest.raises(ConcurrentUseError):
-        controller.restore("listening", TurnContext(started=True))
+        controller.restore("listening", TurnContext())
 
 
 def test_two_threads_racing_for_a_new_controller_get_one_owner() -> None:
