@@ -13,7 +13,7 @@ each state a real call is driven into it, then the call ends one of two ways:
 Afterwards: the trace ends in ``ended`` (in ``ended`` the hang-up is a no-op), no adapter
 timer is left, the gate is open, turn detection and the discard setting are restored, no
 task created by turnfsm code is pending, and the adapter is detached from the session.
-All 14 calls run concurrently.
+All 16 calls run concurrently.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from turnfsm import TurnPolicy
 from turnfsm import events as ev
 from turnfsm.adapters.livekit import TurnAgent, adapter_for
 from turnfsm.adapters.sim import ScriptedLLM, ScriptedReply, ScriptedToolCall
+from turnfsm.context import TurnContext
 from turnfsm.machine import STATES
 
 HOW = ("call_ended", "session_close")
@@ -76,6 +77,14 @@ def replies(request: Any) -> ScriptedReply | str:
 async def to_listening(fc: FaultCall) -> None:
     fc.call.audio_input.say_now("hello")
     await fc.wait_state("listening", timeout=12)
+
+
+async def drive_start(fc: FaultCall) -> None:
+    # A call is in start until it goes live: an inbound one until its session starts,
+    # which a simulated call has done when it is handed over. Put the (unanswered) call
+    # back there, as for a caller who hangs up while the agent joins: nothing is live yet.
+    fc.controller.restore("start", TurnContext())
+    await asyncio.sleep(0.2)
 
 
 async def drive_ringing(fc: FaultCall) -> None:
@@ -125,6 +134,7 @@ class Driver:
 
 
 DRIVERS: dict[str, Driver] = {
+    "start": Driver(drive_start, answer=False),
     "ringing": Driver(drive_ringing, answer=False),
     "awaiting_user": Driver(drive_awaiting_user),
     "greeting": Driver(drive_greeting, {"greeting": "Hi, this is Ada from Acme Dental."}),
