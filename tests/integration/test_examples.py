@@ -19,6 +19,7 @@ from livekit.agents import AgentSession
 from livekit.plugins import openai, silero
 
 from turnfsm import TurnController
+from turnfsm import events as ev
 from turnfsm.adapters.livekit import TurnAgent, adapter_for, attach
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -83,7 +84,10 @@ async def test_inbound_assistant_builds_offline() -> None:
     assert policy.first_speaker == "agent"
     assert policy.max_tool_steps == 2
     controller = example.build_controller()
-    assert controller.state == "greeting"  # greets as soon as the session starts
+    assert controller.state == "start"  # waits for the session, then greets at once
+    greeter = example.build_controller()
+    assert "start_greeting" in [e.name for e in greeter.handle(ev.SessionStarted(at=0.0))]
+    assert greeter.state == "greeting"
     session = example.build_session()
     _check_session(session)
     agent = example.Receptionist()
