@@ -191,7 +191,8 @@ def test_turnfsm_check_cli_prints_the_violation_path(
     assert "  4. CallerSaidGoodbye(at=1.0)" in out
     assert "random calls: skipped" in out
     # the plain machine under the same policy, from JSON: every invariant holds
-    (tmp_path / "policy.json").write_text(json.dumps({"direction": "outbound", "greeting": "Hi"}))
+    plain = {"direction": "outbound", "greeting": "Hi", "max_tool_steps": 1}
+    (tmp_path / "policy.json").write_text(json.dumps(plain))
     assert main(["check", str(tmp_path / "policy.json"), "--random-calls", "20"]) == 0
     out = capsys.readouterr().out
     assert "ok: no invariant broken" in out
