@@ -106,6 +106,7 @@ from turnfsm.trace import TraceStep, redact
 
 from .audio import InputGate, PlayedSegment, PlayoutMeter
 from .effect_outcomes import EffectRefused, PendingOutcome
+from .embedding import check_attach, guard_start, unguard_start
 from .interruption import InterruptionWatch, ToolStepMinWords
 from .levers import LEVERS, Lever
 from .outcomes import OutcomeMonitor
@@ -128,11 +129,18 @@ def attach(
     Args:
         session: the session, not started yet.
         controller: the call's controller.
-        end_call: how to hang up (e.g. delete the room of a SIP call); by default the
-            session is shut down.
+        end_call: how to hang up (e.g. delete the room of a SIP call:
+            :func:`.job.hang_up_room`); by default the session is shut down, which leaves a
+            caller in the room: ``session.start(room=...)`` refuses that under a policy
+            that hangs up on its own (:mod:`.embedding`).
         strict: how the outcome monitor (:mod:`.outcomes`) treats a breach: ``True``
             raises :class:`~.outcomes.OutcomeBreach` (tests), ``False`` logs one warning
             per check and call; by default as strict as the controller.
+
+    Raises:
+        EmbeddingError: the session already started. ``session.start`` raises it too,
+            before starting anything, when the agent or the hang-up is missing
+            (:func:`.embedding.check_start`).
 
     The session's ``max_tool_steps`` is raised to the policy's if it is lower: LiveKit's
     own cap (``max_tool_steps=N`` lets N+1 tool rounds through, then forces a reply with
@@ -140,8 +148,10 @@ def attach(
     policy's cap is reached. At the policy's value it stays one round behind the
     machine's cap, as a safety net.
     """
+    check_attach(session)
     adapter = TurnAdapter(session, controller, end_call=end_call, strict=strict)
     adapter.subscribe()
+    guard_start(adapter)  # the agent and room are checked when the session starts
     options = session.options
     options.max_tool_steps = max(options.max_tool_steps, controller.policy.max_tool_steps)
     return adapter
@@ -246,6 +256,7 @@ class TurnAdapter:
         for name, handler in self._handlers:
             self.session.off(name, handler)  # type: ignore[arg-type]
         self._handlers.clear()
+        unguard_start(self.session)
         for handle in self.timers.values():
             handle.cancel()
         self.timers.clear()

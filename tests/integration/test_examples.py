@@ -1,8 +1,13 @@
-"""Issue 3, point 6: the examples build their session, agent and controller offline.
+"""Issue 13, point 2: each example's server entrypoint runs offline, as under ``console``.
 
-Both are LiveKit workers (``agents.cli.run_app(agents.WorkerOptions(...))``); the test
-imports them, builds what their entrypoint builds — real OpenAI and silero plugins,
-the policy, the controller — and attaches the controller, without connecting anywhere.
+The examples are LiveKit 1.8 servers (``AgentServer`` + ``@server.rtc_session``, a VAD
+prewarm, ``cli.run_app(server)``). Each test imports one, checks what its server
+registers, and runs its entrypoint in LiveKit's own fake job context (what ``console``
+runs: no server, no SIP, empty job metadata) on a simulated call: the entrypoint's
+session is the simulated one (scripted models instead of OpenAI's, the only part
+replaced), the rest is the example's own code — policy, agent, ``attach`` with its
+``end_call``, the trace writer, the outbound dial's console answer. Each call must get to
+the greeting's audio, and its trace file must load with the trace reader.
 """
 
 from __future__ import annotations
@@ -14,17 +19,18 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from livekit import agents
-from livekit.agents import AgentSession
+from livekit.agents import AgentServer, AgentSession, JobProcess
 from livekit.plugins import openai, silero
 
-from turnfsm import TurnController
-from turnfsm.adapters.livekit import TurnAgent, adapter_for, attach
+from turnfsm import Trace
+from turnfsm.adapters.livekit import TurnAgent, adapter_for
+from turnfsm.adapters.sim import CallScript, SimulatedCall, UserLine
+from turnfsm.adapters.sim.job import ConsoleSession, run_entrypoint
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def _load(name: str) -> ModuleType:
+def load_example(name: str) -> ModuleType:
     path = EXAMPLES / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"turnfsm_example_{name}", path)
     assert spec is not None
@@ -36,60 +42,64 @@ def _load(name: str) -> ModuleType:
 
 
 @pytest.fixture(autouse=True)
-def _openai_key(monkeypatch: pytest.MonkeyPatch) -> None:
+def _offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-used")
+    monkeypatch.setenv("TRACE_DIR", str(tmp_path / "traces"))
+    for name in ("LIVEKIT_URL", "LIVEKIT_API_KEY", "LIVEKIT_API_SECRET"):
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path
 
 
-def _check_worker(module: ModuleType, agent_name: str) -> None:
-    options = module.worker_options()
-    assert isinstance(options, agents.WorkerOptions)
-    assert options.entrypoint_fnc is module.entrypoint
-    assert options.agent_name == agent_name
-    assert list(inspect.signature(module.entrypoint).parameters) == ["ctx"]
-    assert inspect.iscoroutinefunction(module.entrypoint)
+def check_server(module: ModuleType, entrypoint: str, agent_name: str) -> None:
+    server = module.server
+    assert isinstance(server, AgentServer)
+    assert server._entrypoint_fnc is getattr(module, entrypoint)  # what @rtc_session set
+    assert server._agent_name == agent_name
+    assert server.setup_fnc is module.prewarm
+    assert inspect.iscoroutinefunction(server._entrypoint_fnc)
 
 
-def _check_session(session: AgentSession) -> None:
+def check_real_session(module: ModuleType) -> None:
+    """The example's own session builder: real plugins, the prewarmed VAD, no network."""
+    proc = JobProcess(executor_type=None, user_arguments=None, http_proxy=None)  # type: ignore[arg-type]
+    module.prewarm(proc)
+    assert isinstance(proc.userdata["vad"], silero.VAD)
+    session = module.build_session(proc)
+    assert isinstance(session, AgentSession)
     assert isinstance(session.llm, openai.LLM)
-    assert isinstance(session.stt, openai.STT)
-    assert isinstance(session.tts, openai.TTS)
-    assert isinstance(session.vad, silero.VAD)
+    assert session.vad is proc.userdata["vad"]
 
 
-async def test_outbound_caller_builds_offline() -> None:
-    example = _load("outbound_caller")
-    _check_worker(example, "outbound-caller")
-    policy = example.build_policy()
-    assert policy.direction == "outbound"
-    assert policy.first_speaker == "user"  # waits for the callee's first words
-    assert policy.greeting == example.GREETING
-    controller = example.build_controller()
-    assert isinstance(controller, TurnController)
-    assert controller.state == "ringing"
-    session = example.build_session()
-    _check_session(session)
-    agent = example.Caller()
-    assert isinstance(agent, TurnAgent)
-    adapter = attach(session, controller, end_call=lambda reason: None)
-    assert adapter_for(session) is adapter
-    adapter.detach()
+async def run_console_call(
+    module: ModuleType, entrypoint: str, script: CallScript, traces: Path
+) -> tuple[Trace, SimulatedCall]:
+    call = SimulatedCall(script)
+    module.build_session = lambda proc: call.build_session(ConsoleSession)
+    async with run_entrypoint(getattr(module, entrypoint), call):
+        adapter = adapter_for(call.session)
+        assert adapter is not None
+        assert isinstance(call.session.current_agent, TurnAgent)
+        # the greeting's audio reaches the callee
+        await call.wait_until(
+            lambda: adapter.controller.state == "greeting" and bool(call.audio_output.segments),
+            timeout=10,
+        )
+    (written,) = traces.glob("*.jsonl")
+    return Trace.read(written), call
 
 
-async def test_inbound_assistant_builds_offline() -> None:
-    example = _load("inbound_assistant")
-    _check_worker(example, "inbound-assistant")
-    policy = example.build_policy()
-    assert policy.direction == "inbound"
-    assert policy.first_speaker == "agent"
-    assert policy.max_tool_steps == 2
-    controller = example.build_controller()
-    assert controller.state == "greeting"  # greets as soon as the session starts
-    session = example.build_session()
-    _check_session(session)
-    agent = example.Receptionist()
-    assert isinstance(agent, TurnAgent)
-    assert [tool.id for tool in agent.tools] == ["lookup_appointment"]
-    assert await agent.lookup_appointment(None, "+15550100") != "no appointment found"
-    adapter = attach(session, controller)
-    assert session.options.max_tool_steps >= policy.max_tool_steps
-    adapter.detach()
+async def test_outbound_caller_answers_in_console_and_writes_its_trace(_offline: Path) -> None:
+    example = load_example("outbound_caller")
+    check_server(example, "outbound_caller", "outbound-caller")
+    check_real_session(example)
+    script = CallScript([UserLine(0.3, "hello")])
+    trace, call = await run_console_call(example, "outbound_caller", script, _offline / "traces")
+    path = [(step.before, step.event.name, step.after) for step in trace]
+    assert ("ringing", "call_answered", "awaiting_user") in path  # the console's answer
+    assert ("awaiting_user", "user_turn_committed", "greeting") in path
+    ends = [step for step in path if step[1:] == ("call_ended", "ended")]
+    assert len(ends) == 1  # written up to the session's close
+    assert path[-1][2] == "ended"
+    assert trace.policy.direction == "outbound"
+    assert trace.policy.greeting == "[redacted]"  # the policy's text is not stored
+    assert [m.text_content for m in call.messages("user")][:1] == ["Hello?"]
