@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from livekit import api
-from livekit.agents import AMD, AgentSession, JobContext
+from livekit.agents import AMD, NOT_GIVEN, AgentSession, JobContext
 
 from turnfsm import events as ev
 from turnfsm.trace import TraceWriter
@@ -118,6 +118,7 @@ async def place_sip_call(
     participant_identity: str,
     trunk_id: str,
     detect_answering_machine: bool = True,
+    answering_machine_llm: Any = NOT_GIVEN,
 ) -> bool:
     """Dial ``phone_number`` into the room and feed the call's progress to the machine.
 
@@ -128,6 +129,10 @@ async def place_sip_call(
     :data:`RINGING_TIMEOUT`, rejected) is logged with its SIP status and the job is shut
     down, as in LiveKit's outbound example. Under ``console`` nothing is dialed: the call
     is answered at once.
+
+    ``answering_machine_llm`` classifies the callee's first words (LiveKit's default: its
+    inference gateway on LiveKit Cloud, else the session's LLM; a realtime session has no
+    such LLM and needs one, e.g. ``openai.LLM(model="gpt-4.1-mini")``).
 
     Returns:
         Whether the callee answered.
@@ -158,7 +163,10 @@ async def place_sip_call(
         if not detect_answering_machine:
             await ctx.api.sip.create_sip_participant(request)
             return True
-        async with AMD(adapter.session, participant_identity=participant_identity) as detector:
+        detector = AMD(
+            adapter.session, llm=answering_machine_llm, participant_identity=participant_identity
+        )
+        async with detector:
             stop_detecting = watch_amd(adapter, detector)
             try:
                 await ctx.api.sip.create_sip_participant(request)

@@ -20,12 +20,20 @@ from types import ModuleType
 
 import pytest
 from livekit.agents import AgentServer, AgentSession, JobProcess
+from livekit.agents.testing import fake_job_context
 from livekit.plugins import openai, silero
 
 from turnfsm import Trace
 from turnfsm.adapters.livekit import TurnAgent, adapter_for
-from turnfsm.adapters.sim import CallScript, SimulatedCall, UserLine
+from turnfsm.adapters.sim import (
+    CallScript,
+    PacedAudioOutput,
+    SimulatedCall,
+    ToneMicrophone,
+    UserLine,
+)
 from turnfsm.adapters.sim.job import ConsoleSession, run_entrypoint
+from turnfsm.adapters.sim.realtime_server import RealtimeScript, RealtimeTestServer
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -42,12 +50,13 @@ def load_example(name: str) -> ModuleType:
 
 
 @pytest.fixture(autouse=True)
-def _offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+def traces(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """Offline: no LiveKit server, a dummy OpenAI key; the examples' trace folder."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-used")
     monkeypatch.setenv("TRACE_DIR", str(tmp_path / "traces"))
     for name in ("LIVEKIT_URL", "LIVEKIT_API_KEY", "LIVEKIT_API_SECRET"):
         monkeypatch.delenv(name, raising=False)
-    return tmp_path
+    return tmp_path / "traces"
 
 
 def check_server(module: ModuleType, entrypoint: str, agent_name: str) -> None:
@@ -88,12 +97,12 @@ async def run_console_call(
     return Trace.read(written), call
 
 
-async def test_outbound_caller_answers_in_console_and_writes_its_trace(_offline: Path) -> None:
+async def test_outbound_caller_answers_in_console_and_writes_its_trace(traces: Path) -> None:
     example = load_example("outbound_caller")
     check_server(example, "outbound_caller", "outbound-caller")
     check_real_session(example)
     script = CallScript([UserLine(0.3, "hello")])
-    trace, call = await run_console_call(example, "outbound_caller", script, _offline / "traces")
+    trace, call = await run_console_call(example, "outbound_caller", script, traces)
     path = [(step.before, step.event.name, step.after) for step in trace]
     assert ("ringing", "call_answered", "awaiting_user") in path  # the console's answer
     assert ("awaiting_user", "user_turn_committed", "greeting") in path
@@ -103,3 +112,48 @@ async def test_outbound_caller_answers_in_console_and_writes_its_trace(_offline:
     assert trace.policy.direction == "outbound"
     assert trace.policy.greeting == "[redacted]"  # the policy's text is not stored
     assert [m.text_content for m in call.messages("user")][:1] == ["Hello?"]
+
+
+async def test_inbound_assistant_greets_in_console_and_writes_its_trace(traces: Path) -> None:
+    example = load_example("inbound_assistant")
+    check_server(example, "inbound_assistant", "inbound-assistant")
+    check_real_session(example)
+    assert [tool.id for tool in example.Receptionist().tools] == ["lookup_appointment"]
+    trace, call = await run_console_call(example, "inbound_assistant", CallScript(), traces)
+    path = [(step.before, step.event.name, step.after) for step in trace]
+    assert path[0] == ("greeting", "session_started", "greeting")  # greets at once
+    assert [step for step in path if step[1:] == ("call_ended", "ended")]
+    assert trace.policy.max_tool_steps == 2
+    assert call.audio_output.segments  # the greeting's audio reached the caller
+
+
+async def test_realtime_agent_answers_in_console_and_writes_its_trace(traces: Path) -> None:
+    """On the real OpenAI Realtime plugin against the local Realtime test server."""
+    example = load_example("realtime_agent")
+    assert example.server._entrypoint_fnc is example.realtime_agent
+    assert example.server._agent_name == "realtime-agent"
+    microphone, speaker = ToneMicrophone(), PacedAudioOutput(sample_rate=24000)
+    async with RealtimeTestServer(RealtimeScript(default_text="Hi!")) as server:
+        real_build_session = example.build_session
+
+        def console_session() -> AgentSession:
+            session = real_build_session(api_key="dummy", base_url=server.base_url)
+            console = ConsoleSession(llm=session.llm, vad=None, aec_warmup_duration=None)
+            console.input.audio, console.output.audio = microphone, speaker
+            return console
+
+        example.build_session = console_session
+        with fake_job_context() as ctx:
+            await example.realtime_agent(ctx)
+            session = ctx.primary_session
+            adapter = adapter_for(session)
+            assert adapter is not None
+            assert adapter.realtime is not None  # the realtime levers are in place
+            assert adapter.controller.state == "awaiting_user"  # answered at once
+            await session.aclose()
+            await session.llm.aclose()
+            await speaker.aclose()
+    (written,) = traces.glob("*.jsonl")
+    path = [(step.before, step.event.name, step.after) for step in Trace.read(written)]
+    assert ("ringing", "call_answered", "awaiting_user") in path
+    assert path[-1][2] == "ended"
