@@ -1,9 +1,10 @@
 """The LiveKit adapter: session events in, turn-machine effects out.
 
-Embedding takes two lines before ``session.start(...)``::
+Embedding: before ``session.start(...)`` (every step of a real call, in order, is in the
+README's "Embedding"; a missing piece is refused: :mod:`.embedding`)::
 
     controller = TurnController(policy)
-    attach(session, controller)
+    attach(session, controller, end_call=hang_up_room(ctx))
 
 The adapter subscribes to the session's events, translates each into a
 :mod:`turnfsm.events` event (table below), hands it to the controller, and executes the
