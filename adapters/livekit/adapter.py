@@ -78,7 +78,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import logging
 import threading
 import traceback
 import weakref
@@ -110,10 +109,9 @@ from .effect_outcomes import EffectRefused, PendingOutcome
 from .embedding import check_attach, guard_start, unguard_start
 from .interruption import InterruptionWatch, ToolStepMinWords
 from .levers import LEVERS, Lever
+from .log import logger
 from .outcomes import OutcomeMonitor
 from .realtime import RealtimeLink
-
-logger = logging.getLogger("turnfsm.adapters.livekit")
 
 _ADAPTERS: weakref.WeakKeyDictionary[AgentSession, TurnAdapter] = weakref.WeakKeyDictionary()
 
@@ -305,7 +303,9 @@ class TurnAdapter:
             )
         # -- end of the owner-thread check -----------------------------------------------
         if not self._handlers:
-            logger.debug("turnfsm: %s after detach ignored", event.name)
+            logger.debug(
+                "turnfsm: %s after detach ignored", event.name, extra={"event": event.name}
+            )
             return
         self._queue.append(event)
         if self._dispatching:
@@ -347,7 +347,12 @@ class TurnAdapter:
         try:
             self.levers[type(effect)](self, effect)
         except EffectRefused as refusal:
-            logger.debug("turnfsm: %s refused: %s", effect.name, refusal.detail)
+            logger.debug(
+                "turnfsm: %s refused: %s",
+                effect.name,
+                refusal.detail,
+                extra={"effect": effect.name, "state": state},
+            )
             outcome.lever_refused(refusal.detail)
         except Exception as error:
             self._report_failure(f"lever {effect.name}", error, self._describe(effect, state))
@@ -375,7 +380,12 @@ class TurnAdapter:
         """Log a failing controller step. Its message may quote the call (an invariant
         violation lists the step's effects), so it is logged only with ``keep_text``."""
         if self.controller.keep_text:
-            logger.exception("turnfsm: controller failed on %s in %s", event.name, state)
+            logger.exception(
+                "turnfsm: controller failed on %s in %s",
+                event.name,
+                state,
+                extra={"event": event.name, "state": state, "error": type(error).__name__},
+            )
             return
         name = type(error).__name__
         if invariant := getattr(error, "invariant", None):
@@ -386,15 +396,27 @@ class TurnAdapter:
             state,
             name,
             "".join(traceback.format_tb(error.__traceback__)).rstrip(),
+            extra={"event": event.name, "state": state, "error": name},
         )
 
     def _report_failure(self, where: str, error: BaseException, detail: str) -> None:
         key = (where, type(error))
         if key in self._reported_failures:
-            logger.debug("turnfsm: %s failed again: %r", where, error)
+            logger.debug(
+                "turnfsm: %s failed again: %r",
+                where,
+                error,
+                extra={"where": where, "error": type(error).__name__},
+            )
             return
         self._reported_failures.add(key)
-        logger.warning("turnfsm: %s failed (%s): %r", where, detail, error)
+        logger.warning(
+            "turnfsm: %s failed (%s): %r",
+            where,
+            detail,
+            error,
+            extra={"where": where, "error": type(error).__name__},
+        )
 
     def _release_input(self) -> None:
         """Whatever happened, the caller is heard again and user turns are committed."""

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import re
 from collections.abc import Callable
 from datetime import timedelta
@@ -32,9 +31,8 @@ from turnfsm import events as ev
 from turnfsm.trace import TraceWriter
 
 from .adapter import TurnAdapter
+from .log import logger
 from .sip import watch_amd, watch_sip_participant
-
-logger = logging.getLogger("turnfsm.adapters.livekit")
 
 RINGING_TIMEOUT = 30.0
 """Seconds an outbound call may ring before the SIP service gives up."""
