@@ -20,10 +20,10 @@ import asyncio
 import json
 import re
 from collections.abc import Callable
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from google.protobuf.duration_pb2 import Duration
 from livekit import api
 from livekit.agents import AMD, NOT_GIVEN, AgentSession, JobContext
 
@@ -34,7 +34,7 @@ from .adapter import TurnAdapter
 from .log import logger
 from .sip import watch_amd, watch_sip_participant
 
-RINGING_TIMEOUT = 30.0
+RINGING_TIMEOUT = 30
 """Seconds an outbound call may ring before the SIP service gives up."""
 
 CONSOLE_NUMBER = "+15550100"
@@ -148,7 +148,7 @@ async def place_sip_call(
         sip_trunk_id=trunk_id,
         sip_call_to=phone_number,
         participant_identity=participant_identity,
-        ringing_timeout=timedelta(seconds=RINGING_TIMEOUT),
+        ringing_timeout=Duration(seconds=RINGING_TIMEOUT),
         wait_until_answered=True,  # returns once answered; raises if the call fails
     )
     stop_watching = watch_sip_participant(adapter, ctx.room, participant_identity)

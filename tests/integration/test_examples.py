@@ -19,6 +19,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from aiohttp import web
+from livekit import api
 from livekit.agents import AgentServer, AgentSession, JobProcess
 from livekit.agents.testing import fake_job_context
 from livekit.plugins import openai, silero
@@ -31,6 +33,7 @@ from turnfsm.adapters.sim import (
     SimulatedCall,
     ToneMicrophone,
     UserLine,
+    load_silero_vad,
 )
 from turnfsm.adapters.sim.job import ConsoleSession, run_entrypoint
 from turnfsm.adapters.sim.realtime_server import RealtimeScript, RealtimeTestServer
@@ -157,3 +160,81 @@ async def test_realtime_agent_answers_in_console_and_writes_its_trace(traces: Pa
     path = [(step.before, step.event.name, step.after) for step in Trace.read(written)]
     assert ("ringing", "call_answered", "awaiting_user") in path
     assert path[-1][2] == "ended"
+
+
+class SipServer:
+    """LiveKit's server API on localhost, over its real Twirp protocol: dialing fails the
+    way a busy line does (SIP 486), deleting the room succeeds. Records every request."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, bytes]] = []
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+
+    async def __aenter__(self) -> SipServer:
+        app = web.Application()
+        app.router.add_post("/twirp/{service}/{method}", self._handle)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        assert self._runner is not None
+        await self._runner.cleanup()
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        self.requests.append((method, await request.read()))
+        if method == "CreateSIPParticipant":
+            error = {
+                "code": "resource_exhausted",
+                "msg": "call rejected",
+                "meta": {"sip_status_code": "486", "sip_status": "Busy Here"},
+            }
+            return web.json_response(error, status=429)
+        return web.Response(body=b"", content_type="application/protobuf")
+
+    def sent(self, method: str) -> list[bytes]:
+        return [body for name, body in self.requests if name == method]
+
+
+async def test_outbound_caller_reports_a_busy_line_and_shuts_the_job_down(
+    traces: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("SIP_OUTBOUND_TRUNK_ID", "ST_test")
+    example = load_example("outbound_caller")
+    call = SimulatedCall()
+    example.build_session = lambda proc: call.build_session(ConsoleSession)
+    shutdowns: list[str] = []
+    async with SipServer() as sip:
+        with fake_job_context(job_metadata='{"phone_number": "+15550199"}') as ctx:
+            ctx._info.fake_job = False  # the job as a worker runs it: a real dial
+            ctx._on_shutdown = shutdowns.append
+            ctx.__dict__["api"] = api.LiveKitAPI(sip.url, "key", "secret" * 6)
+            ctx.proc.userdata["vad"] = load_silero_vad()
+            try:
+                await example.outbound_caller(ctx)
+                adapter = adapter_for(call.session)
+                assert adapter is not None
+                assert adapter.controller.state == "ended"
+                assert adapter.controller.context.end_reason == "dial_failed"
+            finally:
+                await call.aclose()
+                await ctx.api.aclose()
+        (dialed,) = sip.sent("CreateSIPParticipant")
+        request = api.CreateSIPParticipantRequest.FromString(dialed)
+        assert (request.sip_call_to, request.sip_trunk_id) == ("+15550199", "ST_test")
+        assert request.wait_until_answered
+        assert request.ringing_timeout.seconds == 30
+        assert len(sip.sent("DeleteRoom")) == 1  # the machine hung up: the room is deleted
+    assert shutdowns == ["the call failed"]
+    (failure,) = [r for r in caplog.records if r.getMessage() == "turnfsm: the call failed"]
+    assert (failure.sip_status_code, failure.sip_status) == ("486", "Busy Here")  # type: ignore[attr-defined]
+    caplog.clear()  # the one error this test expects, checked: not an adapter failure
+    (written,) = traces.glob("*.jsonl")
+    steps = list(Trace.read(written))
+    assert [s.event.name for s in steps if s.after == "ended"][0] == "call_ended"
