@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import logging
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -27,6 +28,7 @@ from livekit.plugins import openai, silero
 
 from turnfsm import Trace
 from turnfsm.adapters.livekit import TurnAgent, adapter_for
+from turnfsm.adapters.livekit.job import CONSOLE_NUMBER, phone_number_to_dial
 from turnfsm.adapters.sim import (
     CallScript,
     PacedAudioOutput,
@@ -238,3 +240,36 @@ async def test_outbound_caller_reports_a_busy_line_and_shuts_the_job_down(
     (written,) = traces.glob("*.jsonl")
     steps = list(Trace.read(written))
     assert [s.event.name for s in steps if s.after == "ended"][0] == "call_ended"
+
+
+@pytest.mark.parametrize("metadata", ["", "{}", "not json", '{"phone_number": 5}'])
+def test_a_job_without_a_number_is_logged_and_shut_down(
+    metadata: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Dispatched without ``--metadata '{"phone_number": ...}'``: no KeyError, no hang."""
+    shutdowns: list[str] = []
+    with fake_job_context(job_metadata=metadata) as ctx:
+        assert phone_number_to_dial(ctx) == CONSOLE_NUMBER  # console: nothing is dialed
+        ctx._info.fake_job = False  # the same job from a worker
+        ctx._on_shutdown = shutdowns.append
+        assert phone_number_to_dial(ctx) is None
+    assert shutdowns == ["no phone number in the job metadata"]
+    (logged,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert '--metadata \'{"phone_number": "+15550100"}\'' in logged.getMessage()
+    caplog.clear()  # the one error this test expects, checked
+
+
+@pytest.mark.parametrize("name", ["outbound_caller", "inbound_assistant", "realtime_agent"])
+def test_each_example_runs_as_a_script(
+    name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``python examples/X.py --help`` as its ``__main__`` block runs it: LiveKit's CLI on
+    the example's server, with the ``console`` command."""
+    example = load_example(name)
+    main_block = (EXAMPLES / f"{name}.py").read_text().split('if __name__ == "__main__":')[1]
+    assert main_block.strip() == "cli.run_app(server)"
+    monkeypatch.setattr(sys, "argv", [f"{name}.py", "--help"])
+    with pytest.raises(SystemExit) as exit_:
+        example.cli.run_app(example.server)
+    assert exit_.value.code in (0, None)
+    assert "console" in capsys.readouterr().out
