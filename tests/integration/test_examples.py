@@ -243,7 +243,7 @@ async def test_outbound_caller_reports_a_busy_line_and_shuts_the_job_down(
 
 
 @pytest.mark.parametrize("metadata", ["", "{}", "not json", '{"phone_number": 5}'])
-def test_a_job_without_a_number_is_logged_and_shut_down(
+async def test_a_job_without_a_number_is_logged_and_shut_down(
     metadata: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Dispatched without ``--metadata '{"phone_number": ...}'``: no KeyError, no hang."""
