@@ -6,12 +6,14 @@
 from .adapter import TurnAdapter, adapter_for, attach
 from .agent import TurnAgent
 from .audio import InputGate, PlayedSegment, PlayoutMeter
+from .embedding import EmbeddingError
 from .levers import LEVERS
 from .sip import call_status_event, watch_amd, watch_sip_participant
 from .text import spoken_prefix
 
 __all__ = [
     "LEVERS",
+    "EmbeddingError",
     "InputGate",
     "PlayedSegment",
     "PlayoutMeter",

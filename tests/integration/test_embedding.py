@@ -17,7 +17,8 @@ from turnfsm.adapters.sim import SimulatedCall
 from turnfsm.adapters.sim.job import ConsoleSession
 
 OUTBOUND = TurnPolicy(direction="outbound", greeting="Hi, this is Ada from Acme.")
-HANGS_UP = TurnPolicy(greeting="Welcome to Acme.", idle_timeout=10.0, max_call_duration=600.0)
+HANGS_UP = TurnPolicy(first_speaker="user", idle_timeout=10.0, max_call_duration=600.0)
+"""Listens first (nothing is said, so closing the call cuts no greeting), and hangs up."""
 
 
 def plain_agent() -> Agent:
@@ -74,7 +75,7 @@ async def test_a_sip_call_that_can_hang_up_starts(end_call: object, room_options
     adapter = attach(session, TurnController(HANGS_UP), end_call=end_call)  # type: ignore[arg-type]
     await session.start(turn_agent(), room=rtc.Room(), room_options=room_options)
     await call.wait_started()
-    assert adapter.controller.state == "greeting"
+    assert adapter.controller.state == "listening"
     await call.aclose()
 
 
@@ -89,6 +90,6 @@ async def test_attach_after_start_is_refused() -> None:
 
 def test_what_each_policy_needs() -> None:
     assert needs_agent_hooks(OUTBOUND)
-    assert not needs_agent_hooks(HANGS_UP)  # the agent greets: session.say does it
+    assert not needs_agent_hooks(TurnPolicy(greeting="Hi."))  # the agent greets: session.say
     assert hang_ups(TurnPolicy(greeting="Hi.")) == []  # only the caller ends the call
     assert hang_ups(OUTBOUND) == ["on_answering_machine='hang_up'"]
