@@ -3,7 +3,7 @@
 ::
 
     session = AgentSession(...)
-    writer = trace_writer(ctx, session)                    # traces/<room>.jsonl
+    writer = trace_writer(ctx, session)            # traces/<room>-<job id>.jsonl
     controller = TurnController(policy, trace_sink=writer)
     adapter = attach(session, controller, end_call=hang_up_room(ctx))
     await session.start(agent, room=ctx.room, room_options=...)
@@ -59,8 +59,7 @@ def phone_number_to_dial(ctx: JobContext) -> str | None:
         return CONSOLE_NUMBER
     logger.error(
         "turnfsm: no phone number to dial: dispatch the job with "
-        '--metadata \'{"phone_number": "+15550100"}\'',
-        extra={"metadata": ctx.job.metadata},
+        '--metadata \'{"phone_number": "+15550100"}\''  # the metadata itself is not logged
     )
     ctx.shutdown("no phone number in the job metadata")
     return None
