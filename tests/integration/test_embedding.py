@@ -31,7 +31,7 @@ def turn_agent() -> TurnAgent:
 
 async def refused_start(session: AgentSession, agent: Agent, **options: object) -> str:
     with pytest.raises(EmbeddingError) as refusal:
-        await session.start(agent, **options)  # type: ignore[arg-type]
+        await session.start(agent=agent, **options)  # type: ignore[arg-type]
     assert not session._started  # refused before LiveKit started anything
     return str(refusal.value)
 
