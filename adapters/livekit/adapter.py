@@ -106,7 +106,7 @@ from turnfsm.trace import TraceStep, redact
 
 from .audio import InputGate, PlayedSegment, PlayoutMeter
 from .effect_outcomes import EffectRefused, PendingOutcome
-from .embedding import check_attach, guard_start, unguard_start
+from .embedding import guard_start, unguard_start
 from .interruption import InterruptionWatch, ToolStepMinWords
 from .levers import LEVERS, Lever
 from .log import logger
@@ -136,10 +136,9 @@ def attach(
             raises :class:`~.outcomes.OutcomeBreach` (tests), ``False`` logs one warning
             per check and call; by default as strict as the controller.
 
-    Raises:
-        EmbeddingError: the session already started. ``session.start`` raises it too,
-            before starting anything, when the agent or the hang-up is missing
-            (:func:`.embedding.check_start`).
+    ``session.start`` then raises :class:`~.embedding.EmbeddingError`, before starting
+    anything, when the agent's hooks or the hang-up are missing
+    (:func:`.embedding.check_start`).
 
     The session's ``max_tool_steps`` is raised to the policy's if it is lower: LiveKit's
     own cap (``max_tool_steps=N`` lets N+1 tool rounds through, then forces a reply with
@@ -147,7 +146,6 @@ def attach(
     policy's cap is reached. At the policy's value it stays one round behind the
     machine's cap, as a safety net.
     """
-    check_attach(session)
     adapter = TurnAdapter(session, controller, end_call=end_call, strict=strict)
     adapter.subscribe()
     guard_start(adapter)  # the agent and room are checked when the session starts

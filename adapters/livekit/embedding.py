@@ -3,9 +3,9 @@
 A call that is missing a piece of the embedding does not fail loudly on its own: it
 runs, and the guarantee quietly does not hold (LiveKit's reply to "Hello?" plays while
 the machine says ``greeting``; an idle hang-up closes the session while the SIP callee
-stays on a silent line). :func:`attach` runs :func:`check_attach` and wraps this
-session's ``start`` so that :func:`check_start` runs first; each raises
-:class:`EmbeddingError` saying what to add, before anything is started.
+stays on a silent line). :func:`attach` wraps this session's ``start`` so that
+:func:`check_start` runs first: it raises :class:`EmbeddingError` saying what to add,
+before anything is started.
 
 =====================================  ===================================================
 missing piece                          refused when
@@ -71,19 +71,6 @@ def hang_ups(policy: TurnPolicy) -> list[str]:
     if policy.direction == "outbound" and policy.on_answering_machine == "hang_up":
         reasons.append("on_answering_machine='hang_up'")
     return reasons
-
-
-def check_attach(session: AgentSession) -> None:
-    """What :func:`~.adapter.attach` can check before the session starts.
-
-    Raises:
-        EmbeddingError: the session already started (the machine would miss its start).
-    """
-    if getattr(session, "_started", False):  # LiveKit 1.8 keeps no public flag
-        raise EmbeddingError(
-            "attach(session, controller) must run before session.start(...): the machine "
-            "would miss the session's start and the greeting"
-        )
 
 
 def check_start(adapter: TurnAdapter, agent: Any, room: Any, room_options: Any) -> None:
