@@ -129,10 +129,15 @@ async def place_sip_call(
 
     ``answering_machine_llm`` classifies the callee's first words (LiveKit's default: its
     inference gateway on LiveKit Cloud, else the session's LLM; a realtime session has no
-    such LLM and needs one, e.g. ``openai.LLM(model="gpt-4.1-mini")``).
+    such LLM and needs one, e.g. ``openai.LLM(model="gpt-4.1-mini")``). While LiveKit's
+    detector listens, it holds agent speech (the greeting) until its verdict.
 
     Returns:
         Whether the callee answered.
+
+    Raises:
+        ValueError: LiveKit's ``AMD`` found no LLM to classify with (before dialing);
+            pass ``answering_machine_llm`` or ``detect_answering_machine=False``.
     """
     if ctx.is_fake_job():
         logger.info("turnfsm: console: no SIP call placed, the call is answered at once")
