@@ -1,4 +1,4 @@
-"""Embedding checks: each piece a real call needs, refused at ``attach`` / ``session.start``.
+"""Embedding checks: a piece a real call needs and lacks is refused at ``session.start``.
 
 A call that is missing a piece of the embedding does not fail loudly on its own: it
 runs, and the guarantee quietly does not hold (LiveKit's reply to "Hello?" plays while
@@ -21,7 +21,7 @@ an ``end_call`` that hangs up          the session runs in a room, the policy ca
 =====================================  ===================================================
 
 Agent shapes that have the hooks but may still bypass them (``on_enter`` replies,
-``llm_node`` overrides, handoffs) are checked by the closed-loop work, not here.
+``llm_node`` overrides, handoffs) are the closed-loop checks' (issue 9), not these.
 """
 
 from __future__ import annotations
