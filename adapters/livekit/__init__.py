@@ -9,7 +9,6 @@ from .audio import InputGate, PlayedSegment, PlayoutMeter
 from .embedding import EmbeddingError
 from .levers import LEVERS
 from .sip import call_status_event, watch_amd, watch_sip_participant
-from .text import spoken_prefix
 
 __all__ = [
     "LEVERS",
@@ -22,7 +21,6 @@ __all__ = [
     "adapter_for",
     "attach",
     "call_status_event",
-    "spoken_prefix",
     "watch_amd",
     "watch_sip_participant",
 ]

@@ -33,12 +33,13 @@ from turnfsm.adapters.sim import (
     CallScript,
     PacedAudioOutput,
     SimulatedCall,
-    ToneMicrophone,
     UserLine,
     load_silero_vad,
 )
 from turnfsm.adapters.sim.job import ConsoleSession, run_entrypoint
-from turnfsm.adapters.sim.realtime_server import RealtimeScript, RealtimeTestServer
+
+from support.realtime_server import RealtimeScript, RealtimeTestServer
+from support.tone import ToneMicrophone
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
