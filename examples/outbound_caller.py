@@ -28,7 +28,6 @@ no call is placed, the call is answered at once and the agent waits for your "He
 
 from __future__ import annotations
 
-import logging
 import os
 
 from dotenv import load_dotenv
@@ -45,7 +44,6 @@ from turnfsm.adapters.livekit.job import (
 )
 
 load_dotenv()
-logger = logging.getLogger("outbound-caller")
 
 AGENT_NAME = "outbound-caller"
 GREETING = "Hi, this is Ada calling from Acme Dental about your appointment tomorrow."
