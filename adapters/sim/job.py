@@ -1,9 +1,9 @@
 """Run a LiveKit job entrypoint offline, on a simulated call, as ``console`` would.
 
-Under LiveKit's ``console`` subcommand the job is a fake one (no server, no SIP) and
-``session.start`` ignores its ``room``: the console's own audio is the session's. Here
-the simulated call's audio is, and the job context is LiveKit's own
-``livekit.agents.testing.fake_job_context``::
+Under LiveKit's ``console`` subcommand the job is a fake one (no server, no SIP), its room
+is LiveKit's console mock room, and ``session.start`` ignores the room: the console's own
+audio is the session's. Here the simulated call's audio is; the job context is LiveKit's
+own ``livekit.agents.testing.fake_job_context`` on the same mock room::
 
     call = SimulatedCall(CallScript([UserLine(0.5, "hello")]))
     async with run_entrypoint(example.outbound_caller, call, build_session=...) as ctx:
@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from livekit.agents import AgentSession, JobContext
+from livekit.agents.ipc.mock_room import create_mock_room
 from livekit.agents.testing import fake_job_context
 from livekit.agents.types import NOT_GIVEN
 
@@ -52,7 +53,7 @@ async def run_entrypoint(
     the call's audio is flowing; on exit the session closes (its ``close`` event fires,
     as when a caller hangs up) and the job's shutdown callbacks run.
     """
-    with fake_job_context(job_metadata=metadata) as ctx:
+    with fake_job_context(room=create_mock_room(), job_metadata=metadata) as ctx:
         ctx.proc.userdata["vad"] = load_silero_vad()
         try:
             await entrypoint(ctx)

@@ -23,6 +23,7 @@ import pytest
 from aiohttp import web
 from livekit import api
 from livekit.agents import AgentServer, AgentSession, JobProcess
+from livekit.agents.ipc.mock_room import create_mock_room
 from livekit.agents.testing import fake_job_context
 from livekit.plugins import openai, silero
 
@@ -149,7 +150,7 @@ async def test_realtime_agent_answers_in_console_and_writes_its_trace(traces: Pa
             return console
 
         example.build_session = console_session
-        with fake_job_context() as ctx:
+        with fake_job_context(room=create_mock_room()) as ctx:  # what console runs
             await example.realtime_agent(ctx)
             session = ctx.primary_session
             adapter = adapter_for(session)
