@@ -6,9 +6,8 @@
   one spoken reply without tools (or the fallback line, if it still calls a tool).
 * An interrupted reply is remembered only as far as the caller heard it.
 * After 12 s of silence the agent asks once if the caller is still there, then hangs up.
-
-* Each call's trace is written to ``traces/`` as it happens (``turnfsm timeline``,
-  ``turnfsm report``).
+* Each call's trace is written to ``traces/`` (or ``$TRACE_DIR``) as it happens
+  (``turnfsm timeline``, ``turnfsm report``).
 
 Run it (``LIVEKIT_URL``, ``LIVEKIT_API_KEY``, ``LIVEKIT_API_SECRET`` and
 ``OPENAI_API_KEY`` set, e.g. in ``.env``; a SIP dispatch rule sends inbound calls to

@@ -8,8 +8,8 @@
 * Nothing the callee says interrupts the greeting; what they say over it is answered
   as one whole turn once the greeting is over.
 * LiveKit's answering-machine detection feeds the machine: a voicemail is hung up on.
-* Each call's trace is written to ``traces/`` as it happens (``turnfsm timeline``,
-  ``turnfsm report``).
+* Each call's trace is written to ``traces/`` (or ``$TRACE_DIR``) as it happens
+  (``turnfsm timeline``, ``turnfsm report``).
 
 Run a worker (``LIVEKIT_URL``, ``LIVEKIT_API_KEY``, ``LIVEKIT_API_SECRET``,
 ``OPENAI_API_KEY`` and ``SIP_OUTBOUND_TRUNK_ID`` set, e.g. in ``.env``)::

@@ -15,7 +15,7 @@ on its own runs tools forever. turnfsm holds both (``turnfsm.adapters.livekit.re
   tools.
 
 * LiveKit's answering-machine detection feeds the machine; each call's trace is
-  written to ``traces/`` as it happens.
+  written to ``traces/`` (or ``$TRACE_DIR``) as it happens.
 
 Run a worker (``LIVEKIT_URL``, ``LIVEKIT_API_KEY``, ``LIVEKIT_API_SECRET``,
 ``OPENAI_API_KEY`` and ``SIP_OUTBOUND_TRUNK_ID`` set, e.g. in ``.env``)::
