@@ -5,7 +5,10 @@ LLM, STT and TTS are scripted. turnfsm is attached exactly as in production. The
 prints every state change as it happens, then writes the call's trace (JSON lines), its
 timeline (SVG) and the machine's diagram with the call overlaid into an output folder.
 
-Run ``python -m turnfsm.adapters.sim.demo --scenario NAME [--out DIR]``; scenarios:
+Run ``python -m turnfsm.adapters.sim.demo --scenario NAME [--out DIR] [--settings ROW]``;
+the call runs under LiveKit's default turn handling with a transcript synchronizer
+(``--settings livekit-defaults``, the default) or the simulation's (``--settings sim``:
+no preemptive generation, VAD interruption mode, no synchronizer). Scenarios:
 
 * ``greeting_barge_in`` (default): the callee says "Hello?", the locked greeting starts
   and the callee talks over it; the greeting plays whole and the overlap is answered as
@@ -38,6 +41,9 @@ from turnfsm.trace import TraceStep
 from ..livekit import TurnAdapter, TurnAgent, attach
 from .models import ScriptedLLM
 from .session import SimulatedCall
+
+SETTINGS = ("livekit-defaults", "sim")
+"""The LiveKit settings a demo call can run under (LiveKit's own first)."""
 from .speech import CallScript, UserLine
 
 GREETING = "Hi, this is Ada from Acme Dental, calling about your appointment tomorrow."
@@ -109,22 +115,35 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
-async def run_scenario(name: str, out: Path, *, echo: Callable[[str], None] = print) -> Path:
+async def run_scenario(
+    name: str,
+    out: Path,
+    *,
+    settings: str = "livekit-defaults",
+    echo: Callable[[str], None] = print,
+) -> Path:
     """Run scenario ``name``; write ``call.jsonl``, ``timeline.svg`` and the diagram to ``out``.
+
+    ``settings`` is one of :data:`SETTINGS`.
 
     Returns:
         The trace file.
     """
     scenario = SCENARIOS[name]
+    if settings not in SETTINGS:
+        raise ValueError(f"settings must be one of {SETTINGS}, got {settings!r}")
+    livekit_defaults = settings == "livekit-defaults"
     controller = TurnController(scenario.policy, strict=True, keep_text=True)
     adapters: list[TurnAdapter] = []
     call = SimulatedCall(
         CallScript(list(scenario.lines)),
         agent=DemoAgent(),
         llm=scenario.llm(),
+        livekit_defaults=livekit_defaults,
+        transcript_sync=livekit_defaults,
         before_start=lambda session: adapters.append(attach(session, controller)),
     )
-    echo(f"turnfsm demo: {name} — {scenario.description}")
+    echo(f"turnfsm demo: {name} — {scenario.description} (LiveKit settings: {settings})")
     echo("  time  event                        state")
     printed = 0
     async with call:
@@ -192,10 +211,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="turnfsm-demo", description=__doc__.split("\n")[0])
     parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="greeting_barge_in")
     parser.add_argument("--out", type=Path, default=Path("demo-output"))
+    parser.add_argument("--settings", choices=SETTINGS, default="livekit-defaults")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     started = time.monotonic()
-    asyncio.run(run_scenario(args.scenario, args.out))
+    asyncio.run(run_scenario(args.scenario, args.out, settings=args.settings))
     print(f"done in {time.monotonic() - started:.1f} s")
     return 0
 

@@ -4,7 +4,8 @@ greets anyway (``on_await_user_timeout="greet"``) or hangs up (``"hang_up"``: th
 
 from __future__ import annotations
 
-from turncalls import GREETING, run_scenarios, turn_call, wait_segment
+import pytest
+from turncalls import GREETING, SETTING_ROWS, run_scenarios, turn_call, wait_segment
 
 from turnfsm import TurnPolicy
 from turnfsm import effects as fx
@@ -12,14 +13,14 @@ from turnfsm import effects as fx
 AWAIT_USER = 1.5
 
 
-async def _greets_anyway() -> None:
+async def _greets_anyway(settings: str) -> None:
     policy = TurnPolicy(
         direction="outbound",
         greeting=GREETING,
         await_user_timeout=AWAIT_USER,
         on_await_user_timeout="greet",
     )
-    async with turn_call(policy) as tc:
+    async with turn_call(policy, settings=settings) as tc:
         call = tc.call
         greeting = await wait_segment(call, 0, timeout=AWAIT_USER + 8, finished=True)
         context = tc.describe()
@@ -37,14 +38,14 @@ async def _greets_anyway() -> None:
         assert tc.controller.state == "listening", context
 
 
-async def _hangs_up() -> None:
+async def _hangs_up(settings: str) -> None:
     policy = TurnPolicy(
         direction="outbound",
         greeting=GREETING,
         await_user_timeout=AWAIT_USER,
         on_await_user_timeout="hang_up",
     )
-    async with turn_call(policy) as tc:
+    async with turn_call(policy, settings=settings) as tc:
         call = tc.call
         closed = await call.wait_for_event("close", timeout=AWAIT_USER + 3)
         context = tc.describe()
@@ -60,5 +61,6 @@ async def _hangs_up() -> None:
         assert not tc.adapter.timers, context
 
 
-async def test_silent_callee() -> None:
-    await run_scenarios({"greet": _greets_anyway(), "hang_up": _hangs_up()})
+@pytest.mark.parametrize("settings", SETTING_ROWS)
+async def test_silent_callee(settings: str) -> None:
+    await run_scenarios({"greet": _greets_anyway(settings), "hang_up": _hangs_up(settings)})
