@@ -100,7 +100,7 @@ from livekit.agents.voice.events import (
     UserStateChangedEvent,
 )
 
-from turnfsm import TurnController
+from turnfsm import TurnController, TurnPolicy
 from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.controller import ConcurrentUseError
@@ -142,11 +142,42 @@ def attach(
     policy's cap is reached. At the policy's value it stays one round behind the
     machine's cap, as a safety net.
     """
+    refuse_unsafe_settings(session, controller.policy)
     adapter = TurnAdapter(session, controller, end_call=end_call, strict=strict)
     adapter.subscribe()
     options = session.options
     options.max_tool_steps = max(options.max_tool_steps, controller.policy.max_tool_steps)
     return adapter
+
+
+def refuse_unsafe_settings(session: AgentSession, policy: TurnPolicy) -> None:
+    """Refuse a LiveKit setting under which a guarantee of ``policy`` cannot hold.
+
+    An AEC warm-up (``aec_warmup_duration``) feeds silence to the STT for the first
+    seconds of the agent's first speech — the greeting. With ``keep_listening`` +
+    ``answer_whole`` the overlap is to be answered whole after the greeting; its first
+    seconds would be missing (a fragment answered). LiveKit keeps its default warm-up
+    (3 s) on every call but an outbound SIP one (turned off when the callee joins): it is
+    refused when set explicitly, and for inbound calls unless turned off.
+
+    Raises:
+        ValueError: naming the setting and what to change.
+    """
+    warmup = session.options.aec_warmup_duration
+    explicit = getattr(session, "_aec_warmup_duration_explicit", False)
+    hears_overlap = (
+        policy.has_greeting
+        and policy.greeting_lock == "keep_listening"
+        and policy.greeting_overlap == "answer_whole"
+    )
+    if hears_overlap and warmup and (explicit or policy.direction == "inbound"):
+        raise ValueError(
+            f"AgentSession(aec_warmup_duration={warmup}) silences the STT during the "
+            "greeting, so speech over it cannot be answered whole "
+            "(greeting_lock='keep_listening', greeting_overlap='answer_whole'): set "
+            "aec_warmup_duration=None, or greeting_lock='mute_input' (the overlap is held "
+            "and replayed after the greeting)"
+        )
 
 
 def adapter_for(session: AgentSession) -> TurnAdapter | None:

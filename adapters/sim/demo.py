@@ -41,10 +41,10 @@ from turnfsm.trace import TraceStep
 from ..livekit import TurnAdapter, TurnAgent, attach
 from .models import ScriptedLLM
 from .session import SimulatedCall
+from .speech import CallScript, UserLine
 
 SETTINGS = ("livekit-defaults", "sim")
 """The LiveKit settings a demo call can run under (LiveKit's own first)."""
-from .speech import CallScript, UserLine
 
 GREETING = "Hi, this is Ada from Acme Dental, calling about your appointment tomorrow."
 

@@ -95,9 +95,11 @@ def _merge_turn_handling(
 ) -> TurnHandlingOptions:
     merged: dict[str, Any] = dict(base)
     for key, value in (overrides or {}).items():
-        base = merged.get(key)
+        current = merged.get(key)
         merged[key] = (
-            {**base, **value} if isinstance(base, dict) and isinstance(value, dict) else value
+            {**current, **value}
+            if isinstance(current, dict) and isinstance(value, dict)
+            else value
         )
     return merged  # type: ignore[return-value]
 
@@ -186,6 +188,7 @@ class SimulatedCall:
         base = LIVEKIT_DEFAULT_TURN_HANDLING if livekit_defaults else DEFAULT_TURN_HANDLING
         self._turn_handling = _merge_turn_handling(base, turn_handling)
         self._session_options = {
+            "aec_warmup_duration": None,
             "session_close_transcript_timeout": self.stt.final_lag + 0.3,
             **(session_options or {}),
         }
@@ -212,7 +215,6 @@ class SimulatedCall:
             stt=self.stt,
             tts=self.tts,
             vad=self._vad if self._vad is not None else load_silero_vad(),
-            aec_warmup_duration=None,
             turn_handling=self._turn_handling,
             **self._session_options,
         )
