@@ -33,9 +33,10 @@ async def _demo(name: str, settings: str, out: Path) -> None:
         assert history[:3] == [hello, greeting, f"user: {LINES['long_overlap'].text}"], context
         assert history[3].startswith("assistant: No problem"), context
     elif name == "interrupt_mid_answer":
+        # only what was heard (nothing, when the cut came within its first words)
         answers = [line for line in history if line.startswith("assistant: We open")]
-        assert len(answers) == 1, context
-        assert len(answers[0]) < len("assistant: ") + 60, context  # only what was heard
+        assert len(answers) <= 1, context
+        assert all(len(answer) < len("assistant: ") + 60 for answer in answers), context
     else:
         assert history[-1] == "assistant: Your appointment is tomorrow at 9:30.", context
     assert history[0] == hello, context

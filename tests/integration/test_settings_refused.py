@@ -27,7 +27,7 @@ OUTBOUND = TurnPolicy(direction="outbound", greeting="Hi, this is Ada.")
 INBOUND = TurnPolicy(direction="inbound", greeting="Hi, this is Ada.")
 
 
-def test_a_warm_up_that_silences_the_overlap_is_refused() -> None:
+async def test_a_warm_up_that_silences_the_overlap_is_refused() -> None:
     for policy, options in (
         (OUTBOUND, {"aec_warmup_duration": 2.0}),
         (INBOUND, {}),  # LiveKit's default warm-up stays on for inbound calls
@@ -37,7 +37,7 @@ def test_a_warm_up_that_silences_the_overlap_is_refused() -> None:
             _attach(policy, **options)
 
 
-def test_settings_that_keep_the_guarantees_are_accepted() -> None:
+async def test_settings_that_keep_the_guarantees_are_accepted() -> None:
     _attach(OUTBOUND)  # LiveKit turns its warm-up off when the outbound SIP callee joins
     _attach(INBOUND, aec_warmup_duration=None)
     _attach(TurnPolicy(direction="inbound", greeting="Hi.", greeting_lock="mute_input"))
