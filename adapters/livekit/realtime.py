@@ -110,7 +110,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -121,6 +120,7 @@ from livekit.agents.voice.events import FunctionToolsExecutedEvent, SpeechCreate
 
 from turnfsm import effects as fx
 from turnfsm import events as ev
+from turnfsm.spoken import spoken_prefix
 
 from . import levers
 
@@ -141,37 +141,11 @@ ACTIVE_GENERATION_WAIT = 5.0
 """Longest wait for the server to finish a response before asking for a new one."""
 
 _POLL = 0.05
-_WORD = re.compile(r"\S+")
 
 
 def say_exactly(text: str) -> str:
     """Instructions that make a realtime model speak ``text`` (it has no ``say``)."""
     return f'Say exactly this, word for word, and nothing else: "{text}"'
-
-
-def heard_prefix(text: str, played_seconds: float, pushed_seconds: float) -> str:
-    """The words of ``text`` that were wholly heard after ``played_seconds`` of
-    ``pushed_seconds`` of audio (a realtime message's text runs as far as its audio).
-
-    Conservative: a word is kept only if it ends before the cut, so the local history
-    holds at most what the caller heard.
-
-    >>> heard_prefix("one two three four", 1.0, 2.0)
-    'one two'
-    >>> heard_prefix("one two three four", 0.0, 2.0)
-    ''
-    """
-    if pushed_seconds <= 0 or played_seconds <= 0:
-        return ""
-    if played_seconds >= pushed_seconds:
-        return text
-    cut = len(text) * played_seconds / pushed_seconds
-    end = 0
-    for word in _WORD.finditer(text):
-        if word.end() > cut:
-            break
-        end = word.end()
-    return text[:end]
 
 
 @dataclass
@@ -587,7 +561,7 @@ class RealtimeLink:
                 heard = effect.played_text
             elif segment is not None:
                 text = message.text_content or ""
-                heard = heard_prefix(text, segment.played_seconds, segment.pushed_seconds)
+                heard = spoken_prefix(text, segment.played_seconds, segment.pushed_seconds)
             else:
                 heard = ""
         message.content = [heard] if heard else []

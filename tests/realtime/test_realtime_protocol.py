@@ -2,58 +2,28 @@
 
 from __future__ import annotations
 
-import base64
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
-import numpy as np
 import pytest
 
-from turnfsm.adapters.sim.realtime_server import SAMPLE_RATE, RealtimeScript, RealtimeTestServer
-
-
-class Client:
-    """A bare Realtime client: sends events and reads server events in order."""
-
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
-        self.ws = ws
-
-    async def send(self, type_: str, **fields: Any) -> None:
-        await self.ws.send_str(json.dumps({"type": type_, **fields}))
-
-    async def expect(self, type_: str) -> dict[str, Any]:
-        """Reads events until one of ``type_`` arrives and returns it."""
-        while True:
-            event: dict[str, Any] = json.loads(await self.ws.receive_str(timeout=5))
-            if event["type"] == type_:
-                return event
-
-    async def append_audio(self, milliseconds: int, amplitude: float) -> None:
-        samples = np.full(SAMPLE_RATE * milliseconds // 1000, amplitude * 32767, dtype=np.int16)
-        samples[::2] *= -1  # a full-scale square wave: RMS equals the amplitude
-        await self.send(
-            "input_audio_buffer.append", audio=base64.b64encode(samples.tobytes()).decode()
-        )
+from support.realtime_client import Client, connect
+from support.realtime_server import IDEAL, RealtimeScript, RealtimeTestServer
 
 
 @pytest.fixture
 async def server() -> AsyncIterator[RealtimeTestServer]:
     script = RealtimeScript(user_transcripts=["hello"])
-    async with RealtimeTestServer(script, chars_per_second=200, lead_ms=0) as test_server:
+    # the idealised server's mechanics; the real service's rules: test_realtime_fidelity.py
+    async with RealtimeTestServer(
+        script, chars_per_second=200, lead_ms=0, fidelity=IDEAL
+    ) as test_server:
         yield test_server
 
 
 @pytest.fixture
 async def client(server: RealtimeTestServer) -> AsyncIterator[Client]:
-    url = server.base_url.replace("http", "ws", 1) + "/realtime?model=gpt-realtime"
-    async with (
-        aiohttp.ClientSession() as http,
-        http.ws_connect(url, headers={"Authorization": "Bearer dummy"}) as ws,
-    ):
-        test_client = Client(ws)
-        await test_client.expect("session.created")
+    async with connect(server) as test_client:
         yield test_client
 
 
@@ -79,7 +49,10 @@ async def test_session_update_merges_audio_and_replaces_turn_detection(
 
     assert updated["session"]["audio"]["input"]["turn_detection"] == turn_detection
     assert updated["session"]["audio"]["output"]["voice"] == "marin"
-    await client.send("session.update", session={"audio": {"input": {"turn_detection": None}}})
+    await client.send(
+        "session.update",
+        session={"type": "realtime", "audio": {"input": {"turn_detection": None}}},
+    )
     await client.expect("session.updated")
     assert server.turn_detection is None
     assert server.session["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 24000}
@@ -118,8 +91,13 @@ async def test_conversation_edits_and_rejections(
         ),
         (
             "conversation.item.truncate",
-            {"item_id": "u1", "audio_end_ms": 10},
+            {"item_id": "a1", "content_index": 0, "audio_end_ms": 10},
             "item_truncate_invalid_item_id",
+        ),
+        (
+            "conversation.item.truncate",
+            {"item_id": "u1", "content_index": 0, "audio_end_ms": 10},
+            "unsupported_content_type",  # only model output audio can be truncated
         ),
         ("input_audio_buffer.commit", {}, "input_audio_buffer_commit_empty"),
         ("response.cancel", {}, "response_cancel_not_active"),
@@ -158,6 +136,7 @@ async def test_server_vad_follows_audio_energy(server: RealtimeTestServer, clien
     await client.send(
         "session.update",
         session={
+            "type": "realtime",
             "audio": {
                 "input": {
                     "transcription": {"model": "gpt-4o-mini-transcribe"},
@@ -168,7 +147,7 @@ async def test_server_vad_follows_audio_energy(server: RealtimeTestServer, clien
                         "create_response": False,
                     },
                 }
-            }
+            },
         },
     )
     await client.append_audio(300, amplitude=0.0)

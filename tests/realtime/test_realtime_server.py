@@ -13,14 +13,16 @@ from livekit.agents.voice.events import SpeechCreatedEvent
 from livekit.plugins import openai
 from openai.types.realtime.realtime_audio_input_turn_detection import SemanticVad, ServerVad
 
-from turnfsm.adapters.sim.io import PacedAudioOutput, ToneMicrophone
-from turnfsm.adapters.sim.realtime_server import (
+from turnfsm.adapters.sim.io import PacedAudioOutput
+
+from support.realtime_server import (
     SAMPLE_RATE,
     RealtimeScript,
     RealtimeTestServer,
     ScriptedResponse,
     ToolCall,
 )
+from support.tone import ToneMicrophone
 
 
 class WeatherAgent(Agent):

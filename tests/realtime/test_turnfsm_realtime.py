@@ -29,14 +29,16 @@ from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.adapters.livekit import TurnAdapter, TurnAgent, attach
 from turnfsm.adapters.livekit.realtime import say_exactly
-from turnfsm.adapters.sim.io import PacedAudioOutput, PlayoutSegment, ToneMicrophone
-from turnfsm.adapters.sim.realtime_server import (
+from turnfsm.adapters.sim.io import PacedAudioOutput, PlayoutSegment
+
+from support.realtime_server import (
     SAMPLE_RATE,
     RealtimeScript,
     RealtimeTestServer,
     RecordedEvent,
     ResponseRequest,
 )
+from support.tone import ToneMicrophone
 
 CPS = 15.0  # the server's speaking rate: a reply lasts len(text) / 15 s
 

@@ -1,4 +1,4 @@
-"""An OpenAI Realtime protocol test server for offline LiveKit Agents sessions.
+"""An OpenAI Realtime protocol test server for offline LiveKit Agents sessions (test support).
 
 The real ``livekit.plugins.openai.realtime.RealtimeModel`` connects to it through
 ``base_url``::
@@ -19,13 +19,23 @@ tools it calls, and supplies the transcript of each user utterance. What it does
   it and can be cancelled mid-way;
 * the server-side conversation, including ``conversation.item.truncate`` and
   ``conversation.item.delete``;
-* a record of every event received and sent, with ``time.monotonic()`` timestamps.
+* how far it departs from the real service's timing and rules: a `Fidelity` (network
+  latency, cancel latency, text ahead of audio, generation faster than real time, the
+  truncation rules, which errors name the client event); `FIDELITY_MATRIX` holds the
+  settings the realtime suite is run against;
+* conformance: every event sent and received is checked against the ``openai`` package's
+  typed event models (`realtime_conformance`); a malformed client event is rejected with
+  the real error, and leaving the server with unchecked violations raises
+  `ConformanceError`;
+* a record of every event received and sent, with ``time.monotonic()`` timestamps taken
+  on the server's side of the network.
 
 Deliberate differences from the real service: the VAD ignores ``threshold`` and uses the
-server's ``vad_rms_threshold``; a truncated assistant item keeps the part of its transcript
-that was heard (the real service drops the transcript); input transcription is emitted
-right after the user item is committed; an automatic response for a turn that ends while
-another response is in flight starts once that response is done.
+server's ``vad_rms_threshold``; input transcription is emitted right after the user item
+is committed; an automatic response for a turn that ends while another response is in
+flight starts once that response is done; deleting the message item of a response still
+in progress removes it from the conversation while the response goes on streaming (no
+record of the real service's behaviour was found).
 """
 
 from __future__ import annotations
@@ -35,22 +45,38 @@ import base64
 import contextlib
 import copy
 import json
+import logging
 import math
+import random
 import re
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from aiohttp import WSMsgType, web
 from typing_extensions import Self
 
+from .realtime_conformance import (
+    ConformanceError,
+    Violation,
+    client_event_error,
+    client_event_problems,
+    server_event_problems,
+)
+
 __all__ = [
+    "FIDELITY_MATRIX",
+    "IDEAL",
+    "REAL_PROTOCOL",
+    "UNEVEN_SPEECH",
     "SAMPLE_RATE",
+    "ConformanceError",
     "Direction",
+    "Fidelity",
     "RealtimeConnection",
     "RealtimeScript",
     "RealtimeTestServer",
@@ -62,7 +88,10 @@ __all__ = [
     "ScriptedResponse",
     "SessionSnapshot",
     "ToolCall",
+    "Violation",
 ]
+
+logger = logging.getLogger(__name__)
 
 SAMPLE_RATE = 24000
 """Sample rate of the PCM16 mono audio in both directions, as the plugin configures it."""
@@ -82,6 +111,111 @@ Direction = Literal["received", "sent"]
 
 def _new_id(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:16]}"
+
+
+# --------------------------------------------------------------------------- fidelity
+
+
+@dataclass(frozen=True)
+class Fidelity:
+    """How closely the server imitates the real OpenAI Realtime service.
+
+    The defaults (`IDEAL`) are the idealised server the realtime tests were first written
+    against; `REAL_PROTOCOL` switches on the service's rules; `FIDELITY_MATRIX` adds its
+    timing. Each value below names its source.
+
+    Attributes:
+        network_latency_ms: One-way latency, each direction: a client event is handled this
+            long after the client sent it, a server event reaches the client this long
+            after the server sent it.
+        cancel_latency_ms: How long a cancelled response (``response.cancel`` or a
+            ``turn_detected`` interruption) stays active, still streaming, before its
+            ``response.done``. The real service keeps a cancelled response active until
+            ``response.done`` and rejects ``response.create`` until then.
+        transcript_lead_ms: How far the transcript runs ahead of the audio that speaks it
+            (the real service streams text well ahead of audio).
+        generation_speed: Audio generated per second of wall time, after the ``lead_ms``
+            burst (the real service generates faster than real time).
+        truncate_shortfall_ms: How much shorter the server's item audio is than the audio
+            it sent: a ``conversation.item.truncate`` past the shorter length is rejected
+            with ``Audio content of <n>ms is already shorter than <m>ms`` (seen as 85 ms,
+            e.g. 6100 ms items for 6185 ms received).
+        truncate_clears_transcript: A truncated item loses its server-side transcript
+            (the ``openai`` package's ``ConversationItemTruncateEvent`` documents it);
+            False keeps the part whose speech started before ``audio_end_ms``.
+        state_errors_name_event: Errors about the conversation's state
+            (``conversation_already_has_active_response``, a truncate past the end, an
+            unknown item, no response to cancel) carry the client's ``event_id``. The real
+            service sends ``null`` there, so a client cannot match them to its request.
+        reject_malformed: A client event that does not conform to the ``openai`` package's
+            client-event models is rejected with the service's error and not applied.
+        speaking_rate_variation: How much each word's duration departs from the nominal
+            ``chars_per_second`` (0.3: each word 0.7x to 1.3x as long). Real speech is not
+            spoken at a constant rate, and the service gives no word timing.
+    """
+
+    network_latency_ms: int = 0
+    cancel_latency_ms: int = 0
+    transcript_lead_ms: int = 0
+    generation_speed: float = 1.0
+    truncate_shortfall_ms: int = 0
+    truncate_clears_transcript: bool = False
+    state_errors_name_event: bool = True
+    reject_malformed: bool = True
+    speaking_rate_variation: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in (
+            "network_latency_ms",
+            "cancel_latency_ms",
+            "transcript_lead_ms",
+            "truncate_shortfall_ms",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"Fidelity.{name} must be an int >= 0, got {value!r}")
+        if not 0.0 <= self.speaking_rate_variation < 1.0:
+            raise ValueError(
+                "Fidelity.speaking_rate_variation must be in [0, 1), got "
+                f"{self.speaking_rate_variation!r}"
+            )
+        if not self.generation_speed >= 1.0:
+            raise ValueError(
+                f"Fidelity.generation_speed must be >= 1.0, got {self.generation_speed!r}"
+            )
+
+
+IDEAL = Fidelity()
+"""The idealised server: instant cancels, no latency, text aligned with real-time audio."""
+
+REAL_PROTOCOL = Fidelity(
+    truncate_shortfall_ms=85,
+    truncate_clears_transcript=True,
+    state_errors_name_event=False,
+)
+"""The real service's rules, with no latency."""
+
+FIDELITY_MATRIX: dict[str, Fidelity] = {
+    "no-latency": REAL_PROTOCOL,
+    "100ms-cancel-150ms": replace(
+        REAL_PROTOCOL, network_latency_ms=100, cancel_latency_ms=150, generation_speed=2.0
+    ),
+    "300ms-text-1s-ahead": replace(
+        REAL_PROTOCOL,
+        network_latency_ms=300,
+        cancel_latency_ms=150,
+        transcript_lead_ms=1000,
+        generation_speed=2.0,
+    ),
+}
+"""The settings the realtime suite runs against (issue 10), by name.
+
+Generation runs at 2x, not faster: a reply generated to its end before the caller barges
+in leaves no text ahead of the audio the client holds."""
+
+UNEVEN_SPEECH = replace(FIDELITY_MATRIX["300ms-text-1s-ahead"], speaking_rate_variation=0.3)
+"""The harshest setting: the matrix's last cell, with words 0.7x to 1.3x their nominal
+length, so no constant rate finds where the caller stopped hearing."""
 
 
 # --------------------------------------------------------------------------- scripting
@@ -250,7 +384,10 @@ class RecordedEvent:
         direction: ``"received"`` from the client or ``"sent"`` by the server.
         type: The event's ``type``.
         payload: The full event as JSON-decoded data.
-        timestamp: ``time.monotonic()`` when it was received or queued for sending.
+        timestamp: ``time.monotonic()`` on the server's side of the network: when the
+            server handled a client event (``network_latency_ms`` after the client sent
+            it) or sent a server event (it reaches the client ``network_latency_ms``
+            later).
         connection: Index of the websocket connection in `RealtimeTestServer.connections`.
     """
 
@@ -404,6 +541,8 @@ class _ActiveResponse:
     message_item: dict[str, Any] | None = None
     message_open: bool = False
     task: asyncio.Task[None] | None = None
+    cancel_reason: str | None = None
+    """Set once a cancel was accepted; the response ends when the cancel takes effect."""
 
 
 # --------------------------------------------------------------------------- connection
@@ -434,7 +573,12 @@ class RealtimeConnection:
     ) -> None:
         self._server = server
         self._ws = ws
-        self._outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self._fidelity = server.fidelity
+        # server events with the time they reach the client; None stops the writer
+        self._outbox: asyncio.Queue[tuple[float, dict[str, Any]] | None] = asyncio.Queue()
+        # client events with the time they reach the server; None stops the reader
+        self._inbox: asyncio.Queue[tuple[float, dict[str, Any]] | None] = asyncio.Queue()
+        self._pending_cancel: asyncio.TimerHandle | None = None
         self._vad = _VadState()
         self._input_samples = 0
         self._buffer_samples = 0
@@ -509,32 +653,64 @@ class RealtimeConnection:
     async def serve(self) -> None:
         """Runs the connection until the client or the server closes it."""
         writer = asyncio.create_task(self._write_loop(), name="realtime-test-server-writer")
+        reader = asyncio.create_task(self._read_loop(), name="realtime-test-server-reader")
         self._send({"type": "session.created", "session": copy.deepcopy(self.session)})
+        latency = self._fidelity.network_latency_ms / 1000
         try:
             async for message in self._ws:
-                if message.type != WSMsgType.TEXT:
-                    continue
-                event = json.loads(message.data)
-                self._server._record("received", event, self.index)
-                self._dispatch(event)
+                if message.type == WSMsgType.TEXT:
+                    self._inbox.put_nowait((time.monotonic() + latency, json.loads(message.data)))
         finally:
+            self._inbox.put_nowait(None)
+            await reader
             self._stop_response()
             self._outbox.put_nowait(None)
             await writer
 
+    async def _read_loop(self) -> None:
+        """Handles each client event once it has crossed the network, in order."""
+        while (arrival := await self._inbox.get()) is not None:
+            arrives_at, event = arrival
+            await asyncio.sleep(max(0.0, arrives_at - time.monotonic()))
+            if self._ws.closed:
+                continue  # the client left while its last events were in flight
+            self._server._record("received", event, self.index)
+            problems = client_event_problems(event)
+            if problems:
+                violation = Violation("client", str(event.get("type")), problems, event)
+                self._server._violation(violation)
+                if self._fidelity.reject_malformed:
+                    self._send({"type": "error", "error": client_event_error(event, problems)})
+                    continue
+            self._dispatch(event)
+
     async def _write_loop(self) -> None:
-        while (event := await self._outbox.get()) is not None:
+        while (departure := await self._outbox.get()) is not None:
+            arrives_at, event = departure
+            await asyncio.sleep(max(0.0, arrives_at - time.monotonic()))
             if self._ws.closed:
                 continue
             with contextlib.suppress(ConnectionError):
                 await self._ws.send_str(json.dumps(event))
 
+    def send_event(self, event: dict[str, Any]) -> None:
+        """Sends a raw server event as it is: for tests of what the client does with an
+        event this server would not send by itself. It is checked like any other."""
+        self._send(event)
+
     def _send(self, event: dict[str, Any]) -> None:
         event.setdefault("event_id", _new_id("event_"))
         self._server._record("sent", event, self.index)
-        self._outbox.put_nowait(event)
+        problems = server_event_problems(event)
+        if problems:
+            self._server._violation(Violation("server", str(event.get("type")), problems, event))
+        latency = self._fidelity.network_latency_ms / 1000
+        self._outbox.put_nowait((time.monotonic() + latency, event))
 
-    def _send_error(self, code: str, message: str, client_event: Mapping[str, Any]) -> None:
+    def _send_error(
+        self, code: str, message: str, client_event: Mapping[str, Any], *, param: str | None = None
+    ) -> None:
+        """Rejects a client event whose request the conversation's state does not allow."""
         self._send(
             {
                 "type": "error",
@@ -542,13 +718,18 @@ class RealtimeConnection:
                     "type": "invalid_request_error",
                     "code": code,
                     "message": message,
-                    "param": None,
-                    "event_id": client_event.get("event_id"),
+                    "param": param,
+                    "event_id": (
+                        client_event.get("event_id")
+                        if self._fidelity.state_errors_name_event
+                        else None
+                    ),
                 },
             }
         )
 
     def _stop_response(self) -> None:
+        self._stop_pending_cancel()
         if self._active is not None and self._active.task is not None:
             self._active.task.cancel()
         self._active = None
@@ -558,8 +739,19 @@ class RealtimeConnection:
     def _dispatch(self, event: dict[str, Any]) -> None:
         handler = self._handlers.get(event.get("type", ""))
         if handler is None:
-            self._send_error(
-                "unknown_event", f"Unsupported client event: {event.get('type')!r}", event
+            # a valid event this server does not implement (or, when malformed events are
+            # let through, an unknown one): say so rather than pretend
+            self._send(
+                {
+                    "type": "error",
+                    "error": {
+                        "type": "server_error",
+                        "code": None,
+                        "message": f"RealtimeTestServer does not handle {event.get('type')!r}",
+                        "param": None,
+                        "event_id": event.get("event_id"),
+                    },
+                }
             )
             return
         handler(event)
@@ -777,10 +969,19 @@ class RealtimeConnection:
         item_id = event.get("item_id", "")
         audio_end_ms = int(event.get("audio_end_ms", 0))
         item = self.item(item_id)
-        if item is None or item.get("role") != "assistant" or item_id not in self.item_audio_ms:
+        if item is None:
             self._send_error(
                 "item_truncate_invalid_item_id",
-                f"Item with item_id '{item_id}' not found or has no audio.",
+                f"Error truncating item: the item with id '{item_id}' does not exist.",
+                event,
+            )
+            return
+        if item.get("role") != "assistant" or item_id not in self.item_audio_ms:
+            # also an assistant item none of whose audio was sent yet (seen when a client
+            # truncates at 0 ms before the first audio delta)
+            self._send_error(
+                "unsupported_content_type",
+                "Only model output audio messages can be truncated",
                 event,
             )
             return
@@ -794,7 +995,11 @@ class RealtimeConnection:
             return
         part = item["content"][event.get("content_index", 0)]
         transcript = part.get("transcript") or ""
-        part["transcript"] = self._server.heard_prefix(transcript, audio_end_ms)
+        part["transcript"] = (
+            ""
+            if self._fidelity.truncate_clears_transcript
+            else self._server.heard_prefix(transcript, audio_end_ms)
+        )
         self.item_audio_ms[item_id] = audio_end_ms
         self._send(
             {
@@ -811,7 +1016,7 @@ class RealtimeConnection:
         if item is None:
             self._send_error(
                 "item_delete_invalid_item_id",
-                f"Item with item_id '{item_id}' not found.",
+                f"Error deleting item: the item with id '{item_id}' does not exist.",
                 event,
             )
             return
@@ -908,9 +1113,19 @@ class RealtimeConnection:
         reply = active.record.reply
         if reply.text:
             await self._stream_message(active, reply.text)
+        if active.cancel_reason is not None:
+            # generated to the end while its cancel was on the way: it ends cancelled now
+            self._stop_pending_cancel()
+            self._finish_response(active, "cancelled", active.cancel_reason)
+            return
         for call in reply.tool_calls:
             self._emit_function_call(active, call)
         self._finish_response(active, "completed", None)
+
+    def _stop_pending_cancel(self) -> None:
+        if self._pending_cancel is not None:
+            self._pending_cancel.cancel()
+            self._pending_cancel = None
 
     def _message_event(self, active: _ActiveResponse, type_: str, **fields: Any) -> None:
         assert active.message_item is not None
@@ -950,7 +1165,6 @@ class RealtimeConnection:
         self._append_item(item)
         if audio:
             item["content"] = [{"type": "output_audio", "transcript": ""}]
-            self.item_audio_ms[item["id"]] = 0
             self._message_event(
                 active, "response.content_part.added", part={"type": "audio", "transcript": ""}
             )
@@ -962,19 +1176,22 @@ class RealtimeConnection:
 
         server = self._server
         chunk_ms = server.chunk_ms
-        total_ms = max(chunk_ms, round(len(text) / server.chars_per_second * 1000))
-        words = _word_offsets(text)
+        timeline, speech_ms = server.speech_timeline(text)
+        total_ms = max(chunk_ms, round(speech_ms))
+        words = deque(timeline)
         tone = _ToneGenerator(server.tone_hz, server.tone_amplitude)
+        speed = self._fidelity.generation_speed
+        text_lead_ms = self._fidelity.transcript_lead_ms if audio else 0
         started = time.monotonic()
         for chunk_index in range(math.ceil(total_ms / chunk_ms)):
-            due = started + max(0, chunk_index * chunk_ms - server.lead_ms) / 1000
+            due = started + max(0, chunk_index * chunk_ms - server.lead_ms) / 1000 / speed
             await asyncio.sleep(max(0.0, due - time.monotonic()))
             chunk_start_ms = chunk_index * chunk_ms
-            delta = "".join(
-                word
-                for offset, word in words
-                if chunk_start_ms <= server.char_time_ms(offset) < chunk_start_ms + chunk_ms
-            )
+            # the words whose speech starts before this chunk ends, or text_lead_ms later
+            spoken_by_ms = chunk_start_ms + chunk_ms + text_lead_ms
+            delta = ""
+            while words and words[0][0] < spoken_by_ms:
+                delta += words.popleft()[1]
             if delta:
                 active.record.transcript_sent += delta
                 if audio:
@@ -989,7 +1206,10 @@ class RealtimeConnection:
                 duration_ms = min(chunk_ms, total_ms - chunk_start_ms)
                 pcm = tone.next_chunk(duration_ms * SAMPLE_RATE // 1000)
                 active.record.audio_ms_sent += duration_ms
-                self.item_audio_ms[item["id"]] = active.record.audio_ms_sent
+                if self.item(item["id"]) is not None:  # not once the client deleted it
+                    self.item_audio_ms[item["id"]] = max(
+                        0, active.record.audio_ms_sent - self._fidelity.truncate_shortfall_ms
+                    )
                 self._message_event(
                     active,
                     "response.output_audio.delta",
@@ -1076,13 +1296,30 @@ class RealtimeConnection:
         self._send({"type": "conversation.item.done", "item": copy.deepcopy(item)})
 
     def _cancel_response(self, reason: str) -> None:
+        """Cancels the active response, after ``cancel_latency_ms`` (it stays active and
+        keeps streaming until then; a second cancel meanwhile changes nothing)."""
         active = self._active
         assert active is not None
+        if active.cancel_reason is not None:
+            return
+        active.cancel_reason = reason
+        latency = self._fidelity.cancel_latency_ms / 1000
+        if latency:
+            self._pending_cancel = asyncio.get_running_loop().call_later(
+                latency, self._end_cancelled, active
+            )
+        else:
+            self._end_cancelled(active)
+
+    def _end_cancelled(self, active: _ActiveResponse) -> None:
+        self._pending_cancel = None
+        if self._active is not active:
+            return
         if active.task is not None:
             active.task.cancel()
         if active.message_open:
             self._close_message(active, "incomplete")
-        self._finish_response(active, "cancelled", reason)
+        self._finish_response(active, "cancelled", active.cancel_reason)
 
     def _finish_response(
         self,
@@ -1119,12 +1356,21 @@ class RealtimeTestServer:
         tone_amplitude: Amplitude of the tone, as a fraction of full scale.
         vad_rms_threshold: Input RMS (fraction of full scale) above which a 10 ms window
             counts as speech for server turn detection.
+        fidelity: How closely to imitate the real service; `default_fidelity` when None.
 
     Attributes:
         script: The script in use; tests may push responses while the server runs.
+        fidelity: The `Fidelity` in force.
         connections: Every websocket connection so far, oldest first.
         events: Every event received and sent, in order.
+        violations: Every event, either way, that did not conform to the ``openai``
+            package's models and has not been taken by `take_violations`. Leaving the
+            server (``async with`` or `aclose`) raises `ConformanceError` while any remain.
     """
+
+    default_fidelity: ClassVar[Fidelity] = IDEAL
+    """The fidelity of servers created without one (the realtime suite's conftest sets it
+    from ``--realtime-fidelity``)."""
 
     def __init__(
         self,
@@ -1136,8 +1382,10 @@ class RealtimeTestServer:
         tone_hz: float = 220.0,
         tone_amplitude: float = 0.3,
         vad_rms_threshold: float = 0.02,
+        fidelity: Fidelity | None = None,
     ) -> None:
         self.script = script or RealtimeScript()
+        self.fidelity = fidelity or self.default_fidelity
         self.chars_per_second = chars_per_second
         self.chunk_ms = chunk_ms
         self.lead_ms = lead_ms
@@ -1146,6 +1394,7 @@ class RealtimeTestServer:
         self.vad_rms_threshold = vad_rms_threshold
         self.connections: list[RealtimeConnection] = []
         self.events: list[RecordedEvent] = []
+        self.violations: list[Violation] = []
         self._waiters: list[tuple[Callable[[RecordedEvent], bool], asyncio.Future[None]]] = []
         self._sockets: set[web.WebSocketResponse] = set()
         self._runner: web.AppRunner | None = None
@@ -1157,8 +1406,9 @@ class RealtimeTestServer:
         await self.start()
         return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
+    async def __aexit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
+        # a failure inside the block is the one to report; conformance is checked otherwise
+        await self.aclose(check_conformance=exc_type is None)
 
     async def start(self) -> None:
         """Binds 127.0.0.1 on a free port and starts serving."""
@@ -1171,8 +1421,12 @@ class RealtimeTestServer:
         await site.start()
         self._port = int(self._runner.addresses[0][1])
 
-    async def aclose(self) -> None:
-        """Closes every connection and stops serving."""
+    async def aclose(self, *, check_conformance: bool = True) -> None:
+        """Closes every connection and stops serving.
+
+        Args:
+            check_conformance: Raise `ConformanceError` if `violations` is not empty.
+        """
         for ws in list(self._sockets):
             await ws.close()
         if self._runner is not None:
@@ -1181,6 +1435,18 @@ class RealtimeTestServer:
         for _, future in self._waiters:
             future.cancel()
         self._waiters.clear()
+        if check_conformance and self.violations:
+            raise ConformanceError(self.take_violations())
+
+    def take_violations(self) -> list[Violation]:
+        """Returns the conformance violations seen so far and forgets them (for tests that
+        send malformed events on purpose)."""
+        taken, self.violations = self.violations, []
+        return taken
+
+    def _violation(self, violation: Violation) -> None:
+        logger.error("realtime conformance: %s", violation)
+        self.violations.append(violation)
 
     @property
     def port(self) -> int:
@@ -1343,14 +1609,27 @@ class RealtimeTestServer:
 
     # ----------------------------------------------------------------- speech timing
 
-    def char_time_ms(self, offset: int) -> float:
-        """When the character at ``offset`` of a reply is spoken, in ms from its start."""
-        return offset / self.chars_per_second * 1000
+    def speech_timeline(self, text: str) -> tuple[list[tuple[float, str]], float]:
+        """When each word of a reply is spoken, and how long the reply lasts.
+
+        A word (with its leading whitespace) lasts ``len(word) / chars_per_second``, scaled
+        by a factor in ``1 ± speaking_rate_variation`` drawn from a generator seeded with
+        the text (the same reply is always spoken the same way).
+
+        Returns:
+            ``([(start_ms, word), ...], total_ms)``.
+        """
+        variation = self.fidelity.speaking_rate_variation
+        rng = random.Random(text)
+        timeline: list[tuple[float, str]] = []
+        spoken_chars = 0.0  # characters at the nominal rate, so 0 variation is exact
+        for _, word in _word_offsets(text):
+            timeline.append((spoken_chars * 1000 / self.chars_per_second, word))
+            factor = 1.0 + variation * rng.uniform(-1.0, 1.0) if variation else 1.0
+            spoken_chars += len(word) * factor
+        return timeline, spoken_chars * 1000 / self.chars_per_second
 
     def heard_prefix(self, text: str, audio_end_ms: int) -> str:
         """The words of a reply whose speech started before ``audio_end_ms``."""
-        return "".join(
-            word
-            for offset, word in _word_offsets(text)
-            if self.char_time_ms(offset) < audio_end_ms
-        )
+        timeline, _ = self.speech_timeline(text)
+        return "".join(word for start_ms, word in timeline if start_ms < audio_end_ms)

@@ -1,0 +1,1 @@
+"""Test support code: not part of the installed package (``tests/`` is on pytest's path)."""

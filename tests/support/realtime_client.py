@@ -1,0 +1,72 @@
+"""A bare OpenAI Realtime websocket client for protocol tests of `RealtimeTestServer`."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiohttp
+import numpy as np
+
+from .realtime_server import SAMPLE_RATE, RealtimeTestServer
+
+__all__ = ["Client", "connect"]
+
+
+class Client:
+    """Sends client events and reads server events in order, noting when each arrived."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+        self.seen: list[tuple[float, dict[str, Any]]] = []
+        """Every server event read so far with its ``time.monotonic()`` arrival."""
+
+    async def send(self, type_: str, **fields: Any) -> float:
+        """Sends an event; returns the ``time.monotonic()`` it was sent at."""
+        return await self.send_raw({"type": type_, **fields})
+
+    async def send_raw(self, event: dict[str, Any]) -> float:
+        """Sends an event as it is, malformed or not; returns when it was sent."""
+        sent_at = time.monotonic()
+        await self.ws.send_str(json.dumps(event))
+        return sent_at
+
+    async def expect(self, type_: str, *, timeout: float = 5) -> dict[str, Any]:
+        """Reads events until one of ``type_`` arrives and returns it."""
+        while True:
+            event: dict[str, Any] = json.loads(await self.ws.receive_str(timeout=timeout))
+            self.seen.append((time.monotonic(), event))
+            if event["type"] == type_:
+                return event
+
+    def arrived_at(self, event: dict[str, Any]) -> float:
+        """When a server event read by `expect` arrived."""
+        return next(at for at, seen in self.seen if seen is event)
+
+    def seen_of_type(self, type_: str) -> list[dict[str, Any]]:
+        """The server events of one type read so far."""
+        return [event for _, event in self.seen if event["type"] == type_]
+
+    async def append_audio(self, milliseconds: int, amplitude: float) -> None:
+        samples = np.full(SAMPLE_RATE * milliseconds // 1000, amplitude * 32767, dtype=np.int16)
+        samples[::2] *= -1  # a full-scale square wave: RMS equals the amplitude
+        await self.send(
+            "input_audio_buffer.append", audio=base64.b64encode(samples.tobytes()).decode()
+        )
+
+
+@asynccontextmanager
+async def connect(server: RealtimeTestServer) -> AsyncIterator[Client]:
+    """Connects to the server and waits for ``session.created``."""
+    url = server.base_url.replace("http", "ws", 1) + "/realtime?model=gpt-realtime"
+    async with (
+        aiohttp.ClientSession() as http,
+        http.ws_connect(url, headers={"Authorization": "Bearer dummy"}) as ws,
+    ):
+        client = Client(ws)
+        await client.expect("session.created")
+        yield client
