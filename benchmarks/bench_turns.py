@@ -157,7 +157,7 @@ async def _greeting(with_turnfsm: bool) -> list[float]:
 
 
 async def _replies(with_turnfsm: bool) -> list[float]:
-    script = [UserLine(0.3, "question"), UserLine(5.0, "who_is_this")]
+    script = [UserLine(0.3, "question"), UserLine(5.0, "question")]
     replies = [SHORT, SHORT, SHORT, SHORT]
     if with_turnfsm:
         policy = TurnPolicy(direction="inbound", first_speaker="user")
@@ -169,7 +169,7 @@ async def _replies(with_turnfsm: bool) -> list[float]:
         timer = _Timer(call)
         return [
             (timer.first_frame(0) - timer.line_end("question")) * 1000,
-            (timer.first_frame(1) - timer.line_end("who_is_this")) * 1000,
+            (timer.first_frame(1) - timer.line_end("question", 1)) * 1000,
         ]
 
 
@@ -219,7 +219,7 @@ async def _overlap_reply(variant: str) -> list[float]:
             timeout=8,
         )
         greeting = call.audio_output.segments[0]
-        call.audio_input.say_now("yes")  # ends ~3.5 s before the greeting does
+        call.audio_input.say_now("stop")  # ends ~3 s before the greeting does
         await call.wait_until(lambda: len(call.audio_output.segments) >= 2, timeout=12)
         assert greeting.finished_at is not None
         return [(_Timer(call).first_frame(1) - greeting.finished_at) * 1000]
