@@ -84,7 +84,7 @@ import threading
 import traceback
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 from livekit.agents import AgentSession, StopResponse, llm, utils
 from livekit.agents.voice import SpeechHandle
@@ -631,7 +631,7 @@ class TurnAdapter:
         self.interruptions.watch(handle)
         if self._outcome is not None and self._outcome.speech_id is None:
             self._outcome.speech_id = handle.id  # the speech this lever created
-        source = "say" if event.source == "say" else "reply"
+        source: Literal["say", "reply"] = "say" if event.source == "say" else "reply"
         self.dispatch(ev.AgentSpeechCreated(at=self.now(), speech_id=handle.id, source=source))
 
     def _on_speech_done(self, handle: SpeechHandle) -> None:

@@ -114,7 +114,7 @@ def start_greeting(adapter: TurnAdapter, effect: fx.StartGreeting) -> None:
     if effect.text is not None:
         session.say(effect.text, allow_interruptions=False)
     else:
-        session.generate_reply(instructions=effect.instructions, allow_interruptions=False)
+        session.generate_reply(instructions=effect.instructions or "", allow_interruptions=False)
 
 
 def discard_preemptive_reply(adapter: TurnAdapter) -> None:

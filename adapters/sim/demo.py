@@ -27,7 +27,7 @@ import logging
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -168,7 +168,7 @@ async def run_scenario(
     return _write_outputs(controller, out, echo)
 
 
-def _echo_steps(steps: list[TraceStep], printed: int, echo: Callable[[str], None]) -> int:
+def _echo_steps(steps: Sequence[TraceStep], printed: int, echo: Callable[[str], None]) -> int:
     for step in steps[printed:]:
         moved = f"{step.before} → {step.after}" if step.before != step.after else step.after
         effects = ", ".join(effect.name for effect in step.effects)
