@@ -77,6 +77,16 @@ class _Timer:
         return self.call.audio_output.segments[segment].captured_at
 
 
+async def _first_segment_playing(call: SimulatedCall) -> None:
+    await call.wait_until(
+        lambda: (
+            bool(call.audio_output.segments)
+            and call.audio_output.segments[0].started_at is not None
+        ),
+        timeout=8,
+    )
+
+
 def _call(
     script: list[UserLine],
     agent: Agent,
@@ -182,13 +192,7 @@ async def _barge_in(with_turnfsm: bool) -> list[float]:
     else:
         call = _call(script, Agent(instructions="x"), replies, None)
     async with call:
-        await call.wait_until(
-            lambda: (
-                bool(call.audio_output.segments)
-                and call.audio_output.segments[0].started_at is not None
-            ),
-            timeout=8,
-        )
+        await _first_segment_playing(call)
         reply = call.audio_output.segments[0]
         assert reply.started_at is not None
         await call.sleep_until(reply.started_at - call.audio_input.started_at + 1.0)  # type: ignore[operator]
@@ -211,13 +215,7 @@ async def _overlap_reply(variant: str) -> list[float]:
         call = _call(script, TurnAgent(instructions="x"), replies, TurnController(policy))
     async with call:
         _answer(call)
-        await call.wait_until(
-            lambda: (
-                bool(call.audio_output.segments)
-                and call.audio_output.segments[0].started_at is not None
-            ),
-            timeout=8,
-        )
+        await _first_segment_playing(call)
         greeting = call.audio_output.segments[0]
         call.audio_input.say_now("stop")  # ends ~3 s before the greeting does
         await call.wait_until(lambda: len(call.audio_output.segments) >= 2, timeout=12)
