@@ -166,14 +166,18 @@ async def _greeting(with_turnfsm: bool) -> list[float]:
         return [(timer.first_frame(0) - timer.line_end("hello")) * 1000]
 
 
+def _inbound_call(script: list[UserLine], replies: Any, with_turnfsm: bool) -> SimulatedCall:
+    """The callee speaks first; the agent with turnfsm attached, or the same agent alone."""
+    if with_turnfsm:
+        policy = TurnPolicy(direction="inbound", first_speaker="user")
+        return _call(script, TurnAgent(instructions="x"), replies, TurnController(policy))
+    return _call(script, Agent(instructions="x"), replies, None)
+
+
 async def _replies(with_turnfsm: bool) -> list[float]:
     script = [UserLine(0.3, "question"), UserLine(5.0, "question")]
     replies = [SHORT, SHORT, SHORT, SHORT]
-    if with_turnfsm:
-        policy = TurnPolicy(direction="inbound", first_speaker="user")
-        call = _call(script, TurnAgent(instructions="x"), replies, TurnController(policy))
-    else:
-        call = _call(script, Agent(instructions="x"), replies, None)
+    call = _inbound_call(script, replies, with_turnfsm)
     async with call:
         await call.wait_until(lambda: len(call.audio_output.segments) >= 2, timeout=12)
         timer = _Timer(call)
@@ -186,11 +190,7 @@ async def _replies(with_turnfsm: bool) -> list[float]:
 async def _barge_in(with_turnfsm: bool) -> list[float]:
     script = [UserLine(0.3, "question")]
     replies = [ANSWER, SHORT, SHORT]
-    if with_turnfsm:
-        policy = TurnPolicy(direction="inbound", first_speaker="user")
-        call = _call(script, TurnAgent(instructions="x"), replies, TurnController(policy))
-    else:
-        call = _call(script, Agent(instructions="x"), replies, None)
+    call = _inbound_call(script, replies, with_turnfsm)
     async with call:
         await _first_segment_playing(call)
         reply = call.audio_output.segments[0]
