@@ -178,6 +178,11 @@ class TurnPolicy:
         """Whether the input is muted during the greeting."""
         return self.greeting_lock == "mute_input"
 
+    @property
+    def can_mute_input(self) -> bool:
+        """Whether the machine may mute (or hold) the caller's audio on this call."""
+        return self.mutes_greeting or self.mute_input_during_tools
+
     @classmethod
     def from_dict(cls, data: object) -> TurnPolicy:
         """The policy a table of its fields describes (a JSON object, a TOML table).

@@ -9,7 +9,7 @@ call is answered only when the status becomes ``active``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from turnfsm import events as ev
 
@@ -89,10 +89,16 @@ def watch_amd(adapter: TurnAdapter, detector: Any) -> Callable[[], None]:
     """
 
     def on_prediction(prediction: Any) -> None:
+<<<<<<< HEAD
         if prediction.is_human:
             adapter.dispatch(ev.AnsweringMachineDetected(at=adapter.now(), result="human"))
         elif prediction.is_machine:
             adapter.dispatch(ev.AnsweringMachineDetected(at=adapter.now(), result="machine"))
+=======
+        if prediction.is_human or prediction.is_machine:
+            result: Literal["human", "machine"] = "human" if prediction.is_human else "machine"
+            adapter.dispatch(ev.AnsweringMachineDetected(at=adapter.now(), result=result))
+>>>>>>> main
 
     detector.on("amd_prediction", on_prediction)
     return lambda: detector.off("amd_prediction", on_prediction)
