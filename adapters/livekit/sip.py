@@ -89,16 +89,9 @@ def watch_amd(adapter: TurnAdapter, detector: Any) -> Callable[[], None]:
     """
 
     def on_prediction(prediction: Any) -> None:
-<<<<<<< HEAD
-        if prediction.is_human:
-            adapter.dispatch(ev.AnsweringMachineDetected(at=adapter.now(), result="human"))
-        elif prediction.is_machine:
-            adapter.dispatch(ev.AnsweringMachineDetected(at=adapter.now(), result="machine"))
-=======
         if prediction.is_human or prediction.is_machine:
             result: Literal["human", "machine"] = "human" if prediction.is_human else "machine"
             adapter.dispatch(ev.AnsweringMachineDetected(at=adapter.now(), result=result))
->>>>>>> main
 
     detector.on("amd_prediction", on_prediction)
     return lambda: detector.off("amd_prediction", on_prediction)
