@@ -27,8 +27,8 @@ from livekit.agents.ipc.mock_room import create_mock_room
 from livekit.agents.testing import fake_job_context
 from livekit.plugins import openai, silero
 
-from turnfsm import Trace
-from turnfsm.adapters.livekit import TurnAgent, adapter_for
+from turnfsm import Trace, TurnController
+from turnfsm.adapters.livekit import TurnAgent, adapter_for, attach
 from turnfsm.adapters.livekit.job import CONSOLE_NUMBER, phone_number_to_dial
 from turnfsm.adapters.sim import (
     CallScript,
@@ -84,6 +84,8 @@ def check_real_session(module: ModuleType) -> None:
     assert isinstance(session, AgentSession)
     assert isinstance(session.llm, openai.LLM)
     assert session.vad is proc.userdata["vad"]
+    # the example's session and policy pass attach's checks
+    attach(session, TurnController(module.build_policy()), end_call=lambda reason: None).detach()
 
 
 async def run_console_call(
