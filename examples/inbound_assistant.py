@@ -93,9 +93,6 @@ def build_session(proc: JobProcess) -> AgentSession:
         stt=openai.STT(),
         tts=openai.TTS(voice="ash"),
         vad=proc.userdata["vad"],
-        # LiveKit's AEC warm-up would silence the STT during the greeting, and speech over
-        # it could not be answered whole (attach refuses it under this policy)
-        aec_warmup_duration=None,
     )
 
 
