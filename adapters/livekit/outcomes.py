@@ -38,7 +38,6 @@ step, never inside LiveKit's audio chain.
 from __future__ import annotations
 
 import collections
-import logging
 from typing import TYPE_CHECKING
 
 from livekit.agents import llm
@@ -48,11 +47,11 @@ from turnfsm import events as ev
 
 from .audio import PlayedSegment
 from .levers import heard_text
+from .log import logger
 
 if TYPE_CHECKING:
     from .adapter import TurnAdapter
 
-logger = logging.getLogger("turnfsm.adapters.livekit")
 
 OUTCOME_CHECKS: dict[str, str] = {
     "O1": "no_audio_before_greeting",
@@ -110,6 +109,8 @@ class OutcomeMonitor:
         self._overlap_texts: list[str] = []
         self._held_audio_replayed = True
         self._judged_turn: ev.UserTurnCommitted | None = None
+        self._said_speeches: set[str] = set()
+        """``session.say`` speeches (the policy's own texts: no reply to a turn)."""
         # O4: each speech's committed text before any drop
         self._full_texts: dict[str, str] = {}
         # O5: tool rounds LiveKit ran since the last user turn
@@ -125,7 +126,7 @@ class OutcomeMonitor:
         if self.strict:
             self._unraised.append(error)
         elif self.counts[check] == 1:
-            logger.warning("turnfsm: outcome check %s", error)
+            logger.warning("turnfsm: outcome check %s", error, extra={"check": check})
 
     def raise_pending(self) -> None:
         """Strict: raise the first breach recorded since the last call (adapter's step end)."""
@@ -230,11 +231,15 @@ class OutcomeMonitor:
         elif isinstance(event, ev.UserTurnCommitted) and before not in PRE_GREETING_STATES:
             rejected = any(isinstance(e, fx.RejectUserTurn) for e in effects)
             self._judged_turn = None if rejected else event
+        elif isinstance(event, ev.AgentSpeechCreated) and event.source == "say":
+            self._said_speeches.add(event.speech_id)
         elif (
-            isinstance(event, ev.AgentSpeechCreated)
-            and event.source != "say"
+            isinstance(event, ev.AgentSpeechStarted)
+            and event.speech_id not in self._said_speeches
             and self._judged_turn is not None
         ):
+            # judged when its audio starts: a preemptive reply is created before the turn
+            # it answers is committed (and replies to fragments are discarded unplayed)
             self._judge_reply(self._judged_turn, answer_whole)
             self._judged_turn = None
 

@@ -109,7 +109,6 @@ the session's ``tool_choice`` is read from its options to restore it; both are g
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -123,11 +122,11 @@ from turnfsm import events as ev
 from turnfsm.spoken import spoken_prefix
 
 from . import levers
+from .log import logger
 
 if TYPE_CHECKING:
     from .adapter import TurnAdapter
 
-logger = logging.getLogger("turnfsm.adapters.livekit")
 
 GREETING_REPLY_WAIT = 2.0
 """Seconds to wait for the server's own reply to the callee's first words (it is replaced

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ from turnfsm import TurnController, TurnPolicy
 from turnfsm import events as ev
 from turnfsm.cli import MISSING_DOT, main
 
-HAS_DOT = shutil.which("dot") is not None
+from support.debian import debian_program
 
 
 @pytest.fixture
@@ -95,7 +94,7 @@ def test_missing_trace_and_bad_policy(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["timeline", str(tmp_path / "nope.jsonl")]) == 1
     assert "cannot read" in capsys.readouterr().err
     assert main(["diagram", "--policy", "sideways"]) == 1
-    assert "--policy must be one of ['inbound', 'outbound'] or a .json file" in (
+    assert "--policy must be one of ['inbound', 'outbound'] or a .json or .toml file" in (
         capsys.readouterr().err
     )
     policy = tmp_path / "policy.json"
@@ -129,7 +128,7 @@ def test_diagrams_writes_text_without_dot_and_check_detects_edits(
     assert "outbound.mmd differs from the machine: run `make diagrams`" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(not HAS_DOT, reason="Graphviz dot is not installed")
 def test_svg_with_dot(tmp_path: Path) -> None:
+    debian_program("dot", "graphviz")
     assert main(["diagram", "--policy", "outbound", "-o", str(tmp_path / "machine.svg")]) == 0
     assert "<svg" in (tmp_path / "machine.svg").read_text()
