@@ -20,7 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -362,6 +362,8 @@ def _check_policy(spec: str) -> TurnPolicy:
         raise CliError(f"POLICY must be a .json or .toml file or module:attr, got {spec!r}")
     if isinstance(value, TurnPolicy):
         return value
+    if not isinstance(value, Mapping):
+        raise CliError(f"{spec}: expected a TurnPolicy or a table of its fields, got {value!r}")
     try:
         return TurnPolicy.from_dict(value)
     except ValueError as error:
