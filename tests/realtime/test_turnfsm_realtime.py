@@ -539,8 +539,6 @@ async def test_exit_during_the_lock_restores_input_and_leaves_no_task(
             assert adapter.realtime is not None
             assert adapter.timers == {}
             assert adapter._tasks == set()
-            assert adapter.realtime._greeting_timer is None
-            assert adapter.realtime._final_timer is None
             # server turn detection and tool choice were never touched
             assert server.turn_detection is not None
             assert server.turn_detection["type"] == "semantic_vad"
