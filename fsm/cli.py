@@ -15,6 +15,7 @@ import argparse
 import importlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from typing import Any
 
 import tomllib
 
-from .diagram import build_diagram, to_dot, to_mermaid
+from .diagram import build_diagram, to_dot, to_mermaid, to_overview, whole_call_transitions
 from .escape import printable
 from .machine import TurnChart, TurnMachine
 from .policy import TurnPolicy
@@ -108,11 +109,15 @@ def _parser() -> argparse.ArgumentParser:
     diagrams = commands.add_parser(
         "diagrams",
         help="write the committed diagrams",
-        description="Write <preset>.mmd, .dot and (with Graphviz) .svg for each preset.",
+        description="Write overview.mmd, and <preset>.mmd, .dot and (with Graphviz) .svg "
+        "for each preset.",
     )
     diagrams.add_argument("--out", type=Path, default=Path("diagrams"), help="directory")
     diagrams.add_argument(
         "--check", action="store_true", help="write nothing; fail if the text files are stale"
+    )
+    diagrams.add_argument(
+        "--readme", type=Path, help="also update this file's <!-- diagram:overview --> block"
     )
     diagrams.set_defaults(run=_diagrams)
 
@@ -181,6 +186,8 @@ def _diagrams(args: argparse.Namespace) -> int:
             print(f"turnfsm: {message}", file=sys.stderr)
         return 1 if stale else 0
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.readme:
+        update_readme(args.readme)
     files = committed_diagrams()
     for name, text in files.items():
         _write(args.out / name, text.encode())
@@ -231,13 +238,45 @@ def _trace_files(paths: list[Path]) -> Iterator[Path]:
 
 
 def committed_diagrams(machine_class: type[TurnChart] = TurnMachine) -> dict[str, str]:
-    """The text files ``turnfsm diagrams`` writes, by file name: Mermaid and DOT per preset."""
-    files = {}
+    """The text files ``turnfsm diagrams`` writes, by file name: the whole machine's
+    overview (``overview.mmd``, the README's), then Mermaid and DOT in full per preset."""
+    files = {"overview.mmd": to_overview(build_diagram(machine_class))}
     for name, policy in PRESETS.items():
         diagram = build_diagram(machine_class, policy=policy)
         files[f"{name}.mmd"] = to_mermaid(diagram)
         files[f"{name}.dot"] = to_dot(diagram)
     return files
+
+
+README_BLOCK = re.compile(r"(<!-- diagram:overview -->\n).*?(<!-- /diagram -->)", re.S)
+"""Where the README holds the generated overview."""
+
+
+def readme_diagram(machine_class: type[TurnChart] = TurnMachine) -> str:
+    """The README's inline diagram: the overview in a Mermaid block, then the
+    transitions it leaves to a caption (those of the whole call)."""
+    diagram = build_diagram(machine_class)
+    whole_call = whole_call_transitions(diagram)
+    targets = sorted({target for _, target in whole_call})
+    caption = "".join(
+        "From every state of the call, "
+        + ", ".join(f"`{event}`" for event, to in whole_call if to == target)
+        + f" lead to `{target}`. "
+        for target in targets
+    )
+    return f"```mermaid\n{to_overview(diagram)}```\n\n{caption.rstrip()}\n"
+
+
+def update_readme(readme: Path, machine_class: type[TurnChart] = TurnMachine) -> bool:
+    """Rewrite ``readme``'s generated diagram; whether it changed."""
+    text = readme.read_text(encoding="utf-8")
+    if not README_BLOCK.search(text):
+        raise CliError(f"{readme} has no <!-- diagram:overview --> block to update")
+    block = readme_diagram(machine_class)
+    updated = README_BLOCK.sub(lambda match: match[1] + block + match[2], text)
+    if updated != text:
+        readme.write_text(updated, encoding="utf-8")
+    return updated != text
 
 
 def stale_diagrams(out: Path, machine_class: type[TurnChart] = TurnMachine) -> list[str]:

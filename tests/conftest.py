@@ -10,6 +10,12 @@ from collections.abc import Callable
 
 import pytest
 
+from turnfsm.adapters.sim.speech import add_lines
+
+from support.lines import TEST_LINES
+
+add_lines(*TEST_LINES)  # the callee lines only the tests play, beside the demo's
+
 _LINES = pytest.StashKey[list[str]]()
 
 

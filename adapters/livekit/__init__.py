@@ -8,7 +8,6 @@ from .agent import TurnAgent
 from .audio import InputGate, PlayedSegment, PlayoutMeter
 from .levers import LEVERS
 from .sip import call_status_event, watch_amd, watch_sip_participant
-from .text import spoken_prefix
 
 __all__ = [
     "LEVERS",
@@ -20,7 +19,6 @@ __all__ = [
     "adapter_for",
     "attach",
     "call_status_event",
-    "spoken_prefix",
     "watch_amd",
     "watch_sip_participant",
 ]

@@ -80,9 +80,10 @@ from typing import TYPE_CHECKING, Any
 from livekit.agents import NOT_GIVEN, llm
 
 from turnfsm import effects as fx
+from turnfsm.spoken import spoken_prefix
 
 from .effect_outcomes import EffectRefused
-from .text import spoken_prefix, spoken_prefix_timed
+from .text import audio_seconds, spoken_prefix_timed
 
 if TYPE_CHECKING:
     from .adapter import TurnAdapter
@@ -198,12 +199,9 @@ def heard_text(adapter: TurnAdapter, effect: fx.DropUnspokenText, message: llm.C
         return effect.played_text
     if segment is None:
         return ""
-    return spoken_prefix(
-        message.text_content or "",
-        segment.played_seconds,
-        segment.pushed_seconds,
-        complete=segment.complete,
-    )
+    text = message.text_content or ""
+    length = audio_seconds(text, segment.pushed_seconds, complete=segment.complete)
+    return spoken_prefix(text, segment.played_seconds, length)
 
 
 def _remove_message(adapter: TurnAdapter, message: llm.ChatMessage) -> None:

@@ -94,10 +94,11 @@ from livekit.agents.voice.events import FunctionToolsExecutedEvent, SpeechCreate
 
 from turnfsm import effects as fx
 from turnfsm import events as ev
+from turnfsm.spoken import spoken_prefix
 
 from . import levers
 from .effect_outcomes import PendingOutcome
-from .text import spoken_prefix
+from .text import audio_seconds
 
 if TYPE_CHECKING:
     from .adapter import TurnAdapter
@@ -132,6 +133,7 @@ class _ResponseItems:
 class _ItemAudio:
     """What the model sent for one message item: its transcript and audio length."""
 
+    transcript: str = ""
     audio_seconds: float = 0.0
     audio_done: bool = False
 
@@ -182,6 +184,8 @@ class RealtimeLink:
         self._request_outcomes: dict[str, PendingOutcome] = {}
         """Deferred outcomes of greeting levers, by the speech they created."""
         self._items: dict[str, _ItemAudio] = {}
+        self._chars_per_second: float | None = None
+        """The model's speaking rate, measured on its last item whose audio was all sent."""
         self._truncates: collections.deque[dict[str, Any]] = collections.deque()
         self._saved_tool_choice: Any = None
         self._tools_forbidden = False
@@ -359,8 +363,14 @@ class RealtimeLink:
         elif kind == "response.output_audio.delta":
             item = self._items.setdefault(str(event.get("item_id")), _ItemAudio())
             item.audio_seconds += _pcm16_seconds(str(event.get("delta") or ""))
+        elif kind == "response.output_audio_transcript.delta":
+            item = self._items.setdefault(str(event.get("item_id")), _ItemAudio())
+            item.transcript += str(event.get("delta") or "")
         elif kind == "response.output_audio.done":
-            self._items.setdefault(str(event.get("item_id")), _ItemAudio()).audio_done = True
+            item = self._items.setdefault(str(event.get("item_id")), _ItemAudio())
+            item.audio_done = True
+            if item.transcript and item.audio_seconds > 0:
+                self._chars_per_second = len(item.transcript) / item.audio_seconds
         elif kind == "conversation.item.truncated":
             self._answer_truncate(str(event.get("item_id") or ""))
         elif kind == "error":
@@ -625,9 +635,10 @@ class RealtimeLink:
         """The words of the message whose audio played.
 
         The model streams its transcript ahead of its audio, so the text received says
-        nothing about what played: the cut is the played share of the item's own audio
-        (all received: its length is known) mapped onto its text; audio still incomplete
-        counts as at least as long as its text takes to say.
+        nothing about what played: the played seconds (at the output) are mapped onto
+        the text at the speaking rate of the item itself once all its audio came, else
+        at the rate measured on the model's last complete item; with neither, the text
+        counts as at least as long as LiveKit's standard rate says.
         """
         segment = adapter.last_segment.get(effect.speech_id)
         if segment is not None and segment.synchronized_transcript is not None:
@@ -638,11 +649,15 @@ class RealtimeLink:
             return ""
         text = message.text_content or ""
         item = self._items.get(message.id)
-        if item is None:
-            return spoken_prefix(text, segment.played_seconds, segment.pushed_seconds)
-        return spoken_prefix(
-            text, segment.played_seconds, item.audio_seconds, complete=item.audio_done
-        )
+        rate = self._chars_per_second
+        if item is not None and item.audio_done and item.transcript and item.audio_seconds > 0:
+            rate = len(item.transcript) / item.audio_seconds
+        if rate is not None:
+            seconds = len(text) / rate
+        else:
+            received = item.audio_seconds if item is not None else segment.pushed_seconds
+            seconds = audio_seconds(text, received, complete=False)
+        return spoken_prefix(text, segment.played_seconds, seconds)
 
     def _mirror_text(self, item_id: str, text: str) -> None:
         """Keep the plugin's mirror of the server item equal to the local message, so a

@@ -1,4 +1,5 @@
-"""What part of a reply the caller heard."""
+"""What part of a reply the caller heard, from LiveKit's timing of its audio (the rule
+itself is :func:`turnfsm.spoken.spoken_prefix`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from collections.abc import Sequence
 
 from livekit.agents.tokenize.basic import hyphenate_word
 
-_WORD_END = re.compile(r"\S+")
+from turnfsm.spoken import spoken_prefix
+
 _WORD = re.compile(r"[\w']+")
 
 STANDARD_SYLLABLES_PER_SECOND = 3.83
@@ -24,37 +26,16 @@ def estimated_seconds(text: str) -> float:
     return syllables / STANDARD_SYLLABLES_PER_SECOND
 
 
-def spoken_prefix(
-    text: str, played_seconds: float, pushed_seconds: float, *, complete: bool = True
-) -> str:
-    """The words of ``text`` heard after ``played_seconds`` of ``pushed_seconds`` of audio.
+def audio_seconds(text: str, pushed_seconds: float, *, complete: bool = True) -> float:
+    """How long the audio of ``text`` is: the ``pushed_seconds`` of it, or, when it was
+    not all pushed (``complete=False``), at least what :func:`estimated_seconds` says.
 
-    Speech audio is close to proportional to text length, so the heard share of the
-    audio maps to the same share of the characters; the cut is moved to the nearest
-    word boundary, which keeps the result within one word of what was heard. When the
-    audio was not all pushed (``complete=False``), its length is at least what
-    :func:`estimated_seconds` says.
-
-    >>> spoken_prefix("one two three four", 1.0, 2.0)
-    'one two'
-    >>> spoken_prefix("one two three four", 0.0, 2.0)
-    ''
+    >>> audio_seconds("Good morning, this is the clinic.", 0.5, complete=False) > 2
+    True
+    >>> audio_seconds("Good morning, this is the clinic.", 0.5)
+    0.5
     """
-    if not complete:
-        pushed_seconds = max(pushed_seconds, estimated_seconds(text))
-    if pushed_seconds <= 0 or played_seconds <= 0:
-        return ""
-    if played_seconds >= pushed_seconds:
-        return text
-    cut = len(text) * played_seconds / pushed_seconds
-    best_end = 0
-    for word in _WORD_END.finditer(text):
-        middle = (word.start() + word.end()) / 2
-        if middle <= cut:
-            best_end = word.end()
-        else:
-            break
-    return text[:best_end]
+    return pushed_seconds if complete else max(pushed_seconds, estimated_seconds(text))
 
 
 def spoken_prefix_timed(
@@ -69,11 +50,11 @@ def spoken_prefix_timed(
     ``pieces`` are ``(start, text)`` in audio order (LiveKit's timed transcripts: a
     sentence each for a non-streaming TTS, a word each for an aligned one). Pieces that
     ended before ``played_seconds`` were heard whole; the piece playing then is cut by
-    :func:`spoken_prefix`, its end being the next piece's start (the last one ends with
-    the ``pushed_seconds`` of audio, or later as :func:`spoken_prefix` estimates when
-    the audio was not all pushed). Unlike the share of the whole text, this holds when
-    the reply's audio was not all pushed yet: the text of unsynthesized audio is never
-    counted.
+    :func:`~turnfsm.spoken.spoken_prefix`, its end being the next piece's start (the last
+    one ends with the ``pushed_seconds`` of audio, or later as :func:`audio_seconds`
+    estimates when the audio was not all pushed). Unlike the share of the whole text, this
+    holds when the reply's audio was not all pushed yet: the text of unsynthesized audio
+    is never counted.
 
     >>> spoken_prefix_timed([(0.0, "One two."), (2.0, " Three four.")], 3.0, 4.0)
     'One two. Three'
@@ -89,9 +70,8 @@ def spoken_prefix_timed(
         if played_seconds >= end and (complete or not last):
             heard.append(text)
         else:
-            cut = spoken_prefix(
-                text, played_seconds - start, end - start, complete=complete or not last
-            )
+            length = audio_seconds(text, end - start, complete=complete or not last)
+            cut = spoken_prefix(text, played_seconds - start, length)
             heard.append(cut)
             break
     return "".join(heard).rstrip()

@@ -10,7 +10,6 @@ from .io import (
     PlayoutSegment,
     RecordingTextOutput,
     ScriptedAudioInput,
-    ToneMicrophone,
 )
 from .models import (
     LLMRequest,
@@ -53,7 +52,6 @@ __all__ = [
     "SimulatedCall",
     "SpeechLedger",
     "SpeechLine",
-    "ToneMicrophone",
     "Transcript",
     "UserLine",
     "Utterance",

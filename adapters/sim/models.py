@@ -311,8 +311,9 @@ class ScriptedSTT(stt.STT):
     between lines, or frames the session silenced during locked speech) never are. A
     speech segment runs from the first voiced frame until ``final_lag`` seconds of audio
     without one (audio time, so a late burst of frames is no pause; if no frame arrives at
-    all, ``final_lag + FRAME_STALL_MARGIN`` wall seconds); its FINAL_TRANSCRIPT is emitted at that moment, framed by START_OF_SPEECH and
-    END_OF_SPEECH events (which LiveKit uses only with ``turn_detection="stt"``).
+    all, ``final_lag + FRAME_STALL_MARGIN`` wall seconds); its FINAL_TRANSCRIPT is emitted at
+    that moment, framed by START_OF_SPEECH and END_OF_SPEECH events (which LiveKit uses only
+    with ``turn_detection="stt"``).
 
     Which words were heard is taken from the ledger: each received frame is matched to
     the frame the audio input delivered (the same frame object, however late it arrives,

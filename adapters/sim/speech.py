@@ -1,11 +1,11 @@
 """Recorded callee speech, the call script, and the ledger of what was actually delivered.
 
-The simulated callee speaks recorded lines (16 kHz mono 16-bit WAVs made by
-:mod:`turnfsm.adapters.sim.make_audio`). :class:`ScriptedAudioInput` plays them at their
-scripted times and writes every frame it *delivers* to the session into a
-:class:`SpeechLedger`. The scripted STT reads the same ledger to learn which part of which
-line each frame it receives belongs to (by the frame object's identity, or else by when it
-arrives), so it transcribes only the words it really heard:
+The simulated callee speaks recorded lines (16 kHz mono 16-bit WAVs, recorded with
+espeak-ng by the test suite's ``support/make_audio.py``). :class:`ScriptedAudioInput`
+plays them at their scripted times and writes every frame it *delivers* to the session
+into a :class:`SpeechLedger`. The scripted STT reads the same ledger to learn which part
+of which line each frame it receives belongs to (by the frame object's identity, or else
+by when it arrives), so it transcribes only the words it really heard:
 a line whose head was dropped (input detached) or silenced (locked agent speech) yields
 only its tail, which is how "fragment" turns are produced and detected.
 
@@ -28,7 +28,7 @@ SAMPLE_RATE = 16000
 """Sample rate of every recorded line, in Hz (mono, 16-bit)."""
 
 AUDIO_DIR = Path(__file__).resolve().with_name("audio")
-"""Directory holding the recorded lines (``<name>.wav``)."""
+"""Directory holding the demo's recorded lines (``<name>.wav``)."""
 
 VOICED_RMS = 200.0
 """RMS (int16 units) above which a 20 ms stretch of a recording counts as voiced."""
@@ -68,16 +68,18 @@ class SpeechLine:
         name: Identifier, also the WAV file stem.
         text: What is said, exactly as the STT will transcribe it.
         espeak_speed: Words per minute used by ``make_audio`` to record it.
+        folder: Directory holding the WAV file.
     """
 
     name: str
     text: str
     espeak_speed: int = 160
+    folder: Path = AUDIO_DIR
 
     @property
     def path(self) -> Path:
         """Path of the recorded WAV file."""
-        return AUDIO_DIR / f"{self.name}.wav"
+        return self.folder / f"{self.name}.wav"
 
     @property
     def words(self) -> list[str]:
@@ -123,11 +125,6 @@ LINES: dict[str, SpeechLine] = {
     line.name: line
     for line in (
         SpeechLine("hello", "Hello?"),
-        SpeechLine(
-            "who_is_this",
-            "Hi, yes, who is this? I was not expecting a call today.",
-            espeak_speed=175,
-        ),
         SpeechLine("stop", "Wait, stop, stop."),
         SpeechLine("question", "What time do you open tomorrow morning?"),
         SpeechLine(
@@ -135,11 +132,23 @@ LINES: dict[str, SpeechLine] = {
             "Sorry, I am driving right now, could you call me back later this afternoon?",
             espeak_speed=185,
         ),
-        SpeechLine("yes", "Yes, that works for me."),
-        SpeechLine("uh_huh", "Uh-huh.", espeak_speed=100),
     )
 }
-"""Every recorded line, by name: its text and (through :attr:`SpeechLine.path`) its file."""
+"""Every playable line, by name: its text and (through :attr:`SpeechLine.path`) its file.
+The package ships the demo's lines; :func:`add_lines` adds more (the tests add theirs)."""
+
+
+def add_lines(*lines: SpeechLine) -> None:
+    """Make more recorded lines playable by name.
+
+    Raises:
+        ValueError: If a name is already taken by a different line.
+    """
+    for line in lines:
+        known = LINES.get(line.name)
+        if known is not None and known != line:
+            raise ValueError(f"speech line {line.name!r} is already {known}")
+    LINES.update((line.name, line) for line in lines)
 
 
 def get_line(name: str) -> SpeechLine:

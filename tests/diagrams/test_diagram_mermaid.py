@@ -12,17 +12,27 @@ import sys
 import pytest
 
 from turnfsm.cli import PRESETS
-from turnfsm.diagram import POLICY_GUARDS, build_diagram, machine_edges, to_dot, to_mermaid
+from turnfsm.diagram import (
+    POLICY_GUARDS,
+    build_diagram,
+    machine_edges,
+    to_dot,
+    to_mermaid,
+    to_overview,
+    whole_call_transitions,
+)
 from turnfsm.machine import LOCKED_STATES, TurnMachine, declared_moves
 from turnfsm.policy import TurnPolicy
 from turnfsm.rules import TurnRules
 
 
-def _edge_line(text: str, source: str, target: str) -> str:
-    lines = [line for line in text.splitlines() if line.strip().startswith(f"{source} --> ")]
-    matching = [line for line in lines if line.split(" : ")[0].strip() == f"{source} --> {target}"]
-    assert len(matching) == 1, f"expected one {source} --> {target} edge in:\n{text}"
-    return matching[0]
+def _edge_lines(text: str, source: str, target: str) -> str:
+    """The labels of every ``source --> target`` edge, one per line."""
+    return "\n".join(
+        line.split(" : ", 1)[1] if " : " in line else ""
+        for line in text.splitlines()
+        if line.split(" : ")[0].strip() == f"{source} --> {target}"
+    )
 
 
 def test_mermaid_is_the_same_bytes_in_fresh_interpreters() -> None:
@@ -44,7 +54,7 @@ def test_mermaid_is_the_same_bytes_in_fresh_interpreters() -> None:
 def test_every_declared_event_is_drawn() -> None:
     text = to_mermaid(build_diagram())
     declared = {event for _, event, _ in declared_moves(TurnMachine)}
-    assert declared == {edge.event for edge in machine_edges()}
+    assert declared == {edge.event for edge in machine_edges()} - {""}  # "": the start's
     missing = sorted(event for event in declared if not re.search(rf"\b{event}\b", text))
     assert not missing
 
@@ -57,7 +67,7 @@ def test_locked_state_is_marked() -> None:
     assert "    class greeting locked" in text
     assert "classDef locked " in text
     greeting = next(
-        line for line in to_dot(diagram).splitlines() if line.startswith("    greeting [")
+        line for line in to_dot(diagram).splitlines() if line.strip().startswith("greeting [")
     )
     assert "greeting [locked]" in greeting
     assert 'color="#c62828"' in greeting
@@ -66,30 +76,47 @@ def test_locked_state_is_marked() -> None:
 
 def test_edges_show_guards_and_actions() -> None:
     text = to_mermaid(build_diagram())
-    line = _edge_line(text, "awaiting_user", "greeting")
+    lines = _edge_lines(text, "awaiting_user", "greeting").splitlines()
+    assert lines == [
+        "user_turn_committed / note_first_words, note_user_turn",
+        "timer_fired [timer_is_running, is_await_timer, greets_silent_callee] / note_timer_fired",
+    ]
+    # a compound state's transition is drawn once, from its box; unless-guards are negated
     assert (
-        "timer_fired [timer_is_running, is_await_timer, greets_silent_callee] / note_timer_fired"
-        in line
+        "    call --> ended : session_error [!error_is_recoverable] / note_session_error" in text
     )
-    assert "user_turn_committed / note_first_words, note_user_turn" in line
-    # unless-guards are negated; internal transitions keep their guards, in the note
-    assert "session_error [!error_is_recoverable] / note_session_error" in text
-    assert "user_turn_committed [drops_overlap, !is_first_words] / reject_user_turn" in text
+    assert "listening --> ended : session_error" not in text
+    # transitions that stay in a leaf keep their guards, listed in the state
+    assert (
+        "        greeting : user_turn_committed [drops_overlap, !is_first_words] / "
+        "reject_user_turn\n" in text
+    )
     assert "entry / begin_greeting" in text
     assert "exit / forget_greeting" in text
 
 
 def test_policy_sets_the_start_and_omits_what_cannot_fire() -> None:
     outbound = to_mermaid(build_diagram(policy=PRESETS["outbound"]))
-    assert "    [*] --> ringing" in outbound
-    assert "call_answered [agent_speaks_first]" not in _edge_line(outbound, "ringing", "greeting")
+    # the policy picks the start: [*] arrows lead down to it, no choice is drawn
+    assert "    [*] --> call\n" in outbound
+    assert "        [*] --> pre_greeting\n" in outbound
+    assert "            [*] --> ringing\n" in outbound
+    assert "<<choice>>" not in outbound
+    assert "call_answered [agent_speaks_first]" not in _edge_lines(outbound, "ringing", "greeting")
     assert "never fires under this policy: ringing --call_answered--> greeting" in outbound
     # greets_silent_callee holds, so the earlier transition always wins over hanging up
-    assert "note_no_answer" not in _edge_line(outbound, "awaiting_user", "ended")
+    assert "note_no_answer" not in _edge_lines(outbound, "awaiting_user", "ended")
 
     inbound = to_mermaid(build_diagram(policy=PRESETS["inbound"]))
-    assert "    [*] --> greeting" in inbound
+    assert "        [*] --> greeting\n" in inbound
     assert "ringing" not in inbound.split("%% never fires")[0]
+    assert "pre_greeting" not in inbound.split("%% never fires")[0]  # no state of it is reached
+
+    # without a policy the start is a choice between its eventless, policy-guarded moves
+    whole = to_mermaid(build_diagram())
+    assert "        state start <<choice>>\n" in whole
+    assert "        start --> ringing : [is_outbound]\n" in whole
+    assert "        start --> listening\n" in whole
 
     agent_first = TurnPolicy(direction="outbound", first_speaker="agent", greeting="Hi")
     text = to_mermaid(build_diagram(policy=agent_first))
@@ -113,3 +140,32 @@ def test_dot_text_is_valid_graphviz() -> None:
     )
     assert result.returncode == 0, result.stderr.decode()
     assert b"<svg" in result.stdout
+
+
+def test_overview_draws_states_and_state_changes_by_event_only() -> None:
+    diagram = build_diagram()
+    text = to_overview(diagram)
+    for state in set(diagram.states) - set(diagram.parents.values()):  # every leaf
+        assert re.search(rf"\b{state}\b", text), state
+    labels = [
+        line.split(" : ", 1)[1] for line in text.splitlines() if " --> " in line and " : " in line
+    ]
+    assert labels, text
+    for label in labels:
+        for name in label.split("<br/>"):
+            assert re.fullmatch(r"[a-z_]+", name), label  # an event or a policy guard
+    # one edge per pair of states, its events merged
+    assert "    awaiting_user --> greeting : user_turn_committed<br/>timer_fired\n" in text
+    # the compound state holding the start is no box: its moves are left to a caption
+    assert "state call" not in text
+    assert whole_call_transitions(diagram) == [
+        ("call_ended", "ended"),
+        ("answering_machine_detected", "ended"),
+        ("session_error", "ended"),
+    ]
+    # a compound state with moves of its own is a box, its moves drawn once
+    assert "    state conversation {\n" in text
+    assert "    conversation --> ended : timer_fired\n" in text
+    # internal and bookkeeping transitions are detail, not overview
+    assert "note_user_turn" not in text
+    assert "conversation --> conversation" not in text

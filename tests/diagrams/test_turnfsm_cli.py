@@ -120,6 +120,7 @@ def test_diagrams_writes_text_without_dot_and_check_detects_edits(
         "inbound.mmd",
         "outbound.dot",
         "outbound.mmd",
+        "overview.mmd",
     ]
     assert "skipped the svg files" in capsys.readouterr().err
     assert main(["diagrams", "--out", str(tmp_path), "--check"]) == 0

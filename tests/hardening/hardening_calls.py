@@ -99,9 +99,10 @@ def recorded(exchanges: int = 12, **options: object) -> Trace:
 
 
 MERMAID_LINE = re.compile(
-    r"^(---|title: .*|%%.*|stateDiagram-v2|    state \"[^\"\n]*\" as \w+|    \[\*\] --> \w+"
-    r"|    \w+ --> (\w+|\[\*\])( : [^\n]*)?|    note right of \w+|        [^\n]*|    end note"
-    r"|    classDef \w+ [^\n]*|    class [\w,]+ \w+|    %% [^\n]*)$"
+    r"^(---|title: .*|%%.*|stateDiagram-v2|(    )+(direction (TB|LR)"
+    r"|state \"[^\"\n]*\" as \w+|state \w+ \{|state \w+ <<choice>>|\}|\[\*\] --> \w+"
+    r"|\w+ --> (\w+|\[\*\])( : [^\n]*)?|\w+ : [^\n]*"
+    r"|classDef \w+ [^\n]*|class [\w,]+ \w+|%% [^\n]*))$"
 )
 """Every line ``to_mermaid`` writes has one of these forms."""
 

@@ -1,7 +1,8 @@
 """Realtime suite glue: the protocol server's fidelity for a whole run.
 
 ``TURNFSM_REALTIME_FIDELITY=<name>`` runs every test whose server does not pin its own
-`Fidelity` against ``FIDELITY_MATRIX[name]`` (``ideal``, the default, is `IDEAL`), e.g.::
+`Fidelity` against ``FIDELITY_MATRIX[name]`` (``ideal``, the default, is `IDEAL`;
+``uneven-speech`` is `UNEVEN_SPEECH`), e.g.::
 
     TURNFSM_REALTIME_FIDELITY=300ms-text-1s-ahead .venv/bin/python -m pytest tests/realtime
 """
@@ -12,9 +13,9 @@ import os
 
 import pytest
 
-from support.realtime_server import FIDELITY_MATRIX, IDEAL, RealtimeTestServer
+from support.realtime_server import FIDELITY_MATRIX, IDEAL, UNEVEN_SPEECH, RealtimeTestServer
 
-_FIDELITIES = {"ideal": IDEAL, **FIDELITY_MATRIX}
+_FIDELITIES = {"ideal": IDEAL, **FIDELITY_MATRIX, "uneven-speech": UNEVEN_SPEECH}
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -8,13 +8,16 @@ from typing import Any
 import pytest
 
 from support.realtime_client import Client, connect
-from support.realtime_server import RealtimeScript, RealtimeTestServer
+from support.realtime_server import IDEAL, RealtimeScript, RealtimeTestServer
 
 
 @pytest.fixture
 async def server() -> AsyncIterator[RealtimeTestServer]:
     script = RealtimeScript(user_transcripts=["hello"])
-    async with RealtimeTestServer(script, chars_per_second=200, lead_ms=0) as test_server:
+    # the idealised server's mechanics; the real service's rules: test_realtime_fidelity.py
+    async with RealtimeTestServer(
+        script, chars_per_second=200, lead_ms=0, fidelity=IDEAL
+    ) as test_server:
         yield test_server
 
 
@@ -88,8 +91,13 @@ async def test_conversation_edits_and_rejections(
         ),
         (
             "conversation.item.truncate",
-            {"item_id": "u1", "content_index": 0, "audio_end_ms": 10},
+            {"item_id": "a1", "content_index": 0, "audio_end_ms": 10},
             "item_truncate_invalid_item_id",
+        ),
+        (
+            "conversation.item.truncate",
+            {"item_id": "u1", "content_index": 0, "audio_end_ms": 10},
+            "unsupported_content_type",  # only model output audio can be truncated
         ),
         ("input_audio_buffer.commit", {}, "input_audio_buffer_commit_empty"),
         ("response.cancel", {}, "response_cancel_not_active"),

@@ -13,7 +13,7 @@ from livekit.agents.voice.events import SpeechCreatedEvent
 from livekit.plugins import openai
 from openai.types.realtime.realtime_audio_input_turn_detection import SemanticVad, ServerVad
 
-from turnfsm.adapters.sim.io import PacedAudioOutput, ToneMicrophone
+from turnfsm.adapters.sim.io import PacedAudioOutput
 
 from support.realtime_server import (
     SAMPLE_RATE,
@@ -22,6 +22,7 @@ from support.realtime_server import (
     ScriptedResponse,
     ToolCall,
 )
+from support.tone import ToneMicrophone
 
 
 class WeatherAgent(Agent):

@@ -29,7 +29,7 @@ from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.adapters.livekit import TurnAdapter, TurnAgent, attach
 from turnfsm.adapters.livekit.realtime import say_exactly
-from turnfsm.adapters.sim.io import PacedAudioOutput, PlayoutSegment, ToneMicrophone
+from turnfsm.adapters.sim.io import PacedAudioOutput, PlayoutSegment
 
 from support.realtime_server import (
     SAMPLE_RATE,
@@ -38,6 +38,7 @@ from support.realtime_server import (
     RecordedEvent,
     ResponseRequest,
 )
+from support.tone import ToneMicrophone
 
 CPS = 15.0  # the server's speaking rate: a reply lasts len(text) / 15 s
 

@@ -66,7 +66,8 @@ class Page:
 
 
 async def open_page(url: str, script: str, *, timeout: float = 60.0) -> Page:
-    """Load ``url`` in headless Chromium, then evaluate ``script`` (an expression)."""
+    """Load ``url`` in headless Chromium, then evaluate ``script`` (an expression; a
+    promise is awaited)."""
     with tempfile.TemporaryDirectory() as profile:
         process = await asyncio.create_subprocess_exec(
             chromium(),
@@ -125,7 +126,9 @@ async def _drive(process: asyncio.subprocess.Process, url: str, script: str) -> 
                     _watch(message, page)
                     if message.get("method") == "Page.loadEventFired":
                         break
-                result = await call("Runtime.evaluate", expression=script, returnByValue=True)
+                result = await call(
+                    "Runtime.evaluate", expression=script, returnByValue=True, awaitPromise=True
+                )
                 if "exceptionDetails" in result:
                     page.errors.append(f"script: {result['exceptionDetails']}")
                 page.value = result.get("result", {}).get("value")

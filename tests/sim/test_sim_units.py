@@ -20,6 +20,9 @@ from turnfsm.adapters.sim import (
     ScriptedTTS,
     UserLine,
 )
+from turnfsm.adapters.sim.speech import SpeechLine, add_lines, get_line
+
+from support.lines import TEST_LINES
 
 
 def _tone_frames(seconds: float, frame: float = 0.02) -> list[rtc.AudioFrame]:
@@ -208,3 +211,14 @@ async def test_scripted_stt_events_for_a_heard_line() -> None:
     interim, final = stt.SpeechEventType.INTERIM_TRANSCRIPT, stt.SpeechEventType.FINAL_TRANSCRIPT
     assert events == [(start, ""), (interim, "Hello?"), (final, "Hello?"), (end, "")]
     assert [t.text for t in model.transcripts] == ["Hello?"]
+
+
+def test_added_lines_play_by_name_and_a_taken_name_is_refused() -> None:
+    who = get_line("who_is_this")  # added by tests/conftest.py, recorded under tests/
+    assert who in TEST_LINES
+    assert who.path.exists()
+    assert "tests" in who.path.parts
+    add_lines(who)  # the same line again changes nothing
+    with pytest.raises(ValueError, match="speech line 'hello' is already"):
+        add_lines(SpeechLine("hello", "Goodbye."))
+    assert get_line("hello").text == "Hello?"

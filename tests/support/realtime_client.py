@@ -27,8 +27,12 @@ class Client:
 
     async def send(self, type_: str, **fields: Any) -> float:
         """Sends an event; returns the ``time.monotonic()`` it was sent at."""
+        return await self.send_raw({"type": type_, **fields})
+
+    async def send_raw(self, event: dict[str, Any]) -> float:
+        """Sends an event as it is, malformed or not; returns when it was sent."""
         sent_at = time.monotonic()
-        await self.ws.send_str(json.dumps({"type": type_, **fields}))
+        await self.ws.send_str(json.dumps(event))
         return sent_at
 
     async def expect(self, type_: str, *, timeout: float = 5) -> dict[str, Any]:

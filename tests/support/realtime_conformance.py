@@ -26,6 +26,7 @@ from openai.types.realtime.realtime_server_event import RealtimeServerEvent
 
 __all__ = [
     "ConformanceError",
+    "Problem",
     "Violation",
     "client_event_error",
     "client_event_problems",
@@ -142,23 +143,39 @@ def _problems(
     try:
         validated = model.model_validate(dict(payload))
     except pydantic.ValidationError as error:
-        problems = []
-        for detail in error.errors():
-            # a union reports each member it tried under the member's name: drop those
-            location = tuple(
-                part
-                for part in detail["loc"]
-                if isinstance(part, int) or not part[:1].isupper() and "[" not in part
-            )
-            kind: Literal["missing", "invalid"] = (
-                "missing" if detail["type"] == "missing" else "invalid"
-            )
-            problems.append(Problem(kind, _param(location), detail["msg"], detail.get("input")))
-        return tuple(dict.fromkeys(problems))
+        return _validation_problems(error)
     return tuple(
         Problem("unknown", _param(location), "not declared by the model")
         for location in _unknown_fields(validated, (), side)
     )
+
+
+def _is_member(part: int | str) -> bool:
+    """Whether a location part names a union member pydantic tried (``ServerVad``,
+    ``function-after[...]``, ``literal['x']``) rather than a field."""
+    return isinstance(part, str) and (part[:1].isupper() or "[" in part)
+
+
+def _validation_problems(error: pydantic.ValidationError) -> tuple[Problem, ...]:
+    """The problems of the union members the event meant.
+
+    A union reports every member it tried; a member whose ``type`` literal did not match
+    is not the one the client meant, so its errors are dropped while another remains.
+    """
+    by_member: dict[tuple[str, ...], list[Problem]] = {}
+    mismatched: set[tuple[str, ...]] = set()
+    for detail in error.errors():
+        members = tuple(str(part) for part in detail["loc"] if _is_member(part))
+        location = tuple(part for part in detail["loc"] if not _is_member(part))
+        kind: Literal["missing", "invalid"] = (
+            "missing" if detail["type"] == "missing" else "invalid"
+        )
+        if detail["type"] == "literal_error" and location[-1:] == ("type",):
+            mismatched.add(members)
+        problem = Problem(kind, _param(location), detail["msg"], detail.get("input"))
+        by_member.setdefault(members, []).append(problem)
+    meant = [members for members in by_member if members not in mismatched] or list(by_member)
+    return tuple(dict.fromkeys(p for members in meant for p in by_member[members]))
 
 
 def server_event_problems(payload: Mapping[str, Any]) -> tuple[Problem, ...]:

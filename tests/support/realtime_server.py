@@ -47,6 +47,7 @@ import copy
 import json
 import logging
 import math
+import random
 import re
 import time
 import uuid
@@ -71,6 +72,7 @@ __all__ = [
     "FIDELITY_MATRIX",
     "IDEAL",
     "REAL_PROTOCOL",
+    "UNEVEN_SPEECH",
     "SAMPLE_RATE",
     "ConformanceError",
     "Direction",
@@ -147,6 +149,9 @@ class Fidelity:
             service sends ``null`` there, so a client cannot match them to its request.
         reject_malformed: A client event that does not conform to the ``openai`` package's
             client-event models is rejected with the service's error and not applied.
+        speaking_rate_variation: How much each word's duration departs from the nominal
+            ``chars_per_second`` (0.3: each word 0.7x to 1.3x as long). Real speech is not
+            spoken at a constant rate, and the service gives no word timing.
     """
 
     network_latency_ms: int = 0
@@ -157,6 +162,7 @@ class Fidelity:
     truncate_clears_transcript: bool = False
     state_errors_name_event: bool = True
     reject_malformed: bool = True
+    speaking_rate_variation: float = 0.0
 
     def __post_init__(self) -> None:
         for name in (
@@ -168,6 +174,11 @@ class Fidelity:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"Fidelity.{name} must be an int >= 0, got {value!r}")
+        if not 0.0 <= self.speaking_rate_variation < 1.0:
+            raise ValueError(
+                "Fidelity.speaking_rate_variation must be in [0, 1), got "
+                f"{self.speaking_rate_variation!r}"
+            )
         if not self.generation_speed >= 1.0:
             raise ValueError(
                 f"Fidelity.generation_speed must be >= 1.0, got {self.generation_speed!r}"
@@ -194,10 +205,17 @@ FIDELITY_MATRIX: dict[str, Fidelity] = {
         network_latency_ms=300,
         cancel_latency_ms=150,
         transcript_lead_ms=1000,
-        generation_speed=4.0,
+        generation_speed=2.0,
     ),
 }
-"""The settings the realtime suite runs against (issue 10), by name."""
+"""The settings the realtime suite runs against (issue 10), by name.
+
+Generation runs at 2x, not faster: a reply generated to its end before the caller barges
+in leaves no text ahead of the audio the client holds."""
+
+UNEVEN_SPEECH = replace(FIDELITY_MATRIX["300ms-text-1s-ahead"], speaking_rate_variation=0.3)
+"""The harshest setting: the matrix's last cell, with words 0.7x to 1.3x their nominal
+length, so no constant rate finds where the caller stopped hearing."""
 
 
 # --------------------------------------------------------------------------- scripting
@@ -366,7 +384,10 @@ class RecordedEvent:
         direction: ``"received"`` from the client or ``"sent"`` by the server.
         type: The event's ``type``.
         payload: The full event as JSON-decoded data.
-        timestamp: ``time.monotonic()`` when it was received or queued for sending.
+        timestamp: ``time.monotonic()`` on the server's side of the network: when the
+            server handled a client event (``network_latency_ms`` after the client sent
+            it) or sent a server event (it reaches the client ``network_latency_ms``
+            later).
         connection: Index of the websocket connection in `RealtimeTestServer.connections`.
     """
 
@@ -948,11 +969,19 @@ class RealtimeConnection:
         item_id = event.get("item_id", "")
         audio_end_ms = int(event.get("audio_end_ms", 0))
         item = self.item(item_id)
-        if item is None or item.get("role") != "assistant" or item_id not in self.item_audio_ms:
+        if item is None:
             self._send_error(
                 "item_truncate_invalid_item_id",
-                f"Error truncating item: the item with id '{item_id}' does not exist or has "
-                "no audio.",
+                f"Error truncating item: the item with id '{item_id}' does not exist.",
+                event,
+            )
+            return
+        if item.get("role") != "assistant" or item_id not in self.item_audio_ms:
+            # also an assistant item none of whose audio was sent yet (seen when a client
+            # truncates at 0 ms before the first audio delta)
+            self._send_error(
+                "unsupported_content_type",
+                "Only model output audio messages can be truncated",
                 event,
             )
             return
@@ -1136,7 +1165,6 @@ class RealtimeConnection:
         self._append_item(item)
         if audio:
             item["content"] = [{"type": "output_audio", "transcript": ""}]
-            self.item_audio_ms[item["id"]] = 0
             self._message_event(
                 active, "response.content_part.added", part={"type": "audio", "transcript": ""}
             )
@@ -1148,8 +1176,9 @@ class RealtimeConnection:
 
         server = self._server
         chunk_ms = server.chunk_ms
-        total_ms = max(chunk_ms, round(len(text) / server.chars_per_second * 1000))
-        words = deque(_word_offsets(text))
+        timeline, speech_ms = server.speech_timeline(text)
+        total_ms = max(chunk_ms, round(speech_ms))
+        words = deque(timeline)
         tone = _ToneGenerator(server.tone_hz, server.tone_amplitude)
         speed = self._fidelity.generation_speed
         text_lead_ms = self._fidelity.transcript_lead_ms if audio else 0
@@ -1161,7 +1190,7 @@ class RealtimeConnection:
             # the words whose speech starts before this chunk ends, or text_lead_ms later
             spoken_by_ms = chunk_start_ms + chunk_ms + text_lead_ms
             delta = ""
-            while words and server.char_time_ms(words[0][0]) < spoken_by_ms:
+            while words and words[0][0] < spoken_by_ms:
                 delta += words.popleft()[1]
             if delta:
                 active.record.transcript_sent += delta
@@ -1177,7 +1206,7 @@ class RealtimeConnection:
                 duration_ms = min(chunk_ms, total_ms - chunk_start_ms)
                 pcm = tone.next_chunk(duration_ms * SAMPLE_RATE // 1000)
                 active.record.audio_ms_sent += duration_ms
-                if item["id"] in self.item_audio_ms:  # not once the client deleted it
+                if self.item(item["id"]) is not None:  # not once the client deleted it
                     self.item_audio_ms[item["id"]] = max(
                         0, active.record.audio_ms_sent - self._fidelity.truncate_shortfall_ms
                     )
@@ -1580,14 +1609,27 @@ class RealtimeTestServer:
 
     # ----------------------------------------------------------------- speech timing
 
-    def char_time_ms(self, offset: int) -> float:
-        """When the character at ``offset`` of a reply is spoken, in ms from its start."""
-        return offset / self.chars_per_second * 1000
+    def speech_timeline(self, text: str) -> tuple[list[tuple[float, str]], float]:
+        """When each word of a reply is spoken, and how long the reply lasts.
+
+        A word (with its leading whitespace) lasts ``len(word) / chars_per_second``, scaled
+        by a factor in ``1 ± speaking_rate_variation`` drawn from a generator seeded with
+        the text (the same reply is always spoken the same way).
+
+        Returns:
+            ``([(start_ms, word), ...], total_ms)``.
+        """
+        variation = self.fidelity.speaking_rate_variation
+        rng = random.Random(text)
+        timeline: list[tuple[float, str]] = []
+        spoken_chars = 0.0  # characters at the nominal rate, so 0 variation is exact
+        for _, word in _word_offsets(text):
+            timeline.append((spoken_chars * 1000 / self.chars_per_second, word))
+            factor = 1.0 + variation * rng.uniform(-1.0, 1.0) if variation else 1.0
+            spoken_chars += len(word) * factor
+        return timeline, spoken_chars * 1000 / self.chars_per_second
 
     def heard_prefix(self, text: str, audio_end_ms: int) -> str:
         """The words of a reply whose speech started before ``audio_end_ms``."""
-        return "".join(
-            word
-            for offset, word in _word_offsets(text)
-            if self.char_time_ms(offset) < audio_end_ms
-        )
+        timeline, _ = self.speech_timeline(text)
+        return "".join(word for start_ms, word in timeline if start_ms < audio_end_ms)

@@ -1,10 +1,12 @@
-"""Regenerate the recorded callee lines in ``adapters/sim/audio/`` with espeak-ng and sox.
+"""Regenerate the recorded callee lines with espeak-ng and sox: the demo's (shipped,
+``adapters/sim/audio/``) and the tests' (``tests/support/audio/``).
 
 The WAVs are committed: tests and the demo never run this script, and CI has neither
-espeak-ng nor sox. Run it only after changing :data:`turnfsm.adapters.sim.speech.LINES`::
+espeak-ng nor sox. Run it only after changing :data:`turnfsm.adapters.sim.speech.LINES`
+or :data:`support.lines.TEST_LINES`, from ``tests/``::
 
-    .venv/bin/python -m turnfsm.adapters.sim.make_audio            # every line
-    .venv/bin/python -m turnfsm.adapters.sim.make_audio stop hello # some lines
+    ../.venv/bin/python -m support.make_audio            # every line
+    ../.venv/bin/python -m support.make_audio stop hello # some lines
 
 Each line is spoken by espeak-ng (voice ``en-us``, the line's ``espeak_speed``), trimmed of
 leading and trailing silence and converted to 16 kHz mono 16-bit by sox. A faint,
@@ -24,7 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .speech import LINES, SAMPLE_RATE, SpeechLine
+from turnfsm.adapters.sim.speech import LINES, SAMPLE_RATE, SpeechLine, add_lines
+
+from support.lines import TEST_LINES
 
 NOISE_FLOOR_RMS = 8.0
 """Standard deviation of the added noise floor, in int16 units."""
@@ -82,6 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help="lines to record (default: all)")
     args = parser.parse_args(argv)
+    add_lines(*TEST_LINES)
     names = args.names or sorted(LINES)
     for name in names:
         line = LINES[name]
