@@ -298,7 +298,7 @@ def declare_chart() -> dict[str, Any]:
     session_error = in_call.to(ended, unless="error_is_recoverable", on="note_session_error")
 
     # Realtime models (RealtimeLink): what the model does on its own, and the waits for it.
-    realtime_model_linked = in_call.to(None, cond="not_started", on="note_model_link")
+    realtime_model_linked = in_call.to(None, on="note_model_link")
 
     model_response_created = in_call.to(None, on="note_model_responding")
 

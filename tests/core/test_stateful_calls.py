@@ -127,6 +127,12 @@ VARIANTS: dict[str, tuple[dict[str, object], ...]] = {
     "answering_machine_detected": _variants(result=("human", "machine")),
     "session_error": _variants(message=("boom",), recoverable=(True, False)),
     "agent_speech_interrupted": _variants(**SPEECH),
+    "realtime_model_linked": _variants(
+        replies_to_turns=(False, True), replies_to_tool_output=(False, True)
+    ),
+    "model_reply_started": _variants(
+        **SPEECH, after_tool_output=(False, True), duplicate=(False, True)
+    ),
     "effect_outcome": _variants(
         effect=("interrupt", "start_greeting", "say", "lock_speech"),
         outcome=("done", "refused", "failed"),
