@@ -585,7 +585,7 @@ class RealtimeLink:
             return
         self._saved_turn_detection = current
         self._replies_paused = True
-        self.rt_session.update_options(
+        self.rt_session.update_options(  # type: ignore[call-arg]  # the OpenAI plugin's
             turn_detection=current.model_copy(
                 update={"create_response": False, "interrupt_response": False}
             )
@@ -595,7 +595,8 @@ class RealtimeLink:
         if not self._replies_paused or self.rt_session is None:
             return
         self._replies_paused = False
-        self.rt_session.update_options(turn_detection=self._saved_turn_detection)
+        update = self.rt_session.update_options
+        update(turn_detection=self._saved_turn_detection)  # type: ignore[call-arg]
 
     def _forbid_tools(self, adapter: TurnAdapter, effect: fx.ForbidTools) -> None:
         if self._tools_forbidden or self.rt_session is None:

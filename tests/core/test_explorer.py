@@ -168,7 +168,9 @@ def test_explore_finds_no_violation(
 
 def test_explore_takes_every_realtime_wait(quick_reports: dict[str, ExplorationReport]) -> None:
     """The realtime exploration reaches each wait and each way out of it."""
-    moves = {(event, before) for before, event, _ in quick_reports[next(iter(REALTIME))].transitions}
+    moves = {
+        (event, before) for before, event, _ in quick_reports[next(iter(REALTIME))].transitions
+    }
     for event in ("model_reply_started", "model_response_done", "model_response_created"):
         assert {(event, "greeting"), (event, "speaking")} <= moves, event
     assert ("timer_fired", "greeting") in moves

@@ -802,7 +802,9 @@ async def test_the_trace_shows_the_suppressed_reply_and_the_wait_for_response_do
     assert steps[suppressed][1] == "greeting"
     assert "suppress_reply" in steps[suppressed][2]
     assert "start_timer" in steps[suppressed][2]  # the wait for response.done
-    (timer,) = [e for e in list(controller.trace)[suppressed].effects if isinstance(e, fx.StartTimer)]
+    (timer,) = [
+        e for e in list(controller.trace)[suppressed].effects if isinstance(e, fx.StartTimer)
+    ]
     assert timer.timer == "response_done"
     done = names.index("model_response_done", suppressed)
     assert steps[done][2] == ["cancel_timer", "start_greeting"]
