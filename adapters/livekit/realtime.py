@@ -424,9 +424,9 @@ class RealtimeLink:
             self._truncates[0],
         )
         self._truncates.remove(refused)
-        if self.rt_session is None or audio_ms <= 0:
+        if self.rt_session is None:
             return
-        self.rt_session.truncate(
+        self.rt_session.truncate(  # at 0 ms the plugin deletes the item: nothing is in it
             message_id=str(refused.get("item_id")),
             modalities=["audio", "text"],
             audio_end_ms=audio_ms,

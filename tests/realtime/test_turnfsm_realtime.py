@@ -15,6 +15,7 @@ import re
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -810,3 +811,36 @@ async def test_the_trace_shows_the_suppressed_reply_and_the_wait_for_response_do
     assert steps[done][2] == ["cancel_timer", "start_greeting"]
     assert "start_greeting" not in [e for _, _, effects in steps[:done] for e in effects]
     assert names.index("agent_speech_created", done) > done
+
+
+async def test_a_truncate_past_the_models_audio_is_sent_again_within_it() -> None:
+    """The model's item is shorter than the audio it sent (85 ms on the real service;
+    1.5 s here, so a barge-in hits it): LiveKit's truncate at the played position is
+    refused, and the link cuts the item at the length the model states."""
+    setting = replace(FIDELITY_MATRIX["no-latency"], truncate_shortfall_ms=1500)
+    async with RealtimeTestServer(RealtimeScript(), fidelity=setting) as server:
+        call = Call(server)
+        try:
+            server.script.policy = scripted_model([LONG_ANSWER])
+            session, adapter, controller = await call.start(INBOUND)
+            handle = session.generate_reply(user_input="When are you open?")
+            answer = await call.segment_playing(0)
+            await call.played(answer, 2.5)
+            call.microphone.speak(0.5)
+            await asyncio.wait_for(handle, 10)
+            truncated = await server.wait_for_event(
+                "conversation.item.truncated", direction="sent", timeout=10
+            )
+            refusals = [
+                e
+                for e in server.events_of_type("error", direction="sent")
+                if "already shorter than" in e.payload["error"]["message"]
+            ]
+            truncates = server.events_of_type("conversation.item.truncate")
+        finally:
+            await call.aclose()
+    (refused,) = refusals
+    assert [t.payload["audio_end_ms"] for t in truncates][0] > answer.played * 1000 - 100
+    item_ms = int(re.search(r"of (\d+)ms", refused.payload["error"]["message"]).group(1))
+    assert truncates[-1].payload["audio_end_ms"] == item_ms
+    assert truncated.payload["audio_end_ms"] == item_ms
