@@ -171,7 +171,7 @@ class RealtimeLink:
         self._committed_user_items: set[str] = set()
         self._gate_holds_turns = False
         self._held: dict[str, SpeechHandle] = {}
-        """The model's own replies reported to the machine, until it suppresses one."""
+        """The model's own replies reported to the machine, until they are done."""
         self._suppressed: set[str] = set()
         self._done_speeches: set[str] = set()
         self._responses: dict[str, _ResponseItems] = {}
@@ -291,7 +291,6 @@ class RealtimeLink:
                 duplicate=self._last_input == "tool_output" and self._livekit_continues_tools(),
             )
         )
-        self._held.pop(handle.id, None)
         return handle.id in self._suppressed
 
     def _livekit_continues_tools(self) -> bool:
@@ -317,6 +316,9 @@ class RealtimeLink:
     def _speech_done(self, handle: SpeechHandle) -> None:
         speech_id = handle.id
         self._done_speeches.add(speech_id)
+        self._held.pop(speech_id, None)
+        for request in [r for r in self._requests if r.speech_id == speech_id]:
+            self._requests.remove(request)  # never answered (timed out, or interrupted)
         outcome = self._request_outcomes.pop(speech_id, None)
         if outcome is not None:  # reported before the speech's end reaches the machine
             error = handle.exception()
