@@ -19,6 +19,9 @@ and ``final_wait``)."""
 
 TIMER_NAMES: tuple[TimerName, ...] = get_args(TimerName)
 
+REALTIME_TIMERS: tuple[TimerName, ...] = ("model_reply", "response_done")
+"""The timers of the realtime waits, started only once a realtime model is linked."""
+
 
 @attrs.frozen
 class Effect:

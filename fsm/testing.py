@@ -23,7 +23,7 @@ import attrs
 from . import events as ev
 from .context import TurnContext
 from .controller import TurnController
-from .effects import TIMER_NAMES
+from .effects import REALTIME_TIMERS, TIMER_NAMES
 from .invariants import InvariantViolation, SafetyMonitor
 from .machine import TurnChart, TurnMachine
 from .policy import TurnPolicy
@@ -53,7 +53,10 @@ def event_alphabet() -> tuple[ev.Event, ...]:
         ev.SessionError(at=EARLY, message="boom", recoverable=True),
         ev.SessionError(at=EARLY, message="boom", recoverable=False),
     ]
-    alphabet.extend(ev.TimerFired(at=EARLY, timer=name) for name in TIMER_NAMES)
+    # the realtime waits' timers start only once a realtime model is linked
+    alphabet.extend(
+        ev.TimerFired(at=EARLY, timer=name) for name in TIMER_NAMES if name not in REALTIME_TIMERS
+    )
     alphabet += [
         ev.AgentSpeechStarted(at=EARLY, speech_id="s1"),
         ev.AssistantMessageCommitted(at=EARLY, speech_id="s1", text="hi"),

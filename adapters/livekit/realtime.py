@@ -368,15 +368,22 @@ class RealtimeLink:
         elif kind == "response.output_audio_transcript.delta":
             item = self._items.setdefault(str(event.get("item_id")), _ItemAudio())
             item.transcript += str(event.get("delta") or "")
-        elif kind == "response.output_audio.done":
-            item = self._items.setdefault(str(event.get("item_id")), _ItemAudio())
-            item.audio_done = True
-            if item.transcript and item.audio_seconds > 0:
-                self._chars_per_second = len(item.transcript) / item.audio_seconds
+        elif kind == "response.output_item.done":
+            self._item_done(event.get("item") or {})
         elif kind == "conversation.item.truncated":
             self._answer_truncate(str(event.get("item_id") or ""))
         elif kind == "error":
             self._on_error(event.get("error") or {})
+
+    def _item_done(self, done: dict[str, Any]) -> None:
+        """A message item is whole only when completed: a cancelled one ends with the
+        text that ran ahead of its audio, which would overstate the speaking rate."""
+        item = self._items.get(str(done.get("id")))
+        if item is None or done.get("status") != "completed":
+            return
+        item.audio_done = True
+        if item.transcript and item.audio_seconds > 0:
+            self._chars_per_second = len(item.transcript) / item.audio_seconds
 
     def _answer_request(self, event_id: str | None) -> None:
         """The model created a response: the request it answers is taken."""
