@@ -1,7 +1,9 @@
 """Inbound call with turnfsm: the agent greets first, tool loops are capped.
 
-* The greeting plays locked as soon as the session starts; the caller is heard, and
-  what they say over it is answered as one whole turn afterwards.
+* The greeting plays locked as soon as the session starts; what the caller says over it
+  is held and answered as one whole turn afterwards (``mute_input``: LiveKit's echo
+  cancellation warm-up silences the STT for the first seconds of an inbound call's first
+  speech, so ``keep_listening`` would lose them, and ``attach`` refuses it).
 * A model that keeps calling tools gets exactly ``max_tool_steps`` rounds per turn, then
   one spoken reply without tools (or the fallback line, if it still calls a tool).
 * An interrupted reply is remembered only as far as the caller heard it.
@@ -59,7 +61,7 @@ def build_policy() -> TurnPolicy:
     return TurnPolicy(
         direction="inbound",  # the agent speaks first
         greeting=GREETING,
-        greeting_lock="keep_listening",
+        greeting_lock="mute_input",
         greeting_overlap="answer_whole",
         max_tool_steps=2,
         tool_cap_fallback="Sorry, I couldn't look that up just now. Could you ask me again?",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -17,7 +18,11 @@ of the capped tool step's speech."""
 
 @attrs.define
 class TurnContext:
-    """The call's counters and flags. Owned by the rules; read by the invariants."""
+    """The call's counters and flags. Owned by the rules; read by the invariants.
+
+    Every field holds an immutable value (the sets are frozensets): the rules replace a
+    field, never change it in place, so a shallow :meth:`copy` shares nothing mutable.
+    """
 
     started: bool = False
     """The call is answered (outbound) or the session started (inbound)."""
@@ -115,4 +120,13 @@ class TurnContext:
 
     def snapshot(self) -> tuple[Any, ...]:
         """A hashable copy of every field, for exploration and comparison."""
-        return tuple(getattr(self, field.name) for field in attrs.fields(type(self)))
+        return _field_values(self)  # type: ignore[no-any-return]
+
+    def copy(self) -> TurnContext:
+        """An independent copy (a step's checkpoint, a restore): ~10x cheaper than
+        ``copy.copy`` or ``attrs.evolve``, which the controller would pay on every step."""
+        return TurnContext(*_field_values(self))
+
+
+_field_values = operator.attrgetter(*(field.name for field in attrs.fields(TurnContext)))
+"""Every field's value, in declaration order (the order ``__init__`` takes them)."""

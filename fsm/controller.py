@@ -23,12 +23,10 @@ events over with ``loop.call_soon_threadsafe(adapter.dispatch, event)``).
 
 from __future__ import annotations
 
-import copy
 import functools
 import threading
 from typing import Any
 
-import attrs
 from statemachine import State
 from statemachine.orderedset import OrderedSet
 
@@ -145,7 +143,7 @@ class TurnController:
 
     def snapshot(self) -> tuple[str, TurnContext]:
         """The state and a copy of the context: enough to resume this call's machine."""
-        return self._state, attrs.evolve(self._rules.context)
+        return self._state, self._rules.context.copy()
 
     def restore(self, state: str, context: TurnContext) -> None:
         """Resume from a :meth:`snapshot` (the trace and strict monitor are not rewound).
@@ -158,14 +156,20 @@ class TurnController:
         if not isinstance(state, str) or state not in self._handled:
             raise ValueError(f"state must be one of {sorted(self._handled)}, got {state!r}")
         check_context(context, self.policy)
-        if self._machine.is_terminated:
+        self._resume(state, context.copy())
+
+    def _resume(self, state: str, context: TurnContext) -> None:
+        """Put the machine in ``state`` with ``context`` (taken, not copied), unchecked:
+        for a step's rollback and the explorer, whose configurations this controller
+        made itself; anything from outside goes through :meth:`restore`."""
+        if self._machine.is_terminated and state != "ended":
             # A machine that reached `ended` takes no events. Building a new one costs
             # milliseconds (callback resolution), so the explorer revives the engine,
             # which holds no other state between steps.
             self._machine._engine.running = True
         self._machine.model.state = OrderedSet(_path(self._machine_class, state))
         self._state = state
-        self._rules.context = attrs.evolve(context)
+        self._rules.context = context
 
     def handle(self, event: Event) -> tuple[fx.Effect, ...]:
         """Take one event; return the effects to execute, in order.
@@ -232,23 +236,18 @@ class TurnController:
             raise ConcurrentUseError("TurnController re-entered during a step of handle()")
 
     def _checkpoint(self) -> tuple[Any, ...]:
-        """What a failing step must put back: engine configuration, state, context,
-        the strict monitor's shadow (the trace and sink change last, when nothing can
-        fail any more)."""
+        """What a failing step must put back: state, context, the strict monitor's shadow
+        (the trace and sink change last, when nothing can fail any more). The engine's
+        configuration follows from the state (see :meth:`_resume`)."""
         return (
-            copy.copy(self._machine.model.state),
             self._state,
-            copy.copy(self._rules.context),
-            _copy_monitor(self._monitor) if self._monitor is not None else None,
+            self._rules.context.copy(),
+            self._monitor.copy() if self._monitor is not None else None,
         )
 
     def _roll_back(self, saved: tuple[Any, ...]) -> None:
-        configuration, state, context, monitor = saved
-        if self._machine.is_terminated and state != "ended":
-            self._machine._engine.running = True  # see restore()
-        self._machine.model.state = configuration
-        self._state = state
-        self._rules.context = context
+        state, context, monitor = saved
+        self._resume(state, context)
         self._rules.outbox.clear()
         self._monitor = monitor
 
@@ -294,16 +293,6 @@ def check_context(context: TurnContext, policy: TurnPolicy) -> None:
         speech = getattr(context, name)
         if speech is not None and speech not in context.active_speeches:
             raise ValueError(f"TurnContext.{name} {speech!r} is not an active speech")
-
-
-def _copy_monitor(monitor: SafetyMonitor) -> SafetyMonitor:
-    """A copy that shares no mutable container with ``monitor``."""
-    containers: dict[str, Any] = {
-        field.name: copy.copy(value)
-        for field in attrs.fields(type(monitor))
-        if field.init and isinstance(value := getattr(monitor, field.name), set | dict | list)
-    }
-    return attrs.evolve(monitor, **containers)
 
 
 _HANDLED_CACHE: dict[type[TurnChart], dict[str, frozenset[str]]] = {}

@@ -42,6 +42,10 @@ I10     model_reply_held        a realtime model's own reply before or during th
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Hashable
+from typing import Any
+
 import attrs
 
 from . import effects as fx
@@ -93,6 +97,20 @@ class SafetyMonitor:
     model_replies_paused: bool = False
     tools_forbidden_at_cap: bool = False
     steps: int = 0
+
+    def copy(self) -> SafetyMonitor:
+        """An independent copy (its sets copied): a step's checkpoint, an explorer branch."""
+        values: list[Any] = [
+            value.copy() if type(value) is set else value for value in _monitor_values(self)
+        ]
+        return SafetyMonitor(*values)
+
+    def shadow(self) -> Hashable:
+        """What the monitor knows of the call's effects, hashable: every field but the
+        policy (fixed per call) and the step count."""
+        return tuple(
+            frozenset(value) if type(value) is set else value for value in _shadow_values(self)
+        )
 
     def check(
         self, before: str, event: ev.Event, after: str, effects: tuple[fx.Effect, ...]
@@ -329,3 +347,11 @@ def _has(effects: tuple[fx.Effect, ...], *kinds: type[fx.Effect]) -> bool:
 def _require(condition: bool, invariant: str, message: str) -> None:
     if not condition:
         raise InvariantViolation(invariant, message)
+
+
+_MONITOR_FIELDS = tuple(field.name for field in attrs.fields(SafetyMonitor))
+_monitor_values = operator.attrgetter(*_MONITOR_FIELDS)
+"""Every field's value, in declaration order (the order ``__init__`` takes them)."""
+_shadow_values = operator.attrgetter(
+    *(name for name in _MONITOR_FIELDS if name not in ("policy", "steps"))
+)

@@ -184,6 +184,11 @@ class TurnPolicy:
         """Whether the input is muted during the greeting."""
         return self.greeting_lock == "mute_input"
 
+    @property
+    def can_mute_input(self) -> bool:
+        """Whether the machine may mute (or hold) the caller's audio on this call."""
+        return self.mutes_greeting or self.mute_input_during_tools
+
     def to_dict(self) -> dict[str, Any]:
         """The policy as plain JSON-able data (``TurnPolicy(**d)`` rebuilds it)."""
         return attrs.asdict(self)

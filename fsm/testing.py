@@ -22,7 +22,7 @@ import attrs
 
 from . import events as ev
 from .context import TurnContext
-from .controller import TurnController
+from .controller import TurnController, check_context
 from .effects import REALTIME_TIMERS, TIMER_NAMES
 from .invariants import InvariantViolation, SafetyMonitor
 from .machine import TurnChart, TurnMachine
@@ -175,10 +175,10 @@ def explore(
     moves: set[tuple[str, str, str]] = set()
     if realtime:  # the link is the first event of a realtime call: start after it
         origin = _key(*start)
-        monitor = _copy_monitor(start[2])
+        monitor = start[2].copy()
         effects = controller.handle(REALTIME_LINK)
         monitor.check(start[0], REALTIME_LINK, controller.state, effects)
-        linked = (controller.state, attrs.evolve(controller.context), monitor)
+        linked = (controller.state, controller.context.copy(), monitor)
         moves.add((start[0], REALTIME_LINK.name, linked[0]))
         seen[_key(*linked)] = (origin, REALTIME_LINK)
         queue = deque([linked])
@@ -189,8 +189,10 @@ def explore(
         states.add(state)
         here = _key(state, context, monitor)
         for event in alphabet:
-            controller.restore(state, context)
-            shadow = _copy_monitor(monitor)
+            # resumed unchecked (checked once, when first reached), the context copied: a
+            # step changes it in place
+            controller._resume(state, context.copy())
+            shadow = monitor.copy()
             steps += 1
             try:
                 effects = controller.handle(event)
@@ -203,10 +205,11 @@ def explore(
             after = (controller.state, controller.context, shadow)
             key = _key(*after)
             if key not in seen:
+                check_context(after[1], policy)  # as a restore would, once per configuration
                 seen[key] = (here, event)
                 if len(seen) > max_configurations:
                     raise RuntimeError(f"more than {max_configurations} configurations")
-                queue.append((after[0], attrs.evolve(after[1]), after[2]))
+                queue.append((after[0], after[1].copy(), after[2]))
     return ExplorationReport(
         configurations=len(seen),
         steps=steps,
@@ -227,17 +230,7 @@ def _path_to(
     return tuple(reversed(path))
 
 
-def _copy_monitor(monitor: SafetyMonitor) -> SafetyMonitor:
-    return attrs.evolve(monitor, timers=set(monitor.timers), dropped=set(monitor.dropped))
-
-
 def _key(state: str, context: TurnContext, monitor: SafetyMonitor) -> Hashable:
     if state == "ended":  # nothing is emitted after the end, whatever came before
         return (state,)
-    shadow = attrs.asdict(monitor, recurse=False, filter=lambda a, _: a.name != "steps")
-    frozen = tuple(
-        frozenset(value) if isinstance(value, set) else value
-        for name, value in shadow.items()
-        if name != "policy"
-    )
-    return state, context.snapshot(), frozen
+    return state, context.snapshot(), monitor.shadow()

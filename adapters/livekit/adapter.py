@@ -61,6 +61,8 @@ speech handle done                               ``AgentSpeechEnded`` (played se
                                                  reply in full: the text
                                                  ``TurnAgent.transcription_node`` forwarded,
                                                  also behind a transcript synchronizer)
+``conversation_item_added``, agent handoff     (no event: the held or released user turns
+                                                 are put on the new agent's activity)
 ``tool_execution_updated`` (first call started)  ``ToolStepStarted``
 ``function_tools_executed``                      ``ToolStepFinished``
 timer expiry (``loop.call_later``)               ``TimerFired``
@@ -85,7 +87,7 @@ import threading
 import traceback
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 from livekit.agents import AgentSession, StopResponse, llm, utils
 from livekit.agents.voice import SpeechHandle
@@ -101,7 +103,7 @@ from livekit.agents.voice.events import (
     UserStateChangedEvent,
 )
 
-from turnfsm import TurnController
+from turnfsm import TurnController, TurnPolicy
 from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.controller import ConcurrentUseError
@@ -143,11 +145,42 @@ def attach(
     policy's cap is reached. At the policy's value it stays one round behind the
     machine's cap, as a safety net.
     """
+    refuse_unsafe_settings(session, controller.policy)
     adapter = TurnAdapter(session, controller, end_call=end_call, strict=strict)
     adapter.subscribe()
     options = session.options
     options.max_tool_steps = max(options.max_tool_steps, controller.policy.max_tool_steps)
     return adapter
+
+
+def refuse_unsafe_settings(session: AgentSession, policy: TurnPolicy) -> None:
+    """Refuse a LiveKit setting under which a guarantee of ``policy`` cannot hold.
+
+    An AEC warm-up (``aec_warmup_duration``) feeds silence to the STT for the first
+    seconds of the agent's first speech — the greeting. With ``keep_listening`` +
+    ``answer_whole`` the overlap is to be answered whole after the greeting; its first
+    seconds would be missing (a fragment answered). LiveKit keeps its default warm-up
+    (3 s) on every call but an outbound SIP one (turned off when the callee joins): it is
+    refused when set explicitly, and for inbound calls unless turned off.
+
+    Raises:
+        ValueError: naming the setting and what to change.
+    """
+    warmup = session.options.aec_warmup_duration
+    explicit = getattr(session, "_aec_warmup_duration_explicit", False)
+    hears_overlap = (
+        policy.has_greeting
+        and policy.greeting_lock == "keep_listening"
+        and policy.greeting_overlap == "answer_whole"
+    )
+    if hears_overlap and warmup and (explicit or policy.direction == "inbound"):
+        raise ValueError(
+            f"AgentSession(aec_warmup_duration={warmup}) silences the STT during the "
+            "greeting, so speech over it cannot be answered whole "
+            "(greeting_lock='keep_listening', greeting_overlap='answer_whole'): set "
+            "aec_warmup_duration=None, or greeting_lock='mute_input' (the overlap is held "
+            "and replayed after the greeting)"
+        )
 
 
 def adapter_for(session: AgentSession) -> TurnAdapter | None:
@@ -170,9 +203,17 @@ class TurnAdapter:
         self.controller = controller
         self.end_call = end_call
         self.gate: InputGate | None = None
+        """In front of ``session.input.audio`` only under a policy that can mute or hold
+        the caller's audio (otherwise the session's input is left as it is)."""
         self.meter: PlayoutMeter | None = None
-        self.agent_hooks_active = False
-        """The running agent is a :class:`~.agent.TurnAgent` (turn commits come from its hook)."""
+        self.audio_output: Any = None
+        """``session.output.audio`` as the session had it before the meter went in front
+        of it (e.g. RoomIO's transcript synchronizer), also ``meter.next_in_chain``."""
+        self.transcript_final = False
+        """A final transcript arrived since the caller last started speaking: the STT is
+        done with what was said (``commit_user_turn`` need not wait for another)."""
+        self._reported_turn: str | None = None
+        """The last user message reported by the agent hook (reported once)."""
         self.speeches: dict[str, SpeechHandle] = {}
         self.assistant_messages: dict[str, llm.ChatMessage] = {}
         self.forwarded_texts: dict[str, str] = {}
@@ -261,6 +302,23 @@ class TurnAdapter:
         self._tasks.clear()
         if _ADAPTERS.get(self.session) is self:
             del _ADAPTERS[self.session]
+
+    @property
+    def agent_hooks_active(self) -> bool:
+        """The running agent is a :class:`~.agent.TurnAgent` (turn commits come from its
+        hook); read per event, as a handoff may change the agent at any time."""
+        try:
+            agent = self.session.current_agent
+        except RuntimeError:  # not started
+            return False
+        return bool(getattr(agent, "turnfsm_hooks", False))
+
+    def before_greeting(self) -> bool:
+        """No greeting was started yet where the machine waits to greet (a reply made now
+        would talk before the callee was greeted: the machine stops it)."""
+        return self.controller.state in ("ringing", "awaiting_user") and (
+            self.controller.policy.has_greeting
+        )
 
     def now(self) -> float:
         """Seconds since the adapter started: the time stamped on every event."""
@@ -452,23 +510,22 @@ class TurnAdapter:
             self._install_audio_links()
             self.dispatch(ev.SessionStarted(at=self.now()))
         if event.new_state == "speaking" and (speech := self.session.current_speech):
-            if self.greeting_outcome is not None and self.pending_greeting is not None:
-                # another reply plays: the greeting is not coming from it
-                self.pending_greeting = None
-                self.greeting_outcome.speech_id = speech.id  # the speech that played instead
-                self.greeting_outcome.resolve("refused", "another reply played first")
-                self.greeting_outcome = None
+            # another reply plays: the greeting is not coming from it
+            self.greeting_not_coming("another reply played first", speech.id)
             self.dispatch(ev.AgentSpeechStarted(at=self.now(), speech_id=speech.id))
 
     def _install_audio_links(self) -> None:
         session = self.session
-        self.agent_hooks_active = getattr(session.current_agent, "turnfsm_hooks", False)
         if self.realtime is not None:  # realtime: subscribe to the model's session
             self.realtime.bind()
-        if session.input.audio is not None and self.gate is None:
+        # the gate only where the machine may mute or hold audio (realtime server turns
+        # are held at the gate): any other input stays the session's own object
+        gated = self.controller.policy.can_mute_input or self.realtime is not None
+        if session.input.audio is not None and self.gate is None and gated:
             self.gate = InputGate(session.input.audio)
             session.input.audio = self.gate
         if session.output.audio is not None and self.meter is None:
+            self.audio_output = session.output.audio
             self.meter = PlayoutMeter(
                 session.output.audio,
                 on_segment_start=self._on_segment_start,
@@ -492,17 +549,23 @@ class TurnAdapter:
 
     def _on_user_state_changed(self, event: UserStateChangedEvent) -> None:
         if event.new_state == "speaking":
+            self.transcript_final = False
             self.dispatch(ev.UserSpeechStarted(at=self.now()))
         elif event.old_state == "speaking":
             self.dispatch(ev.UserSpeechEnded(at=self.now()))
 
     def _on_user_input_transcribed(self, event: UserInputTranscribedEvent) -> None:
+        if event.is_final:
+            self.transcript_final = True
         self.dispatch(
             ev.UserTranscript(at=self.now(), text=event.transcript, is_final=event.is_final)
         )
 
     def _on_conversation_item_added(self, event: ConversationItemAddedEvent) -> None:
         item = event.item
+        if isinstance(item, llm.AgentHandoff):
+            self._agent_handed_over()
+            return
         if not isinstance(item, llm.ChatMessage):
             return
         if item.role == "user" and self.realtime is not None and self.realtime.owns_user_turns:
@@ -528,6 +591,19 @@ class TurnAdapter:
                     interrupted=item.interrupted,
                 )
             )
+
+    def _agent_handed_over(self) -> None:
+        """A handoff made a new agent current (LiveKit reports it before starting it).
+
+        LiveKit built the new agent's activity when the handoff began, with the turn
+        detection of that moment: user turns held or released since then (the greeting
+        started or ended while the old agent drained) would not hold for the new agent,
+        which then never commits a turn. The session's setting is put on it again. An
+        agent with its own ``turn_detection`` keeps it.
+        """
+        agent = self.session.current_agent
+        if not utils.is_given(agent.turn_detection):
+            self.session.update_options(turn_detection=self.session.turn_detection)
 
     def _restore_full_text(self, speech_id: str, item: llm.ChatMessage) -> None:
         """Commit an interrupted reply in full, whatever the output chain.
@@ -558,7 +634,7 @@ class TurnAdapter:
         self.interruptions.watch(handle)
         if self._outcome is not None and self._outcome.speech_id is None:
             self._outcome.speech_id = handle.id  # the speech this lever created
-        source = "say" if event.source == "say" else "reply"
+        source: Literal["say", "reply"] = "say" if event.source == "say" else "reply"
         self.dispatch(ev.AgentSpeechCreated(at=self.now(), speech_id=handle.id, source=source))
 
     def _on_speech_done(self, handle: SpeechHandle) -> None:
@@ -635,6 +711,9 @@ class TurnAdapter:
                 tool step (:class:`~.interruption.ToolStepMinWords`): no reply, not in
                 the history.
         """
+        if message.id == self._reported_turn:
+            return  # reported by the wrapper of an agent's own hook, which calls super()
+        self._reported_turn = message.id
         if self.tool_step_min_words.is_backchannel(message.text_content or ""):
             logger.debug("turnfsm: a turn under min_words during a tool step: no turn")
             raise StopResponse()
@@ -646,6 +725,15 @@ class TurnAdapter:
         if message.id in self.rejected_turns:
             self.rejected_turns.discard(message.id)
             raise StopResponse()
+
+    def greeting_not_coming(self, reason: str, speech_id: str | None = None) -> None:
+        """The reply that was to be the greeting will not say it: its start is refused
+        (the machine then says it with ``session.say``, locked)."""
+        if self.greeting_outcome is None or self.pending_greeting is None:
+            return
+        outcome, self.greeting_outcome, self.pending_greeting = self.greeting_outcome, None, None
+        outcome.speech_id = speech_id  # the speech that played instead, if any
+        self._guarded("greeting outcome", lambda _: outcome.resolve("refused", reason))(None)
 
     def take_greeting(self) -> fx.StartGreeting | None:
         """The greeting that the reply being generated must be, if any (taken once)."""

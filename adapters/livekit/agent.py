@@ -15,15 +15,23 @@ Use it as the base of your agent, or mix it in before ``Agent``::
     class Assistant(TurnAgent):
         def __init__(self) -> None:
             super().__init__(instructions="You are a helpful assistant.")
+
+A subclass may override ``llm_node`` or ``on_user_turn_completed`` and not call
+``super()``: the turnfsm part runs first anyway (:meth:`TurnAgent.__init_subclass__`
+wraps the override), so the greeting still replaces the reply to the first words and a
+rejected turn is still refused before the override runs. Before the callee was greeted
+no reply reaches the model (a preemptive reply to "Hello?", a reply asked for in
+``on_enter``): its ``llm_node`` yields nothing, and the adapter interrupts it.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any
 
-from livekit.agents import Agent, llm
+from livekit.agents import Agent, StopResponse, llm
 from livekit.agents.types import TimedString
 from livekit.agents.voice.agent import ModelSettings
 
@@ -36,12 +44,20 @@ class TurnAgent(Agent):
     turnfsm_hooks = True
     """Tells the adapter that user turns are reported by :meth:`on_user_turn_completed`."""
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Keep the turnfsm hooks in front of a subclass's own ``llm_node`` and
+        ``on_user_turn_completed``, whether or not they call ``super()``."""
+        super().__init_subclass__(**kwargs)
+        if "llm_node" in cls.__dict__:
+            cls.llm_node = _greeting_first(cls.__dict__["llm_node"])  # type: ignore[method-assign]
+        if "on_user_turn_completed" in cls.__dict__:
+            own = cls.__dict__["on_user_turn_completed"]
+            cls.on_user_turn_completed = _turn_reported_first(own)  # type: ignore[method-assign]
+
     async def on_user_turn_completed(
         self, turn_ctx: llm.ChatContext, new_message: llm.ChatMessage
     ) -> None:
-        adapter = adapter_for(self.session)
-        if adapter is not None:
-            adapter.user_turn_completed(new_message)
+        _report_turn(self, new_message)
         await super().on_user_turn_completed(turn_ctx, new_message)
 
     def llm_node(
@@ -50,15 +66,10 @@ class TurnAgent(Agent):
         tools: list[llm.Tool],
         model_settings: ModelSettings,
     ) -> Any:
-        adapter = adapter_for(self.session)
-        greeting = adapter.take_greeting() if adapter is not None else None
-        if greeting is None:
-            return super().llm_node(chat_ctx, tools, model_settings)
-        if greeting.text is not None:
-            return _text_stream(greeting.text)
-        context = chat_ctx.copy()
-        context.add_message(role="system", content=greeting.instructions or "")
-        return super().llm_node(context, [], model_settings)
+        node = _turnfsm_node(self, chat_ctx, model_settings)
+        if node is not None:
+            return node
+        return super().llm_node(chat_ctx, tools, model_settings)
 
     def transcription_node(
         self, text: AsyncIterable[str | TimedString], model_settings: ModelSettings
@@ -69,6 +80,62 @@ class TurnAgent(Agent):
         if adapter is None or speech is None:
             return node
         return _reported(adapter, speech.id, node)
+
+
+def _report_turn(agent: Agent, message: llm.ChatMessage) -> None:
+    adapter = adapter_for(agent.session)
+    if adapter is not None:
+        adapter.user_turn_completed(message)
+
+
+def _turnfsm_node(
+    agent: Agent, chat_ctx: llm.ChatContext, model_settings: ModelSettings
+) -> Any | None:
+    """The reply turnfsm makes of this generation, or ``None`` to let the agent's own run:
+    the greeting when the machine wants it said now, and no reply at all before the
+    callee was greeted (the adapter interrupts it; the model is not asked)."""
+    adapter = adapter_for(agent.session)
+    if adapter is None:
+        return None
+    greeting = adapter.take_greeting()
+    if greeting is None:
+        return _no_reply() if adapter.before_greeting() else None
+    if greeting.text is not None:
+        return _text_stream(greeting.text)
+    context = chat_ctx.copy()
+    context.add_message(role="system", content=greeting.instructions or "")
+    return Agent.default.llm_node(agent, context, [], model_settings)
+
+
+def _greeting_first(own: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(own)
+    def llm_node(
+        self: Agent,
+        chat_ctx: llm.ChatContext,
+        tools: list[llm.Tool],
+        model_settings: ModelSettings,
+    ) -> Any:
+        node = _turnfsm_node(self, chat_ctx, model_settings)
+        return node if node is not None else own(self, chat_ctx, tools, model_settings)
+
+    return llm_node
+
+
+def _turn_reported_first(own: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(own)
+    async def on_user_turn_completed(
+        self: Agent, turn_ctx: llm.ChatContext, new_message: llm.ChatMessage
+    ) -> None:
+        _report_turn(self, new_message)  # a second report (super()) is ignored
+        try:
+            await own(self, turn_ctx, new_message)
+        except StopResponse:
+            # no reply will come to say a greeting that was to answer this turn
+            if (adapter := adapter_for(self.session)) is not None:
+                adapter.greeting_not_coming("the agent's on_user_turn_completed stopped it")
+            raise
+
+    return on_user_turn_completed
 
 
 async def _reported(
@@ -84,3 +151,8 @@ async def _reported(
 
 async def _text_stream(text: str) -> AsyncIterator[str]:
     yield text
+
+
+async def _no_reply() -> AsyncIterator[str]:
+    return
+    yield  # an async generator that yields nothing

@@ -17,15 +17,19 @@ LockSpeech               ``speech_handle.allow_interruptions = False``; refused 
                          speech is interrupted
 StartGreeting            the reply to the callee's turn becomes the greeting
                          (``TurnAgent.llm_node``; done when it takes it, refused if another
-                         reply starts playing first), else ``session.say(...,
+                         reply starts playing first; a preemptive reply LiveKit prepared
+                         is dropped first with ``session.interrupt()``), else ``session.say(...,
                          allow_interruptions=False)`` / ``generate_reply(instructions=)``
 HoldUserTurns            ``session.update_options(turn_detection="manual")`` and
                          ``interruption["discard_audio_if_uninterruptible"] = False`` so
                          STT hears the overlap
 ResumeUserTurns          previous turn detection and discard setting restored;
-                         ``session.commit_user_turn()`` when ``commit_pending``
+                         ``session.commit_user_turn()`` when ``commit_pending`` (no wait
+                         for a final transcript when the held speech's is in)
 Interrupt                ``session.interrupt(force=...)``; refused when the current speech
-                         does not allow interruptions (LiveKit raises)
+                         does not allow interruptions (LiveKit raises). Forced, also
+                         ``speech_handle.interrupt(force=True)`` on every speech not
+                         scheduled yet (it is created before LiveKit schedules it)
 DropUnspokenText         the committed assistant message edited in place to the spoken
                          prefix, or emptied and removed (``agent.update_chat_ctx``,
                          ``session.history.remove``)
@@ -109,6 +113,7 @@ def lock_speech(adapter: TurnAdapter, effect: fx.LockSpeech) -> None:
 
 def start_greeting(adapter: TurnAdapter, effect: fx.StartGreeting) -> None:
     if effect.in_reply_to is not None and adapter.agent_hooks_active:
+        discard_preemptive_reply(adapter)
         adapter.pending_greeting = effect
         # done when TurnAgent.llm_node takes it; refused if another reply plays first
         adapter.greeting_outcome = adapter.defer_outcome()
@@ -117,7 +122,23 @@ def start_greeting(adapter: TurnAdapter, effect: fx.StartGreeting) -> None:
     if effect.text is not None:
         session.say(effect.text, allow_interruptions=False)
     else:
-        session.generate_reply(instructions=effect.instructions, allow_interruptions=False)
+        session.generate_reply(instructions=effect.instructions or "", allow_interruptions=False)
+
+
+def discard_preemptive_reply(adapter: TurnAdapter) -> None:
+    """Drop the reply LiveKit prepared before the turn ended (``preemptive_generation``,
+    on by default), so the reply it generates now runs ``TurnAgent.llm_node`` and is
+    the greeting.
+
+    LiveKit reuses a preemptive reply whose ``llm_node`` already ran; the ``Interrupt``
+    that the machine emitted at its ``speech_created`` reached nothing, because LiveKit
+    registers it as the preemptive generation only after that event. Here, inside
+    ``on_user_turn_completed``, it is registered, and ``session.interrupt()`` is the
+    public call that cancels it (nothing else plays before the greeting: I8).
+    """
+    session = adapter.session
+    if session.current_speech is None:
+        adapter.track(session.interrupt(), "interrupt (preemptive reply)")
 
 
 def hold_user_turns(adapter: TurnAdapter, effect: fx.HoldUserTurns) -> None:
@@ -139,7 +160,11 @@ def resume_user_turns(adapter: TurnAdapter, effect: fx.ResumeUserTurns) -> None:
         session.options.interruption["discard_audio_if_uninterruptible"] = discard
         session.update_options(turn_detection=turn_detection)
     if effect.commit_pending:
-        adapter.track(session.commit_user_turn(), "commit_user_turn")
+        # the caller is silent (the machine commits only a finished overlap): when its
+        # final transcript is in, LiveKit need not wait for one more, which never comes
+        # once the last final is older than 0.5 s (its default wait: 2 s)
+        wait = 0.0 if adapter.transcript_final else 2.0
+        adapter.track(session.commit_user_turn(transcript_timeout=wait), "commit_user_turn")
 
 
 def interrupt(adapter: TurnAdapter, effect: fx.Interrupt) -> None:
@@ -152,6 +177,22 @@ def interrupt(adapter: TurnAdapter, effect: fx.Interrupt) -> None:
             raise  # not LiveKit's refusal (e.g. the session is not running)
         raise EffectRefused("the current speech does not allow interruptions") from error
     adapter.track(done, "interrupt")
+    if effect.force:
+        interrupt_unscheduled_speeches(adapter)
+
+
+def interrupt_unscheduled_speeches(adapter: TurnAdapter) -> None:
+    """Interrupt the speeches ``session.interrupt()`` cannot reach yet.
+
+    LiveKit emits ``speech_created`` before it schedules the speech (``say``,
+    ``generate_reply`` — e.g. from an agent's ``on_enter`` — and a preemptive reply), so
+    an interrupt in that handler finds neither a current nor a queued speech: the speech
+    would play once scheduled. Its handle is interrupted instead; LiveKit then never
+    plays it.
+    """
+    for handle in list(adapter.speeches.values()):
+        if not handle.done() and not handle.interrupted:
+            handle.interrupt(force=True)
 
 
 def drop_unspoken_text(adapter: TurnAdapter, effect: fx.DropUnspokenText) -> None:
@@ -178,27 +219,24 @@ def heard_text(adapter: TurnAdapter, effect: fx.DropUnspokenText, message: llm.C
     """The heard part of ``message``.
 
     First the text the TTS placed in the played audio (its timed transcripts, cut at the
-    sink's playback position), then the synchronizer's transcript, then the share of the
-    text that the played share of the segment's audio covers (its whole length estimated
-    when the reply was cut before all of it was pushed). The timed text goes first
-    because it hangs on the playback position itself: a ``TranscriptSynchronizer``
-    releases text on its own clock and falls behind the audio when the event loop is busy
-    (seen: 3 words committed for 5 played).
+    sink's playback position), else the share of the text that the played share of the
+    segment's audio covers (its whole length estimated when the reply was cut before all
+    of it was pushed). Both hang on the playback position itself. A
+    ``TranscriptSynchronizer``'s transcript is never trusted: it releases text on its own
+    clock, falls behind the audio when the event loop is busy (seen: 3 words committed
+    for 5 played) and runs ahead of it while LiveKit pauses the audio for a possible
+    false interruption (seen: 170 characters for 161 played).
     """
     segment = adapter.last_segment.get(effect.speech_id)
-    if segment is not None and segment.timed_text:
+    if segment is None:
+        return ""
+    if segment.timed_text:
         return spoken_prefix_timed(
             segment.timed_text,
             segment.played_seconds,
             segment.pushed_seconds,
             complete=segment.complete,
         )
-    if segment is not None and segment.synchronized_transcript is not None:
-        return segment.synchronized_transcript
-    if effect.played_text is not None:
-        return effect.played_text
-    if segment is None:
-        return ""
     text = message.text_content or ""
     length = audio_seconds(text, segment.pushed_seconds, complete=segment.complete)
     return spoken_prefix(text, segment.played_seconds, length)

@@ -110,6 +110,8 @@ class OutcomeMonitor:
         self._overlap_texts: list[str] = []
         self._held_audio_replayed = True
         self._judged_turn: ev.UserTurnCommitted | None = None
+        self._said_speeches: set[str] = set()
+        """``session.say`` speeches (the policy's own texts: no reply to a turn)."""
         # O4: each speech's committed text before any drop
         self._full_texts: dict[str, str] = {}
         # O5: tool rounds LiveKit ran since the last user turn
@@ -230,11 +232,15 @@ class OutcomeMonitor:
         elif isinstance(event, ev.UserTurnCommitted) and before not in PRE_GREETING_STATES:
             rejected = any(isinstance(e, fx.RejectUserTurn) for e in effects)
             self._judged_turn = None if rejected else event
+        elif isinstance(event, ev.AgentSpeechCreated) and event.source == "say":
+            self._said_speeches.add(event.speech_id)
         elif (
-            isinstance(event, ev.AgentSpeechCreated)
-            and event.source != "say"
+            isinstance(event, ev.AgentSpeechStarted)
+            and event.speech_id not in self._said_speeches
             and self._judged_turn is not None
         ):
+            # judged when its audio starts: a preemptive reply is created before the turn
+            # it answers is committed (and replies to fragments are discarded unplayed)
             self._judge_reply(self._judged_turn, answer_whole)
             self._judged_turn = None
 

@@ -9,7 +9,7 @@ call is answered only when the status becomes ``active``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from turnfsm import events as ev
 
@@ -90,7 +90,7 @@ def watch_amd(adapter: TurnAdapter, detector: Any) -> Callable[[], None]:
 
     def on_prediction(prediction: Any) -> None:
         if prediction.is_human or prediction.is_machine:
-            result = "human" if prediction.is_human else "machine"
+            result: Literal["human", "machine"] = "human" if prediction.is_human else "machine"
             adapter.dispatch(ev.AnsweringMachineDetected(at=adapter.now(), result=result))
 
     detector.on("amd_prediction", on_prediction)

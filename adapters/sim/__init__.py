@@ -20,7 +20,13 @@ from .models import (
     ScriptedTTS,
     Transcript,
 )
-from .session import DEFAULT_TURN_HANDLING, RecordedEvent, SimulatedCall, load_silero_vad
+from .session import (
+    DEFAULT_TURN_HANDLING,
+    LIVEKIT_DEFAULT_TURN_HANDLING,
+    RecordedEvent,
+    SimulatedCall,
+    load_silero_vad,
+)
 from .speech import (
     LINES,
     CallScript,
@@ -35,6 +41,7 @@ from .speech import (
 
 __all__ = [
     "DEFAULT_TURN_HANDLING",
+    "LIVEKIT_DEFAULT_TURN_HANDLING",
     "LINES",
     "CallScript",
     "DeliveredFrame",

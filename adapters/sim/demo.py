@@ -5,7 +5,10 @@ LLM, STT and TTS are scripted. turnfsm is attached exactly as in production. The
 prints every state change as it happens, then writes the call's trace (JSON lines), its
 timeline (SVG) and the machine's diagram with the call overlaid into an output folder.
 
-Run ``python -m turnfsm.adapters.sim.demo --scenario NAME [--out DIR]``; scenarios:
+Run ``python -m turnfsm.adapters.sim.demo --scenario NAME [--out DIR] [--settings ROW]``;
+the call runs under LiveKit's default turn handling with a transcript synchronizer
+(``--settings livekit-defaults``, the default) or the simulation's (``--settings sim``:
+no preemptive generation, VAD interruption mode, no synchronizer). Scenarios:
 
 * ``greeting_barge_in`` (default): the callee says "Hello?", the locked greeting starts
   and the callee talks over it; the greeting plays whole and the overlap is answered as
@@ -24,7 +27,7 @@ import logging
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +42,9 @@ from ..livekit import TurnAdapter, TurnAgent, attach
 from .models import ScriptedLLM
 from .session import SimulatedCall
 from .speech import CallScript, UserLine
+
+SETTINGS = ("livekit-defaults", "sim")
+"""The LiveKit settings a demo call can run under (LiveKit's own first)."""
 
 GREETING = "Hi, this is Ada from Acme Dental, calling about your appointment tomorrow."
 
@@ -109,22 +115,35 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
-async def run_scenario(name: str, out: Path, *, echo: Callable[[str], None] = print) -> Path:
+async def run_scenario(
+    name: str,
+    out: Path,
+    *,
+    settings: str = "livekit-defaults",
+    echo: Callable[[str], None] = print,
+) -> Path:
     """Run scenario ``name``; write ``call.jsonl``, ``timeline.svg`` and the diagram to ``out``.
+
+    ``settings`` is one of :data:`SETTINGS`.
 
     Returns:
         The trace file.
     """
     scenario = SCENARIOS[name]
+    if settings not in SETTINGS:
+        raise ValueError(f"settings must be one of {SETTINGS}, got {settings!r}")
+    livekit_defaults = settings == "livekit-defaults"
     controller = TurnController(scenario.policy, strict=True, keep_text=True)
     adapters: list[TurnAdapter] = []
     call = SimulatedCall(
         CallScript(list(scenario.lines)),
         agent=DemoAgent(),
         llm=scenario.llm(),
+        livekit_defaults=livekit_defaults,
+        transcript_sync=livekit_defaults,
         before_start=lambda session: adapters.append(attach(session, controller)),
     )
-    echo(f"turnfsm demo: {name} — {scenario.description}")
+    echo(f"turnfsm demo: {name} — {scenario.description} (LiveKit settings: {settings})")
     echo("  time  event                        state")
     printed = 0
     async with call:
@@ -149,7 +168,7 @@ async def run_scenario(name: str, out: Path, *, echo: Callable[[str], None] = pr
     return _write_outputs(controller, out, echo)
 
 
-def _echo_steps(steps: list[TraceStep], printed: int, echo: Callable[[str], None]) -> int:
+def _echo_steps(steps: Sequence[TraceStep], printed: int, echo: Callable[[str], None]) -> int:
     for step in steps[printed:]:
         moved = f"{step.before} → {step.after}" if step.before != step.after else step.after
         effects = ", ".join(effect.name for effect in step.effects)
@@ -192,10 +211,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="turnfsm-demo", description=__doc__.split("\n")[0])
     parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="greeting_barge_in")
     parser.add_argument("--out", type=Path, default=Path("demo-output"))
+    parser.add_argument("--settings", choices=SETTINGS, default="livekit-defaults")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     started = time.monotonic()
-    asyncio.run(run_scenario(args.scenario, args.out))
+    asyncio.run(run_scenario(args.scenario, args.out, settings=args.settings))
     print(f"done in {time.monotonic() - started:.1f} s")
     return 0
 

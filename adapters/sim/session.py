@@ -28,7 +28,13 @@ from .io import PacedAudioOutput, RecordingTextOutput, ScriptedAudioInput
 from .models import ScriptedLLM, ScriptedSTT, ScriptedTTS
 from .speech import CallScript, SpeechLedger, UserLine
 
-__all__ = ["DEFAULT_TURN_HANDLING", "RecordedEvent", "SimulatedCall", "load_silero_vad"]
+__all__ = [
+    "DEFAULT_TURN_HANDLING",
+    "LIVEKIT_DEFAULT_TURN_HANDLING",
+    "RecordedEvent",
+    "SimulatedCall",
+    "load_silero_vad",
+]
 
 DEFAULT_TURN_HANDLING: TurnHandlingOptions = {
     "turn_detection": "vad",
@@ -36,6 +42,12 @@ DEFAULT_TURN_HANDLING: TurnHandlingOptions = {
     "preemptive_generation": {"enabled": False},
 }
 """Turn handling of a simulated call: local VAD turns and barge-in, no preemptive replies."""
+
+LIVEKIT_DEFAULT_TURN_HANDLING: TurnHandlingOptions = {"turn_detection": "vad"}
+"""LiveKit 1.8.9's own turn handling, offline: preemptive generation on, interruption and
+false-interruption settings at their defaults (``mode`` left to LiveKit). Only the turn
+detector differs: LiveKit's default, ``inference.TurnDetector()``, is a LiveKit Cloud
+model; VAD endpointing (LiveKit's own fallback without it) stands in."""
 
 RECORDED_EVENTS: tuple[EventTypes, ...] = (
     "user_state_changed",
@@ -78,12 +90,16 @@ class RecordedEvent:
     event: Any
 
 
-def _merge_turn_handling(overrides: TurnHandlingOptions | None) -> TurnHandlingOptions:
-    merged: dict[str, Any] = dict(DEFAULT_TURN_HANDLING)
+def _merge_turn_handling(
+    base: TurnHandlingOptions, overrides: TurnHandlingOptions | None
+) -> TurnHandlingOptions:
+    merged: dict[str, Any] = dict(base)
     for key, value in (overrides or {}).items():
-        base = merged.get(key)
+        current = merged.get(key)
         merged[key] = (
-            {**base, **value} if isinstance(base, dict) and isinstance(value, dict) else value
+            {**current, **value}
+            if isinstance(current, dict) and isinstance(value, dict)
+            else value
         )
     return merged  # type: ignore[return-value]
 
@@ -105,7 +121,10 @@ class SimulatedCall:
         tts: The TTS; a default :class:`ScriptedTTS` when omitted.
         final_lag: ``final_lag`` of the default STT, in seconds.
         frame_duration: Audio input frame length (0.01 or 0.02 s).
-        turn_handling: Overrides of :data:`DEFAULT_TURN_HANDLING` (merged per key).
+        turn_handling: Overrides of :data:`DEFAULT_TURN_HANDLING` (merged per key), or of
+            :data:`LIVEKIT_DEFAULT_TURN_HANDLING` with ``livekit_defaults``.
+        livekit_defaults: Run under LiveKit's own turn handling
+            (:data:`LIVEKIT_DEFAULT_TURN_HANDLING`) instead of the simulation's.
         vad: The VAD; :func:`load_silero_vad` when omitted.
         text_output: Also attach a :class:`RecordingTextOutput` as transcription sink.
         transcript_sync: Put a LiveKit ``TranscriptSynchronizer`` in front of the audio
@@ -145,6 +164,7 @@ class SimulatedCall:
         final_lag: float = 0.1,
         frame_duration: float = 0.02,
         turn_handling: TurnHandlingOptions | None = None,
+        livekit_defaults: bool = False,
         vad: vad.VAD | None = None,
         text_output: bool = False,
         transcript_sync: bool = False,
@@ -165,8 +185,10 @@ class SimulatedCall:
         self.agent = agent if agent is not None else Agent(instructions="You are on a call.")
         self.events: list[RecordedEvent] = []
         self._vad = vad
-        self._turn_handling = _merge_turn_handling(turn_handling)
+        base = LIVEKIT_DEFAULT_TURN_HANDLING if livekit_defaults else DEFAULT_TURN_HANDLING
+        self._turn_handling = _merge_turn_handling(base, turn_handling)
         self._session_options = {
+            "aec_warmup_duration": None,
             "session_close_transcript_timeout": self.stt.final_lag + 0.3,
             **(session_options or {}),
         }
@@ -193,7 +215,6 @@ class SimulatedCall:
             stt=self.stt,
             tts=self.tts,
             vad=self._vad if self._vad is not None else load_silero_vad(),
-            aec_warmup_duration=None,
             turn_handling=self._turn_handling,
             **self._session_options,
         )

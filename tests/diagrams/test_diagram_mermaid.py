@@ -5,11 +5,8 @@ from __future__ import annotations
 import inspect
 import os
 import re
-import shutil
 import subprocess
 import sys
-
-import pytest
 
 from turnfsm.cli import PRESETS
 from turnfsm.diagram import (
@@ -24,6 +21,8 @@ from turnfsm.diagram import (
 from turnfsm.machine import LOCKED_STATES, TurnMachine, declared_moves
 from turnfsm.policy import TurnPolicy
 from turnfsm.rules import TurnRules
+
+from support.debian import debian_program
 
 
 def _edge_lines(text: str, source: str, target: str) -> str:
@@ -129,10 +128,9 @@ def test_policy_guards_read_the_policy_only() -> None:
         assert list(inspect.signature(getattr(TurnRules, name)).parameters) == ["self"], name
 
 
-@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz dot is not installed")
 def test_dot_text_is_valid_graphviz() -> None:
     result = subprocess.run(
-        ["dot", "-Tsvg"],
+        [debian_program("dot", "graphviz"), "-Tsvg"],
         input=to_dot(build_diagram(policy=PRESETS["outbound"])).encode(),
         capture_output=True,
         timeout=60,

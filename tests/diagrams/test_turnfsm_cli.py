@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ from turnfsm import TurnController, TurnPolicy
 from turnfsm import events as ev
 from turnfsm.cli import MISSING_DOT, main
 
-HAS_DOT = shutil.which("dot") is not None
+from support.debian import debian_program
 
 
 @pytest.fixture
@@ -129,7 +128,7 @@ def test_diagrams_writes_text_without_dot_and_check_detects_edits(
     assert "outbound.mmd differs from the machine: run `make diagrams`" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(not HAS_DOT, reason="Graphviz dot is not installed")
 def test_svg_with_dot(tmp_path: Path) -> None:
+    debian_program("dot", "graphviz")
     assert main(["diagram", "--policy", "outbound", "-o", str(tmp_path / "machine.svg")]) == 0
     assert "<svg" in (tmp_path / "machine.svg").read_text()

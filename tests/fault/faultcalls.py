@@ -139,7 +139,8 @@ class FaultCall:
         problems = []
         gate = self.adapter.gate
         if gate is None:
-            problems.append("no input gate was installed")
+            if self.controller.policy.can_mute_input:
+                problems.append("no input gate was installed")
         elif gate.muted:
             problems.append("input gate still muted")
         if self.adapter.held_turn_settings is not None:

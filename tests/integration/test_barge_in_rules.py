@@ -4,7 +4,9 @@ The caller speaks while a slow tool runs. The machine no longer stops the tool l
 raw VAD start: it stops it when LiveKit really interrupts the speech
 (``agent_speech_interrupted``), after the session's own ``interruption`` rules. All calls
 run under LiveKit's default turn handling (preemptive generation on, false-interruption
-resume on, a transcript synchronizer in the output chain), with barge-in from the VAD.
+resume on, interruption mode left to LiveKit, a transcript synchronizer in the output
+chain), the settings whose interruption rules are the point of the test; the simulation's
+row is tool_loop's barge-in (test_tool_loop.py).
 
 * ``min_words=3``: a one-word backchannel ("Uh-huh.", 0.74 s: above ``min_duration``) is
   no interruption: the tool's result is spoken whole, the backchannel is no turn.
@@ -42,9 +44,6 @@ QUESTION = LINES["question"].text
 RESULT = "Your appointment is on Tuesday at ten."
 TOOL_SECONDS = 2.5
 
-LIVEKIT_DEFAULT_TURNS: dict[str, Any] = {"preemptive_generation": {"enabled": True}}
-"""LiveKit's defaults over the simulation's (local VAD turns and barge-in stay)."""
-
 
 class LookupAgent(TurnAgent):
     def __init__(self) -> None:
@@ -79,14 +78,13 @@ async def _barge_into_tool_step(
     policy = TurnPolicy(direction="inbound", first_speaker="user", max_tool_steps=3)
     agent = LookupAgent()
     script = CallScript([UserLine(0.3, "question")])
-    turns = {**LIVEKIT_DEFAULT_TURNS, "interruption": {"mode": "vad", **interruption}}
     async with turn_call(
         policy,
         script,
         agent=agent,
         llm=ScriptedLLM(_reply),
-        turn_handling=turns,
-        transcript_sync=True,
+        turn_handling={"interruption": interruption},
+        settings="livekit-defaults",
     ) as tc:
         call = tc.call
         await call.wait_until(lambda: bool(agent.started), timeout=LINES["question"].duration + 4)

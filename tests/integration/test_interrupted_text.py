@@ -14,7 +14,7 @@ Plain LiveKit commits the full text without a synchronizer (see
 from __future__ import annotations
 
 import pytest
-from turncalls import run_scenarios, turn_call, wait_segment
+from turncalls import SETTING_ROWS, run_scenarios, turn_call, wait_segment
 
 from turnfsm import TurnPolicy
 from turnfsm.adapters.sim import LINES, CallScript, ScriptedLLM, ScriptedTTS, UserLine
@@ -35,8 +35,8 @@ AFTER_STOP = "Okay, I stopped."
 QUESTION = LINES["question"].text
 CHAINS = {
     "synchronizer": {"transcript_sync": True},
-    "text-output": {"text_output": True},
-    "no-text-output": {},
+    "text-output": {"text_output": True, "transcript_sync": False},
+    "no-text-output": {"transcript_sync": False},
 }
 
 
@@ -63,7 +63,13 @@ def _assistant_texts(items: list) -> list[str]:
 
 
 async def _interrupted_reply(
-    trigger: str, chain: str, keep: str, *, reply: str = LONG_REPLY, slow_tts: bool = False
+    trigger: str,
+    chain: str,
+    keep: str,
+    settings: str,
+    *,
+    reply: str = LONG_REPLY,
+    slow_tts: bool = False,
 ) -> None:
     policy = TurnPolicy(direction="inbound", first_speaker="user", interrupted_text=keep)
     llm = ScriptedLLM(
@@ -72,7 +78,8 @@ async def _interrupted_reply(
     )
     tts = ScriptedTTS(synthesis_delay=0.5, stream_pace=1.3) if slow_tts else ScriptedTTS()
     script = CallScript([UserLine(0.3, "question")])
-    async with turn_call(policy, script, llm=llm, tts=tts, **CHAINS[chain]) as tc:
+    options = CHAINS[chain]
+    async with turn_call(policy, script, llm=llm, tts=tts, settings=settings, **options) as tc:
         call = tc.call
         segment = await wait_segment(call, 0, timeout=LINES["question"].duration + 4)
         reply_start = tc.segment_start(segment)
@@ -123,18 +130,19 @@ async def _interrupted_reply(
             assert message.interrupted, context
 
 
+@pytest.mark.parametrize("settings", SETTING_ROWS)
 @pytest.mark.parametrize("trigger", ["interrupt", "barge-in"])
-async def test_interrupted_reply_keeps_what_the_policy_says(trigger: str) -> None:
+async def test_interrupted_reply_keeps_what_the_policy_says(trigger: str, settings: str) -> None:
     scenarios = {
-        f"{chain}/{keep}": _interrupted_reply(trigger, chain, keep)
+        f"{chain}/{keep}": _interrupted_reply(trigger, chain, keep, settings)
         for chain in CHAINS
         for keep in ("spoken", "drop", "keep")
     }
-    if trigger == "interrupt":
+    if trigger == "interrupt" and settings == "sim":  # the TTS's pace is no LiveKit setting
         scenarios.update(
             {
                 f"slow-tts/{name}/{chain}/spoken": _interrupted_reply(
-                    trigger, chain, "spoken", reply=reply, slow_tts=True
+                    trigger, chain, "spoken", settings, reply=reply, slow_tts=True
                 )
                 for name, reply in (("sentences", SENTENCES), ("one-sentence", LONG_REPLY))
                 for chain in CHAINS

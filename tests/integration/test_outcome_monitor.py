@@ -43,15 +43,10 @@ from turnfsm import effects as fx
 from turnfsm.adapters.livekit import TurnAdapter, TurnAgent
 from turnfsm.adapters.sim import LINES, CallScript, ScriptedLLM, UserLine
 
-LIVEKIT_DEFAULTS: dict[str, Any] = {
-    "turn_handling": {"preemptive_generation": {"enabled": True}},
-    "transcript_sync": True,
-}
-"""LiveKit's default turn handling (local VAD turns and barge-in), for the inbound calls."""
-OUTBOUND_SETTINGS: dict[str, Any] = {"transcript_sync": True}
-"""The outbound calls keep preemptive generation off: with it on, the unfixed greeting
-path lets LiveKit's own reply play instead of the greeting (issue 9, point 1), which O1
-reports by itself; here each check must fire because of the broken lever."""
+LIVEKIT_DEFAULTS: dict[str, Any] = {"settings": "livekit-defaults"}
+"""Every call runs under LiveKit's default turn handling, with a transcript synchronizer:
+each check must fire because of the broken lever, the settings alone make none fire
+(the monitor is strict in every other integration test, under both settings rows)."""
 LONG_REPLY = (
     "Good morning, this is the clinic calling to confirm your appointment for Tuesday "
     "at ten, please let us know if that time still works for you."
@@ -97,7 +92,7 @@ class EagerAgent(TurnAgent):
 async def _o1_audio_before_greeting() -> dict[str, int]:
     script = CallScript([UserLine(HELLO_AT, "hello")])
     agent = EagerAgent(instructions="You are on a call.")
-    async with turn_call(_outbound(), script, agent=agent, **OUTBOUND_SETTINGS) as tc:
+    async with turn_call(_outbound(), script, agent=agent, **LIVEKIT_DEFAULTS) as tc:
         _break(tc, {fx.Interrupt: _does_nothing})
         await tc.call.sleep_until(HELLO_AT)
         context = tc.describe()
@@ -110,7 +105,7 @@ async def _o1_audio_before_greeting() -> dict[str, int]:
 async def _o2_greeting_cut() -> dict[str, int]:
     script = CallScript([UserLine(HELLO_AT, "hello")])
     policy = _outbound(greeting_lock="keep_listening")
-    async with turn_call(policy, script, **OUTBOUND_SETTINGS) as tc:
+    async with turn_call(policy, script, **LIVEKIT_DEFAULTS) as tc:
         _break(tc, {fx.LockSpeech: _does_nothing, fx.HoldUserTurns: _does_nothing})
         await _greeting_then_overlap(tc, overlap_after=1.0)
         greeting = tc.call.audio_output.segments[0]
@@ -122,7 +117,7 @@ async def _o3_tail_answered() -> dict[str, int]:
     script = CallScript([UserLine(HELLO_AT, "hello")])
     policy = _outbound(greeting_lock="mute_input", greeting_overlap="answer_whole")
     llm = ScriptedLLM(["Sure, I will call you back later."])
-    async with turn_call(policy, script, llm=llm, **OUTBOUND_SETTINGS) as tc:
+    async with turn_call(policy, script, llm=llm, **LIVEKIT_DEFAULTS) as tc:
         _break(tc, {fx.UnmuteInput: _unmute_discarding_held_audio})
         await _greeting_then_overlap(tc, overlap_after=3.0)
         context = tc.describe()
@@ -173,7 +168,7 @@ async def _o5_round_past_cap() -> dict[str, int]:
 async def _o6_left_muted(strict: bool = False) -> dict[str, int]:
     script = CallScript([UserLine(HELLO_AT, "hello")])
     policy = _outbound(greeting_lock="mute_input")
-    async with turn_call(policy, script, **OUTBOUND_SETTINGS) as tc:
+    async with turn_call(policy, script, **LIVEKIT_DEFAULTS) as tc:
         _break(tc, {fx.UnmuteInput: _does_nothing})
         tc.adapter.outcomes.strict = strict
         await wait_segment(tc.call, 0, timeout=HELLO_AT + 10, finished=True)

@@ -18,8 +18,9 @@ from __future__ import annotations
 import asyncio
 from contextlib import AbstractAsyncContextManager
 
+import pytest
 from livekit.agents import function_tool
-from turncalls import TurnCall, line_start, run_scenarios, turn_call, wait_segment
+from turncalls import SETTING_ROWS, TurnCall, line_start, run_scenarios, turn_call, wait_segment
 
 from turnfsm import TurnPolicy
 from turnfsm import effects as fx
@@ -79,12 +80,14 @@ def _tool_rounds(llm: ScriptedLLM) -> list[LLMRequest]:
     return [r for r in llm.requests if r.reply.tool_calls]
 
 
-async def _capped(cap: int, session_max_tool_steps: int | None) -> None:
+async def _capped(cap: int, session_max_tool_steps: int | None, settings: str) -> None:
     policy = TurnPolicy(direction="inbound", first_speaker="user", max_tool_steps=cap)
     agent = LookupAgent()
     llm = ScriptedLLM([FINAL], always_call_tool="lookup")
     options = {} if session_max_tool_steps is None else {"max_tool_steps": session_max_tool_steps}
-    async with _question_call(policy, agent, llm, session_options=options) as tc:
+    async with _question_call(
+        policy, agent, llm, session_options=options, settings=settings
+    ) as tc:
         await _final_reply_played(tc, FINAL)
         context = tc.describe()
         executed = tc.call.events_named("function_tools_executed")
@@ -98,11 +101,11 @@ async def _capped(cap: int, session_max_tool_steps: int | None) -> None:
         assert len(tc.effects(fx.FinalReplyWithoutTools)) == 1, context
 
 
-async def _ignores_tool_choice() -> None:
+async def _ignores_tool_choice(settings: str) -> None:
     policy = TurnPolicy(direction="inbound", first_speaker="user", max_tool_steps=2)
     agent = LookupAgent()
     llm = ScriptedLLM([FINAL], always_call_tool="lookup", ignore_tool_choice=True)
-    async with _question_call(policy, agent, llm) as tc:
+    async with _question_call(policy, agent, llm, settings=settings) as tc:
         await _final_reply_played(tc, policy.tool_cap_fallback)
         context = tc.describe()
         assert len(agent.finished) == 2, context  # the call made under "none" never ran
@@ -114,12 +117,12 @@ async def _ignores_tool_choice() -> None:
         assert [s.reason for s in says] == ["tool_fallback"], context
 
 
-async def _parallel_calls_count_once() -> None:
+async def _parallel_calls_count_once(settings: str) -> None:
     policy = TurnPolicy(direction="inbound", first_speaker="user", max_tool_steps=2)
     agent = LookupAgent(tool_seconds=0.2)
     three = ScriptedReply(tool_calls=(ScriptedToolCall("lookup"),) * 3)
     llm = ScriptedLLM([three, three, FINAL])
-    async with _question_call(policy, agent, llm) as tc:
+    async with _question_call(policy, agent, llm, settings=settings) as tc:
         await _final_reply_played(tc, FINAL)
         context = tc.describe()
         executed = tc.call.events_named("function_tools_executed")
@@ -132,7 +135,7 @@ async def _parallel_calls_count_once() -> None:
         assert len(tc.events("tool_step_started")) == 2, context
 
 
-async def _barge_in_stops_the_loop() -> None:
+async def _barge_in_stops_the_loop(settings: str) -> None:
     policy = TurnPolicy(direction="inbound", first_speaker="user", max_tool_steps=3)
     agent = LookupAgent(tool_seconds=1.5)
     stopped = "Okay, I will stop."
@@ -143,7 +146,7 @@ async def _barge_in_stops_the_loop() -> None:
         return ScriptedReply(text=stopped)
 
     llm = ScriptedLLM(reply)
-    async with _question_call(policy, agent, llm) as tc:
+    async with _question_call(policy, agent, llm, settings=settings) as tc:
         call = tc.call
         await call.wait_until(lambda: bool(agent.started), timeout=LINES["question"].duration + 3)
         call.audio_input.say_now("stop")
@@ -179,13 +182,14 @@ async def _barge_in_stops_the_loop() -> None:
         assert call.messages("assistant")[-1].text_content == stopped, context
 
 
-async def test_tool_loop() -> None:
+@pytest.mark.parametrize("settings", SETTING_ROWS)
+async def test_tool_loop(settings: str) -> None:
     await run_scenarios(
         {
-            "cap-2": _capped(2, session_max_tool_steps=10),
-            "cap-5-livekit-default": _capped(5, session_max_tool_steps=None),
-            "ignores-tool-choice": _ignores_tool_choice(),
-            "parallel-calls": _parallel_calls_count_once(),
-            "barge-in": _barge_in_stops_the_loop(),
+            "cap-2": _capped(2, session_max_tool_steps=10, settings=settings),
+            "cap-5-livekit-default": _capped(5, session_max_tool_steps=None, settings=settings),
+            "ignores-tool-choice": _ignores_tool_choice(settings),
+            "parallel-calls": _parallel_calls_count_once(settings),
+            "barge-in": _barge_in_stops_the_loop(settings),
         }
     )

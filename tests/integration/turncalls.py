@@ -23,6 +23,20 @@ from turnfsm.adapters.sim import PlayoutSegment, SimulatedCall
 from turnfsm.events import CallAnswered
 from turnfsm.trace import TraceStep
 
+SETTINGS: dict[str, dict[str, Any]] = {
+    "livekit-defaults": {"livekit_defaults": True, "transcript_sync": True},
+    "sim": {},
+}
+"""The LiveKit settings every real-session test runs under, LiveKit's own first: its 1.8.9
+default turn handling (preemptive generation, interruption and false-interruption
+settings at their defaults; VAD endpointing stands in for the cloud turn detector) with a
+transcript synchronizer in the output chain, as RoomIO has; and the simulation's (no
+preemptive generation, VAD interruption mode, no synchronizer). A test's own options
+(e.g. its output chain) win over the row's."""
+
+SETTING_ROWS = list(SETTINGS)
+"""``pytest.mark.parametrize("settings", SETTING_ROWS)``: LiveKit's defaults first."""
+
 GREETING = "Hi, this is Ada calling from Acme Dental about your appointment tomorrow."
 """A greeting of about 4.9 s with the default scripted TTS (15 characters per second)."""
 
@@ -98,10 +112,13 @@ async def turn_call(
     agent: Agent | None = None,
     answer: bool = True,
     before_start: Any = None,
+    settings: str = "sim",
     **sim_options: Any,
 ) -> AsyncIterator[TurnCall]:
     """Start a simulated call with a strict controller attached (and, for outbound
-    policies, answered at once unless ``answer`` is False)."""
+    policies, answered at once unless ``answer`` is False), under the LiveKit
+    ``settings`` row (:data:`SETTINGS`)."""
+    sim_options = {**SETTINGS[settings], **sim_options}
     controller = TurnController(policy, strict=True, keep_text=True)
     holder: dict[str, TurnAdapter] = {}
 

@@ -1,7 +1,7 @@
 """A real headless Chromium, driven over the DevTools protocol, for the report's page.
 
-:func:`chromium` finds Debian's ``chromium`` or installs it with apt (a fresh CI machine
-has apt and root); if that is impossible the test fails, it never skips.
+:func:`chromium` finds Debian's ``chromium`` or installs it with apt (support.debian);
+if that is impossible the test fails, it never skips.
 :func:`open_page` loads a page with the console and errors already watched, runs a
 script in it and returns what the script returned with every console error seen.
 """
@@ -11,49 +11,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import os
 import re
-import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-import pytest
 
-APT_TIMEOUT = 900
-"""Seconds allowed for ``apt-get update`` plus the install (another apt may hold the lock)."""
+from support.debian import debian_program
 
 
 def chromium() -> str:
     """The path of ``chromium``, installed from Debian's archive if missing."""
-    found = shutil.which("chromium")
-    if found:
-        return found
-    if os.geteuid() == 0:
-        prefix: list[str] = []
-    elif shutil.which("sudo"):
-        prefix = ["sudo", "-n"]
-    else:
-        pytest.fail("chromium is missing and cannot be installed: not root and no sudo")
-    apt = [*prefix, "apt-get", "-o", "DPkg::Lock::Timeout=600", "-qq"]
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    log = []
-    for attempt in range(2):
-        for command in (
-            [*apt, "update"],
-            [*apt, "install", "-y", "--no-install-recommends", "chromium"],
-        ):
-            result = subprocess.run(
-                command, env=env, capture_output=True, text=True, timeout=APT_TIMEOUT, check=False
-            )
-            log.append(f"attempt {attempt + 1}: {' '.join(command)} -> {result.returncode}")
-            log.append(result.stderr.strip()[-1500:])
-        found = shutil.which("chromium")
-        if found:
-            return found
-    pytest.fail("could not install chromium with apt:\n" + "\n".join(log))
+    return debian_program("chromium", "chromium")
 
 
 @dataclass

@@ -1,0 +1,257 @@
+"""Issue 9, point 2: the outbound guarantees hold whatever shape the agent has.
+
+Every call runs under LiveKit's default turn handling (preemptive generation on, a
+transcript synchronizer in the output chain): the callee answers, says "Hello?" at 1 s,
+hears the whole greeting, then asks a question that must be answered (a deaf agent
+fails). Checked on the recorded output audio (no agent audio frame before the greeting's,
+the greeting played whole) and on the history ("Hello?", then the greeting, then the
+question and its answer), for:
+
+* an agent that asks for a reply (``generate_reply``) or says something (``say``) in
+  ``on_enter``, LiveKit's basic-agent pattern: the speech is interrupted before LiveKit
+  schedules it, and the model is not asked;
+* an agent overriding ``llm_node`` (and ``on_user_turn_completed``) without ``super()``:
+  the turnfsm hooks still run first;
+ (an agent whose ``on_user_turn_completed`` stops the reply to "Hello?": the greeting is
+  said anyway, tests/integration/test_outcome_greeting_retry.py);
+* a plain ``Agent`` on a call where the agent speaks first (no reply to replace);
+* a handoff (``session.update_agent``) in every state of the call: ringing, awaiting the
+  callee, during the greeting, listening, speaking, and a tool returning a new agent in
+  the tool loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from livekit.agents import Agent, function_tool, llm
+from turncalls import GREETING, TurnCall, run_scenarios, turn_call, wait_segment
+
+from turnfsm import TurnPolicy
+from turnfsm.adapters.livekit import TurnAgent
+from turnfsm.adapters.sim import (
+    LINES,
+    CallScript,
+    LLMRequest,
+    ScriptedLLM,
+    ScriptedReply,
+    ScriptedToolCall,
+    UserLine,
+)
+from turnfsm.events import CallAnswered
+from turnfsm.machine import STATES
+
+HELLO_AT = 1.0
+QUESTION = LINES["question"].text
+ANSWER = "We open at nine."
+OWN_TEXT = "This is my own reply."
+HANDED_OVER = "You are talking to the second agent now."
+QUESTION_AFTER_GREETING = 1.0
+"""The callee asks this long after the greeting ended."""
+
+
+def _model(request: LLMRequest) -> ScriptedReply:
+    last = request.chat_ctx.items[-1]
+    if last.type == "function_call_output":
+        return ScriptedReply(text=ANSWER)
+    if request.last_user_text == QUESTION:
+        if "lookup" in request.tool_names:
+            return ScriptedReply(tool_calls=(ScriptedToolCall("lookup"),))
+        return ScriptedReply(text=ANSWER)
+    return ScriptedReply(text="Sorry, what was that?")
+
+
+class Second(TurnAgent):
+    """The agent handed over to."""
+
+    def __init__(self) -> None:
+        super().__init__(instructions="You are the second agent.")
+
+
+class ReplyOnEnter(TurnAgent):
+    async def on_enter(self) -> None:
+        self.session.generate_reply(instructions="Greet the user.")
+
+
+class SayOnEnter(TurnAgent):
+    async def on_enter(self) -> None:
+        self.session.say("Hello, hello, can you hear me? This is Ada from Acme.")
+
+
+class OwnNodes(TurnAgent):
+    """Overrides ``llm_node`` and ``on_user_turn_completed``, never calling ``super()``."""
+
+    async def on_user_turn_completed(
+        self, turn_ctx: llm.ChatContext, new_message: llm.ChatMessage
+    ) -> None:
+        turn_ctx.add_message(role="system", content="Be brief.")
+
+    async def llm_node(self, chat_ctx: llm.ChatContext, tools: Any, model_settings: Any) -> Any:
+        async def own() -> AsyncIterator[str]:
+            asked = any(
+                isinstance(item, llm.ChatMessage) and item.text_content == QUESTION
+                for item in chat_ctx.items
+            )
+            yield ANSWER if asked else OWN_TEXT
+
+        return own()
+
+
+class HandsOverInTool(TurnAgent):
+    @function_tool
+    async def lookup(self) -> Any:
+        """Look up the opening hours."""
+        await asyncio.sleep(0.5)
+        return Second(), "We open at nine."
+
+
+def _outbound(**options: Any) -> TurnPolicy:
+    return TurnPolicy(direction="outbound", greeting=GREETING, **options)
+
+
+def _history(tc: TurnCall) -> list[tuple[str, str | None]]:
+    return [(m.role, m.text_content) for m in tc.call.messages()]
+
+
+async def _greeted_then_answered(
+    tc: TurnCall, *, hello: bool = True, during: Callable[[], Any] | None = None
+) -> None:
+    """Wait for the greeting to play, ask the question after it, wait for the answer;
+    check what reached the caller."""
+    call = tc.call
+    await call.wait_until(lambda: GREETING in call.tts.texts, timeout=HELLO_AT + 6)
+    greeting_index = call.tts.texts.index(GREETING)
+    greeting = await wait_segment(call, 0, timeout=4)
+    if during is not None:
+        during()
+    await call.wait_until(lambda: greeting.finished, timeout=8)
+    assert greeting.finished_at is not None
+    await call.sleep_until(tc.call_time(greeting.finished_at) + QUESTION_AFTER_GREETING)
+    call.audio_input.say_now("question")
+    try:
+        await call.wait_until(
+            lambda: ANSWER in [m.text_content for m in call.messages("assistant")],
+            timeout=LINES["question"].duration + 6,
+        )
+        await call.wait_until(lambda: call.audio_output.segments[-1].finished, timeout=4)
+        await call.wait_until(lambda: tc.controller.state == "listening", timeout=2)
+    except TimeoutError as error:
+        raise AssertionError(f"{error}\n{tc.describe()}") from None
+    context = tc.describe()
+
+    # no agent audio before the greeting's: the first segment is the greeting, whole
+    assert greeting_index == 0, f"{call.tts.texts}\n{context}"
+    segments = call.audio_output.segments
+    assert abs(segments[0].pushed - call.tts.duration_of(GREETING)) < 0.05, context
+    assert segments[0].interrupted is False, context
+    assert segments[0].played == segments[0].pushed, context
+    if hello:
+        hello_end = HELLO_AT + LINES["hello"].duration
+        assert min(tc.call_time(s.captured_at) for s in segments) > hello_end, context
+    # the question is answered: nobody is deaf
+    assert segments[-1].interrupted is False, context
+    assert tc.controller.state == "listening", context
+    assert tc.adapter.outcomes.counts == {}, context
+    head = [("user", LINES["hello"].text)] if hello else []
+    assert _history(tc)[: len(head) + 1] == [*head, ("assistant", GREETING)], context
+    assert _history(tc)[-2:] == [("user", QUESTION), ("assistant", ANSWER)], context
+
+
+async def _shape(agent: Agent, *, asks_model: bool = True) -> None:
+    llm_model = ScriptedLLM(_model)
+    script = CallScript([UserLine(HELLO_AT, "hello")])
+    async with turn_call(
+        _outbound(), script, agent=agent, llm=llm_model, settings="livekit-defaults"
+    ) as tc:
+        await _greeted_then_answered(tc)
+        # the model was never asked for a reply before the greeting
+        expected = [QUESTION] if asks_model else []
+        assert [r.last_user_text for r in llm_model.requests] == expected, tc.describe()
+
+
+async def _plain_agent_speaks_first() -> None:
+    policy = _outbound(first_speaker="agent")
+    agent = Agent(instructions="You are on a call.")
+    async with turn_call(
+        policy, (), agent=agent, llm=ScriptedLLM(_model), settings="livekit-defaults"
+    ) as tc:
+        await _greeted_then_answered(tc, hello=False)
+
+
+async def test_agent_shapes() -> None:
+    await run_scenarios(
+        {
+            "on_enter-generate_reply": _shape(ReplyOnEnter(instructions="On a call.")),
+            "on_enter-say": _shape(SayOnEnter(instructions="On a call.")),
+            "own-llm_node-and-turn-hook": _shape(
+                OwnNodes(instructions="On a call."), asks_model=False
+            ),
+            "plain-agent-speaks-first": _plain_agent_speaks_first(),
+        }
+    )
+
+
+# -- handoffs -------------------------------------------------------------------------
+
+
+async def _handoff(state: str) -> None:
+    """Hand the call to :class:`Second` once the machine is in ``state``."""
+    script = CallScript([UserLine(HELLO_AT, "hello")])
+    first = HandsOverInTool(instructions="You are on a call.") if state == "tool_loop" else None
+    agent = first or TurnAgent(instructions="You are on a call.")
+    async with turn_call(
+        _outbound(),
+        script,
+        agent=agent,
+        llm=ScriptedLLM(_model),
+        settings="livekit-defaults",
+        answer=state != "ringing",
+    ) as tc:
+        if state == "ringing":
+            tc.session.update_agent(Second())
+            await tc.call.sleep_until(0.3)
+            tc.adapter.dispatch(_answered(tc))
+            await _greeted_then_answered(tc)
+        elif state == "awaiting_user":
+            await tc.call.sleep_until(0.3)
+            assert tc.controller.state == "awaiting_user"
+            tc.session.update_agent(Second())
+            await _greeted_then_answered(tc)
+        elif state == "greeting":
+            await _greeted_then_answered(tc, during=lambda: tc.session.update_agent(Second()))
+        else:
+            await _greeted_then_answered(tc)
+            if state in ("listening", "speaking"):
+                await _handoff_after_greeting(tc, state)
+        if state != "ringing":
+            assert isinstance(tc.session.current_agent, Second), tc.describe()
+
+
+async def _handoff_after_greeting(tc: TurnCall, state: str) -> None:
+    call = tc.call
+    if state == "speaking":
+        call.audio_input.say_now("question")
+        await call.wait_until(lambda: tc.controller.state == "speaking", timeout=8)
+    else:
+        await call.wait_until(lambda: tc.controller.state == "listening", timeout=4)
+    tc.session.update_agent(Second())
+    await call.sleep_until(call.now() + 2.0)
+    call.audio_input.say_now("question")
+    answers = len([m for m in call.messages("assistant") if m.text_content == ANSWER])
+    await call.wait_until(
+        lambda: len([m for m in call.messages("assistant") if m.text_content == ANSWER]) > answers,
+        timeout=LINES["question"].duration + 6,
+    )
+    await call.wait_until(lambda: call.audio_output.segments[-1].finished, timeout=4)
+    assert tc.controller.state == "listening", tc.describe()
+    assert tc.adapter.outcomes.counts == {}, tc.describe()
+
+
+def _answered(tc: TurnCall) -> CallAnswered:
+    return CallAnswered(at=tc.adapter.now())
+
+
+async def test_handoff_in_every_state() -> None:
+    await run_scenarios({state: _handoff(state) for state in STATES if state != "ended"})
