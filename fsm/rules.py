@@ -344,8 +344,10 @@ class TurnRules:
         if ctx.model_replies_to_turns and ctx.first_words_item is not None:
             # the model answers the first words itself: that reply is replaced by the greeting
             self._greeting_waits("model_reply")
+        elif ctx.realtime_model and ctx.model_responding:
+            self._greeting_waits("response_done")
         else:
-            self.greet_when_model_free()
+            self._start_greeting()
 
     def lock_greeting(self, ev: AgentSpeechCreated) -> None:
         self.context.greeting_speech_id = ev.speech_id
@@ -382,12 +384,17 @@ class TurnRules:
             self.greet_now()
 
     def greet_now(self) -> None:
+        """The greeting, or its locked retry once its start was refused or failed."""
         ctx, policy = self.context, self.policy
         self._end_greeting_wait()
         if ctx.greeting_retried:
             assert policy.greeting is not None  # only a fixed greeting is retried
             self.emit(fx.Say(text=policy.greeting, reason="greeting", allow_interruptions=False))
-            return
+        else:
+            self._start_greeting()
+
+    def _start_greeting(self) -> None:
+        ctx, policy = self.context, self.policy
         self.emit(
             fx.StartGreeting(
                 text=policy.greeting,
