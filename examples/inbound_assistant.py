@@ -8,26 +8,40 @@
   one spoken reply without tools (or the fallback line, if it still calls a tool).
 * An interrupted reply is remembered only as far as the caller heard it.
 * After 12 s of silence the agent asks once if the caller is still there, then hangs up.
+* Each call's trace is written to ``traces/`` (or ``$TRACE_DIR``) as it happens
+  (``turnfsm timeline``, ``turnfsm report``).
 
 Run it (``LIVEKIT_URL``, ``LIVEKIT_API_KEY``, ``LIVEKIT_API_SECRET`` and
-``OPENAI_API_KEY`` set; a SIP dispatch rule sends inbound calls to ``inbound-assistant``)::
+``OPENAI_API_KEY`` set, e.g. in ``.env``; a SIP dispatch rule sends inbound calls to
+``inbound-assistant``)::
 
     python examples/inbound_assistant.py download-files
     python examples/inbound_assistant.py start
+
+``python examples/inbound_assistant.py console`` talks to it from the terminal.
 """
 
 from __future__ import annotations
 
-import logging
+import os
 
-from livekit import agents
-from livekit.agents import AgentSession, RunContext, function_tool
+from dotenv import load_dotenv
+from livekit.agents import (
+    AgentServer,
+    AgentSession,
+    JobContext,
+    JobProcess,
+    RunContext,
+    cli,
+    function_tool,
+)
 from livekit.plugins import openai, silero
 
 from turnfsm import TurnController, TurnPolicy
 from turnfsm.adapters.livekit import TurnAgent, attach
+from turnfsm.adapters.livekit.job import hang_up_room, trace_writer
 
-logger = logging.getLogger("inbound-assistant")
+load_dotenv()
 
 AGENT_NAME = "inbound-assistant"
 GREETING = "Thanks for calling Acme Dental, this is Ada. How can I help you today?"
@@ -72,35 +86,36 @@ def build_policy() -> TurnPolicy:
     )
 
 
-def build_controller() -> TurnController:
-    return TurnController(build_policy())
-
-
-def build_session() -> AgentSession:
+def build_session(proc: JobProcess) -> AgentSession:
     """The session with real plugins (constructing it makes no network call)."""
     return AgentSession(
         llm=openai.LLM(model="gpt-4.1-mini"),
         stt=openai.STT(),
         tts=openai.TTS(voice="ash"),
-        vad=silero.VAD.load(),
+        vad=proc.userdata["vad"],
     )
 
 
-async def entrypoint(ctx: agents.JobContext) -> None:
+def prewarm(proc: JobProcess) -> None:
+    """Load the VAD once per worker process, before any call."""
+    proc.userdata["vad"] = silero.VAD.load()
+
+
+server = AgentServer(setup_fnc=prewarm)
+
+
+@server.rtc_session(agent_name=AGENT_NAME)
+async def inbound_assistant(ctx: JobContext) -> None:
+    ctx.log_context_fields = {"room": ctx.room.name}
     await ctx.connect()
-    session = build_session()
-
-    def hang_up(reason: str) -> None:
-        logger.info("hanging up: %s", reason)
-        ctx.delete_room()
-
-    attach(session, build_controller(), end_call=hang_up)  # before start: it greets
+    session = build_session(ctx.proc)
+    controller = TurnController(
+        build_policy(), trace_sink=trace_writer(ctx, session, os.getenv("TRACE_DIR", "traces"))
+    )
+    # before start: the machine greets as soon as the session starts
+    attach(session, controller, end_call=hang_up_room(ctx))
     await session.start(Receptionist(), room=ctx.room)
 
 
-def worker_options() -> agents.WorkerOptions:
-    return agents.WorkerOptions(entrypoint_fnc=entrypoint, agent_name=AGENT_NAME)
-
-
 if __name__ == "__main__":
-    agents.cli.run_app(worker_options())
+    cli.run_app(server)

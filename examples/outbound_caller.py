@@ -7,10 +7,12 @@
   before the greeting.
 * Nothing the callee says interrupts the greeting; what they say over it is answered
   as one whole turn once the greeting is over.
+* LiveKit's answering-machine detection feeds the machine: a voicemail is hung up on.
+* Each call's trace is written to ``traces/`` (or ``$TRACE_DIR``) as it happens
+  (``turnfsm timeline``, ``turnfsm report``).
 
 Run a worker (``LIVEKIT_URL``, ``LIVEKIT_API_KEY``, ``LIVEKIT_API_SECRET``,
-``OPENAI_API_KEY`` and ``SIP_OUTBOUND_TRUNK_ID`` set; ``download-files`` once for the
-turn detector and VAD models)::
+``OPENAI_API_KEY`` and ``SIP_OUTBOUND_TRUNK_ID`` set, e.g. in ``.env``)::
 
     python examples/outbound_caller.py download-files
     python examples/outbound_caller.py start
@@ -19,22 +21,29 @@ and dispatch a call to it::
 
     lk dispatch create --new-room --agent-name outbound-caller \\
         --metadata '{"phone_number": "+15550100"}'
+
+``python examples/outbound_caller.py console`` talks to the agent from the terminal:
+no call is placed, the call is answered at once and the agent waits for your "Hello?".
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import os
 
-from livekit import agents, api
-from livekit.agents import AgentSession, room_io
+from dotenv import load_dotenv
+from livekit.agents import AgentServer, AgentSession, JobContext, JobProcess, cli, room_io
 from livekit.plugins import openai, silero
 
 from turnfsm import TurnController, TurnPolicy
-from turnfsm.adapters.livekit import TurnAgent, attach, watch_sip_participant
+from turnfsm.adapters.livekit import TurnAgent, attach
+from turnfsm.adapters.livekit.job import (
+    hang_up_room,
+    phone_number_to_dial,
+    place_sip_call,
+    trace_writer,
+)
 
-logger = logging.getLogger("outbound-caller")
+load_dotenv()
 
 AGENT_NAME = "outbound-caller"
 GREETING = "Hi, this is Ada calling from Acme Dental about your appointment tomorrow."
@@ -65,74 +74,55 @@ def build_policy() -> TurnPolicy:
         interrupted_text="spoken",
         max_tool_steps=3,
         max_call_duration=10 * 60.0,
+        on_answering_machine="hang_up",
     )
 
 
-def build_controller() -> TurnController:
-    return TurnController(build_policy())
-
-
-def build_session() -> AgentSession:
+def build_session(proc: JobProcess) -> AgentSession:
     """The session with real plugins (constructing it makes no network call)."""
     return AgentSession(
         llm=openai.LLM(model="gpt-4.1-mini"),
         stt=openai.STT(),
         tts=openai.TTS(voice="ash"),
-        vad=silero.VAD.load(),
+        vad=proc.userdata["vad"],
     )
 
 
-async def entrypoint(ctx: agents.JobContext) -> None:
-    dial = json.loads(ctx.job.metadata or "{}")
-    phone_number: str = dial["phone_number"]
+def prewarm(proc: JobProcess) -> None:
+    """Load the VAD once per worker process, before any call."""
+    proc.userdata["vad"] = silero.VAD.load()
+
+
+server = AgentServer(setup_fnc=prewarm)
+
+
+@server.rtc_session(agent_name=AGENT_NAME)
+async def outbound_caller(ctx: JobContext) -> None:
+    ctx.log_context_fields = {"room": ctx.room.name}
+    phone_number = phone_number_to_dial(ctx)  # None: logged, the job shuts down
+    if phone_number is None:
+        return
     identity = f"sip-{phone_number}"
     await ctx.connect()
 
-    session = build_session()
-
-    def hang_up(reason: str) -> None:
-        logger.info("hanging up: %s", reason)
-        ctx.delete_room()  # disconnects the callee; the session closes with the room
-
-    adapter = attach(session, build_controller(), end_call=hang_up)
+    session = build_session(ctx.proc)
+    controller = TurnController(
+        build_policy(), trace_sink=trace_writer(ctx, session, os.getenv("TRACE_DIR", "traces"))
+    )
+    adapter = attach(session, controller, end_call=hang_up_room(ctx))
     await session.start(
         Caller(),
         room=ctx.room,
         room_options=room_io.RoomOptions(participant_identity=identity),
     )
-
-    try:
-        await ctx.api.sip.create_sip_participant(
-            api.CreateSIPParticipantRequest(
-                room_name=ctx.room.name,
-                sip_trunk_id=os.environ["SIP_OUTBOUND_TRUNK_ID"],
-                sip_call_to=phone_number,
-                participant_identity=identity,
-                wait_until_answered=True,
-            )
-        )
-    except api.TwirpError as error:
-        logger.error(
-            "call to %s failed: %s (SIP status %s)",
-            phone_number,
-            error.message,
-            error.metadata.get("sip_status_code"),
-        )
-        ctx.shutdown()
-        return
-    # answered: the watcher reports `active` now (and the hang-up later)
-    stop_watching = watch_sip_participant(adapter, ctx.room, identity)
-
-    async def stop() -> None:
-        stop_watching()
-
-    ctx.add_shutdown_callback(stop)
-
-
-def worker_options() -> agents.WorkerOptions:
-    """Explicit dispatch by name: calls are placed with ``lk dispatch create``."""
-    return agents.WorkerOptions(entrypoint_fnc=entrypoint, agent_name=AGENT_NAME)
+    await place_sip_call(
+        ctx,
+        adapter,
+        phone_number=phone_number,
+        participant_identity=identity,
+        trunk_id=os.getenv("SIP_OUTBOUND_TRUNK_ID", ""),
+    )
 
 
 if __name__ == "__main__":
-    agents.cli.run_app(worker_options())
+    cli.run_app(server)

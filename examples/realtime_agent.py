@@ -14,8 +14,11 @@ on its own runs tools forever. turnfsm holds both (``turnfsm.adapters.livekit.re
 * at most ``max_tool_steps`` tool rounds per user turn, then one spoken reply without
   tools.
 
+* LiveKit's answering-machine detection feeds the machine; each call's trace is
+  written to ``traces/`` (or ``$TRACE_DIR``) as it happens.
+
 Run a worker (``LIVEKIT_URL``, ``LIVEKIT_API_KEY``, ``LIVEKIT_API_SECRET``,
-``OPENAI_API_KEY`` and ``SIP_OUTBOUND_TRUNK_ID`` set)::
+``OPENAI_API_KEY`` and ``SIP_OUTBOUND_TRUNK_ID`` set, e.g. in ``.env``)::
 
     python examples/realtime_agent.py start
 
@@ -23,22 +26,37 @@ and dispatch a call to it::
 
     lk dispatch create --new-room --agent-name realtime-agent \\
         --metadata '{"phone_number": "+15550100"}'
+
+``python examples/realtime_agent.py console`` talks to it from the terminal: no call is
+placed, the call is answered at once and the agent waits for your "Hello?".
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import os
 
-from livekit import agents, api
-from livekit.agents import AgentSession, RunContext, function_tool, room_io
+from dotenv import load_dotenv
+from livekit.agents import (
+    AgentServer,
+    AgentSession,
+    JobContext,
+    RunContext,
+    cli,
+    function_tool,
+    room_io,
+)
 from livekit.plugins import openai
 
 from turnfsm import TurnController, TurnPolicy
-from turnfsm.adapters.livekit import TurnAgent, attach, watch_sip_participant
+from turnfsm.adapters.livekit import TurnAgent, attach
+from turnfsm.adapters.livekit.job import (
+    hang_up_room,
+    phone_number_to_dial,
+    place_sip_call,
+    trace_writer,
+)
 
-logger = logging.getLogger("realtime-agent")
+load_dotenv()
 
 AGENT_NAME = "realtime-agent"
 GREETING = "Hi, this is Ada from Acme, calling about the order you placed last week."
@@ -80,10 +98,6 @@ def build_policy() -> TurnPolicy:
     )
 
 
-def build_controller() -> TurnController:
-    return TurnController(build_policy())
-
-
 def build_session(*, api_key: str | None = None, base_url: str | None = None) -> AgentSession:
     """The session on the real realtime plugin (constructing it makes no network call).
 
@@ -98,52 +112,37 @@ def build_session(*, api_key: str | None = None, base_url: str | None = None) ->
     return AgentSession(llm=model, vad=None)
 
 
-async def entrypoint(ctx: agents.JobContext) -> None:
-    dial = json.loads(ctx.job.metadata or "{}")
-    phone_number: str = dial["phone_number"]
+server = AgentServer()  # no prewarm: the model's server detects turns (no local VAD)
+
+
+@server.rtc_session(agent_name=AGENT_NAME)
+async def realtime_agent(ctx: JobContext) -> None:
+    ctx.log_context_fields = {"room": ctx.room.name}
+    phone_number = phone_number_to_dial(ctx)  # None: logged, the job shuts down
+    if phone_number is None:
+        return
     identity = f"sip-{phone_number}"
     await ctx.connect()
 
     session = build_session()
-
-    def hang_up(reason: str) -> None:
-        logger.info("hanging up: %s", reason)
-        ctx.delete_room()  # disconnects the callee; the session closes with the room
-
-    adapter = attach(session, build_controller(), end_call=hang_up)
+    controller = TurnController(
+        build_policy(), trace_sink=trace_writer(ctx, session, os.getenv("TRACE_DIR", "traces"))
+    )
+    adapter = attach(session, controller, end_call=hang_up_room(ctx))
     await session.start(
         Caller(),
         room=ctx.room,
         room_options=room_io.RoomOptions(participant_identity=identity),
     )
-
-    try:
-        await ctx.api.sip.create_sip_participant(
-            api.CreateSIPParticipantRequest(
-                room_name=ctx.room.name,
-                sip_trunk_id=os.environ["SIP_OUTBOUND_TRUNK_ID"],
-                sip_call_to=phone_number,
-                participant_identity=identity,
-                wait_until_answered=True,
-            )
-        )
-    except api.TwirpError as error:
-        logger.error("call to %s failed: %s", phone_number, error.message)
-        ctx.shutdown()
-        return
-    # answered: the watcher reports `active` now (and the hang-up later)
-    stop_watching = watch_sip_participant(adapter, ctx.room, identity)
-
-    async def stop() -> None:
-        stop_watching()
-
-    ctx.add_shutdown_callback(stop)
-
-
-def worker_options() -> agents.WorkerOptions:
-    """Explicit dispatch by name: calls are placed with ``lk dispatch create``."""
-    return agents.WorkerOptions(entrypoint_fnc=entrypoint, agent_name=AGENT_NAME)
+    await place_sip_call(
+        ctx,
+        adapter,
+        phone_number=phone_number,
+        participant_identity=identity,
+        trunk_id=os.getenv("SIP_OUTBOUND_TRUNK_ID", ""),
+        answering_machine_llm=openai.LLM(model="gpt-4.1-mini"),  # AMD needs a text LLM
+    )
 
 
 if __name__ == "__main__":
-    agents.cli.run_app(worker_options())
+    cli.run_app(server)

@@ -4,6 +4,7 @@ The package is pure: no LiveKit, no asyncio, no clock, no I/O. LiveKit lives in
 :mod:`turnfsm.adapters`.
 """
 
+from . import _engine_log as _engine_log  # quiets python-statemachine's log, first
 from . import effects, events
 from .controller import ConcurrentUseError, TurnController, replay
 from .invariants import INVARIANTS, InvariantViolation, SafetyMonitor

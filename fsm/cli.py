@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import json
 import os
 import re
@@ -54,7 +55,9 @@ SUFFIX_FORMATS: dict[str, str] = {
     ".svg": "svg",
     ".png": "png",
 }
-"""The format ``diagram -o FILE`` picks from the file's suffix when none is given."""
+"""The format ``diagram -o FILE`` picks from the file's suffix; other suffixes are refused."""
+
+POLICY_SUFFIXES: tuple[str, ...] = (".json", ".toml")
 
 MISSING_DOT = (
     "Graphviz 'dot' program not found on PATH: install graphviz to render svg/png "
@@ -84,6 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="turnfsm", description="Draw the turn machine and recorded calls."
     )
+    parser.add_argument("--version", action="version", version=f"turnfsm {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     diagram = commands.add_parser(
@@ -93,9 +97,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     diagram.add_argument(
         "--policy",
-        metavar="outbound|inbound|FILE.json",
-        help="draw what can happen under this policy: a preset or a JSON object of "
-        "TurnPolicy fields (default: every transition; with --trace, the trace's policy)",
+        metavar="outbound|inbound|FILE.json|FILE.toml",
+        help="draw what can happen under this policy: a preset, or a file holding a JSON "
+        "object or TOML table of TurnPolicy fields (default: every transition; with "
+        "--trace, the trace's policy)",
     )
     diagram.add_argument(
         "--format", choices=FORMATS, help="output format (default: from -o's suffix, or mermaid)"
@@ -169,7 +174,7 @@ def _diagram(args: argparse.Namespace) -> int:
     diagram = build_diagram(policy=policy, trace=trace)
     for warning in diagram.warnings:
         print(f"turnfsm: warning: {printable(warning)}", file=sys.stderr)
-    fmt = args.format or SUFFIX_FORMATS.get(args.output.suffix if args.output else "", "mermaid")
+    fmt = _diagram_format(args.format, args.output)
     if fmt == "mermaid":
         _emit(to_mermaid(diagram).encode(), args.output)
     elif fmt == "dot":
@@ -177,6 +182,28 @@ def _diagram(args: argparse.Namespace) -> int:
     else:
         _emit(render_graphviz(to_dot(diagram), fmt), args.output)
     return 0
+
+
+def _diagram_format(fmt: str | None, output: Path | None) -> str:
+    """The format to write: ``--format``, else the output's suffix, else Mermaid. An
+    output suffix that names no format, or another one than ``--format``, is refused
+    (``-o x.pdf`` must not quietly hold Mermaid text)."""
+    if output is None:
+        return fmt or "mermaid"
+    suffix = output.suffix.lower()
+    if suffix not in SUFFIX_FORMATS:
+        known = ", ".join(SUFFIX_FORMATS)
+        raise CliError(f"cannot write a diagram as {output}: name the output {known}")
+    if fmt is not None and SUFFIX_FORMATS[suffix] != fmt:
+        raise CliError(f"--format {fmt} but {output} names {SUFFIX_FORMATS[suffix]}")
+    return SUFFIX_FORMATS[suffix]
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("turnfsm")
+    except importlib.metadata.PackageNotFoundError:  # a source tree never installed
+        return "0+unknown"
 
 
 def _diagrams(args: argparse.Namespace) -> int:
@@ -329,24 +356,15 @@ def _import_class(spec: str, flag: str, base: type, what: str) -> type:
 def _check_policy(spec: str) -> TurnPolicy:
     if ":" in spec and not Path(spec).exists():
         value = _import(spec, "POLICY")
-    elif spec.endswith(".toml"):
-        try:
-            value = tomllib.loads(Path(spec).read_text(encoding="utf-8"))
-        except OSError as error:
-            raise CliError(f"cannot read {spec}: {error.strerror}") from None
-        except tomllib.TOMLDecodeError as error:
-            raise CliError(f"{spec}: {error}") from None
-    elif spec.endswith(".json"):
-        return _policy(spec)
+    elif Path(spec).suffix in POLICY_SUFFIXES:
+        return _policy_file(Path(spec))
     else:
         raise CliError(f"POLICY must be a .json or .toml file or module:attr, got {spec!r}")
     if isinstance(value, TurnPolicy):
         return value
     try:
-        if not isinstance(value, dict):
-            raise TypeError(f"expected a TurnPolicy or a table of its fields, got {value!r}")
-        return TurnPolicy(**value)
-    except (ValueError, TypeError) as error:
+        return TurnPolicy.from_dict(value)
+    except ValueError as error:
         raise CliError(f"{spec}: {error}") from None
 
 
@@ -382,16 +400,25 @@ def _policy(spec: str) -> TurnPolicy:
     if spec in PRESETS:
         return PRESETS[spec]
     path = Path(spec)
-    if path.suffix != ".json":
-        raise CliError(f"--policy must be one of {sorted(PRESETS)} or a .json file, got {spec!r}")
+    if path.suffix not in POLICY_SUFFIXES:
+        raise CliError(
+            f"--policy must be one of {sorted(PRESETS)} or a .json or .toml file, got {spec!r}"
+        )
+    return _policy_file(path)
+
+
+def _policy_file(path: Path) -> TurnPolicy:
+    """A policy file: a JSON object or a TOML table of ``TurnPolicy`` fields, checked
+    field by field (an unknown key is named, with the closest field)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(data, dict):
-            raise ValueError("expected a JSON object of TurnPolicy fields")
-        return TurnPolicy(**data)
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+        return TurnPolicy.from_dict(data)
     except OSError as error:
         raise CliError(f"cannot read {path}: {error.strerror}") from None
-    except (ValueError, TypeError) as error:
+    except UnicodeDecodeError:
+        raise CliError(f"{path}: not UTF-8 text") from None
+    except (ValueError, tomllib.TOMLDecodeError) as error:  # JSONDecodeError is a ValueError
         raise CliError(f"{path}: {error}") from None
 
 

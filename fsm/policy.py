@@ -15,6 +15,8 @@ ValueError: direction must be one of ('inbound', 'outbound'), got 'sideways'
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Mapping
 from typing import Any, Literal, get_args
 
 import attrs
@@ -171,7 +173,8 @@ class TurnPolicy:
         if needs_greeting and not self.has_greeting:
             raise ValueError(
                 "greeting or greeting_instructions is required when the agent greets "
-                f"(direction={self.direction!r}, first_speaker={self.first_speaker!r})"
+                f"(direction={self.direction!r}, first_speaker={self.first_speaker!r}): "
+                'e.g. TurnPolicy(greeting="Hi, this is Ada from Acme.")'
             )
 
     @property
@@ -188,6 +191,28 @@ class TurnPolicy:
     def can_mute_input(self) -> bool:
         """Whether the machine may mute (or hold) the caller's audio on this call."""
         return self.mutes_greeting or self.mute_input_during_tools
+
+    @classmethod
+    def from_dict(cls, data: object) -> TurnPolicy:
+        """The policy a table of its fields describes (a JSON object, a TOML table).
+
+        Unlike ``TurnPolicy(**data)``, a key that is no field is a ``ValueError`` naming
+        it (with the closest field), not a ``TypeError``:
+
+        >>> TurnPolicy.from_dict({"direction": "outbound", "greting": "Hi."})
+        Traceback (most recent call last):
+        ...
+        ValueError: unknown policy field 'greting' (did you mean 'greeting'?)
+        """
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a policy is a table of TurnPolicy fields, got {data!r}")
+        fields = [field.name for field in attrs.fields(cls)]
+        for key in data:
+            if key not in fields:
+                close = difflib.get_close_matches(str(key), fields, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else f"; fields: {fields}"
+                raise ValueError(f"unknown policy field {key!r}{hint}")
+        return cls(**data)
 
     def to_dict(self) -> dict[str, Any]:
         """The policy as plain JSON-able data (``TurnPolicy(**d)`` rebuilds it)."""

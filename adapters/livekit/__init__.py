@@ -6,11 +6,13 @@
 from .adapter import TurnAdapter, adapter_for, attach
 from .agent import TurnAgent
 from .audio import InputGate, PlayedSegment, PlayoutMeter
+from .embedding import EmbeddingError
 from .levers import LEVERS
 from .sip import call_status_event, watch_amd, watch_sip_participant
 
 __all__ = [
     "LEVERS",
+    "EmbeddingError",
     "InputGate",
     "PlayedSegment",
     "PlayoutMeter",

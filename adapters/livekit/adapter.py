@@ -1,9 +1,10 @@
 """The LiveKit adapter: session events in, turn-machine effects out.
 
-Embedding takes two lines before ``session.start(...)``::
+Embedding: before ``session.start(...)`` (every step of a real call, in order, is in the
+README's "Embedding"; a missing piece is refused: :mod:`.embedding`)::
 
     controller = TurnController(policy)
-    attach(session, controller)
+    attach(session, controller, end_call=hang_up_room(ctx))
 
 The adapter subscribes to the session's events, translates each into a
 :mod:`turnfsm.events` event (table below), hands it to the controller, and executes the
@@ -82,7 +83,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import logging
 import threading
 import traceback
 import weakref
@@ -111,12 +111,12 @@ from turnfsm.trace import TraceStep, redact
 
 from .audio import InputGate, PlayedSegment, PlayoutMeter
 from .effect_outcomes import EffectRefused, PendingOutcome
+from .embedding import guard_start, unguard_start
 from .interruption import InterruptionWatch, ToolStepMinWords
 from .levers import LEVERS, Lever
+from .log import logger
 from .outcomes import OutcomeMonitor
 from .realtime import RealtimeLink
-
-logger = logging.getLogger("turnfsm.adapters.livekit")
 
 _ADAPTERS: weakref.WeakKeyDictionary[AgentSession, TurnAdapter] = weakref.WeakKeyDictionary()
 
@@ -133,11 +133,17 @@ def attach(
     Args:
         session: the session, not started yet.
         controller: the call's controller.
-        end_call: how to hang up (e.g. delete the room of a SIP call); by default the
-            session is shut down.
+        end_call: how to hang up (e.g. delete the room of a SIP call:
+            :func:`.job.hang_up_room`); by default the session is shut down, which leaves a
+            caller in the room: ``session.start(room=...)`` refuses that under a policy
+            that hangs up on its own (:mod:`.embedding`).
         strict: how the outcome monitor (:mod:`.outcomes`) treats a breach: ``True``
             raises :class:`~.outcomes.OutcomeBreach` (tests), ``False`` logs one warning
             per check and call; by default as strict as the controller.
+
+    ``session.start`` then raises :class:`~.embedding.EmbeddingError`, before starting
+    anything, when the agent's hooks or the hang-up are missing
+    (:func:`.embedding.check_start`).
 
     The session's ``max_tool_steps`` is raised to the policy's if it is lower: LiveKit's
     own cap (``max_tool_steps=N`` lets N+1 tool rounds through, then forces a reply with
@@ -148,6 +154,7 @@ def attach(
     refuse_unsafe_settings(session, controller.policy)
     adapter = TurnAdapter(session, controller, end_call=end_call, strict=strict)
     adapter.subscribe()
+    guard_start(adapter)  # the agent and room are checked when the session starts
     options = session.options
     options.max_tool_steps = max(options.max_tool_steps, controller.policy.max_tool_steps)
     return adapter
@@ -290,6 +297,7 @@ class TurnAdapter:
         for name, handler in self._handlers:
             self.session.off(name, handler)  # type: ignore[arg-type]
         self._handlers.clear()
+        unguard_start(self.session)
         for handle in self.timers.values():
             handle.cancel()
         self.timers.clear()
@@ -354,7 +362,9 @@ class TurnAdapter:
             )
         # -- end of the owner-thread check -----------------------------------------------
         if not self._handlers:
-            logger.debug("turnfsm: %s after detach ignored", event.name)
+            logger.debug(
+                "turnfsm: %s after detach ignored", event.name, extra={"event": event.name}
+            )
             return
         self._queue.append(event)
         if self._dispatching:
@@ -396,7 +406,12 @@ class TurnAdapter:
         try:
             self.levers[type(effect)](self, effect)
         except EffectRefused as refusal:
-            logger.debug("turnfsm: %s refused: %s", effect.name, refusal.detail)
+            logger.debug(
+                "turnfsm: %s refused: %s",
+                effect.name,
+                refusal.detail,
+                extra={"effect": effect.name, "state": state},
+            )
             outcome.lever_refused(refusal.detail)
         except Exception as error:
             self._report_failure(f"lever {effect.name}", error, self._describe(effect, state))
@@ -424,7 +439,12 @@ class TurnAdapter:
         """Log a failing controller step. Its message may quote the call (an invariant
         violation lists the step's effects), so it is logged only with ``keep_text``."""
         if self.controller.keep_text:
-            logger.exception("turnfsm: controller failed on %s in %s", event.name, state)
+            logger.exception(
+                "turnfsm: controller failed on %s in %s",
+                event.name,
+                state,
+                extra={"event": event.name, "state": state, "error": type(error).__name__},
+            )
             return
         name = type(error).__name__
         if invariant := getattr(error, "invariant", None):
@@ -435,15 +455,27 @@ class TurnAdapter:
             state,
             name,
             "".join(traceback.format_tb(error.__traceback__)).rstrip(),
+            extra={"event": event.name, "state": state, "error": name},
         )
 
     def _report_failure(self, where: str, error: BaseException, detail: str) -> None:
         key = (where, type(error))
         if key in self._reported_failures:
-            logger.debug("turnfsm: %s failed again: %r", where, error)
+            logger.debug(
+                "turnfsm: %s failed again: %r",
+                where,
+                error,
+                extra={"where": where, "error": type(error).__name__},
+            )
             return
         self._reported_failures.add(key)
-        logger.warning("turnfsm: %s failed (%s): %r", where, detail, error)
+        logger.warning(
+            "turnfsm: %s failed (%s): %r",
+            where,
+            detail,
+            error,
+            extra={"where": where, "error": type(error).__name__},
+        )
 
     def _release_input(self) -> None:
         """Whatever happened, the caller is heard again and user turns are committed."""

@@ -38,7 +38,6 @@ step, never inside LiveKit's audio chain.
 from __future__ import annotations
 
 import collections
-import logging
 from typing import TYPE_CHECKING
 
 from livekit.agents import llm
@@ -48,11 +47,11 @@ from turnfsm import events as ev
 
 from .audio import PlayedSegment
 from .levers import heard_text
+from .log import logger
 
 if TYPE_CHECKING:
     from .adapter import TurnAdapter
 
-logger = logging.getLogger("turnfsm.adapters.livekit")
 
 OUTCOME_CHECKS: dict[str, str] = {
     "O1": "no_audio_before_greeting",
@@ -127,7 +126,7 @@ class OutcomeMonitor:
         if self.strict:
             self._unraised.append(error)
         elif self.counts[check] == 1:
-            logger.warning("turnfsm: outcome check %s", error)
+            logger.warning("turnfsm: outcome check %s", error, extra={"check": check})
 
     def raise_pending(self) -> None:
         """Strict: raise the first breach recorded since the last call (adapter's step end)."""

@@ -82,7 +82,6 @@ to restore them.
 from __future__ import annotations
 
 import collections
-import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -98,12 +97,12 @@ from turnfsm.spoken import spoken_prefix
 
 from . import levers
 from .effect_outcomes import PendingOutcome
+from .log import logger
 from .text import audio_seconds
 
 if TYPE_CHECKING:
     from .adapter import TurnAdapter
 
-logger = logging.getLogger("turnfsm.adapters.livekit")
 
 ACTIVE_RESPONSE = "conversation_already_has_active_response"
 """The error code of a ``response.create`` refused while a response is active."""

@@ -209,8 +209,17 @@ class SimulatedCall:
 
     async def start(self) -> SimulatedCall:
         """Build and start the session, and wait until the callee's audio is flowing."""
-        loop = asyncio.get_running_loop()
-        session: AgentSession = AgentSession(
+        session = self.build_session()
+        if self._before_start is not None:
+            self._before_start(session)
+        await session.start(self.agent, record=False)
+        await self.wait_started()
+        return self
+
+    def build_session(self, session_class: type[AgentSession] = AgentSession) -> AgentSession:
+        """Build the session on the call's models and IO, without starting it: for code
+        that starts it itself, e.g. a job entrypoint (then :meth:`wait_started`)."""
+        session = session_class(
             llm=self.llm,
             stt=self.stt,
             tts=self.tts,
@@ -231,12 +240,12 @@ class SimulatedCall:
             )
             session.output.audio = self.synchronizer.audio_output
             session.output.transcription = self.synchronizer.text_output
-        if self._before_start is not None:
-            self._before_start(session)
-        self._started_at = loop.time()
-        await session.start(self.agent, record=False)
+        self._started_at = asyncio.get_running_loop().time()
+        return session
+
+    async def wait_started(self) -> None:
+        """Wait until the started session's audio input is flowing (the call's clock)."""
         await self.wait_until(lambda: self.audio_input.started_at is not None, timeout=5.0)
-        return self
 
     async def aclose(self) -> None:
         """Close the session and stop the simulated IO."""

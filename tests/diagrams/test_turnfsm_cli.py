@@ -94,7 +94,7 @@ def test_missing_trace_and_bad_policy(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["timeline", str(tmp_path / "nope.jsonl")]) == 1
     assert "cannot read" in capsys.readouterr().err
     assert main(["diagram", "--policy", "sideways"]) == 1
-    assert "--policy must be one of ['inbound', 'outbound'] or a .json file" in (
+    assert "--policy must be one of ['inbound', 'outbound'] or a .json or .toml file" in (
         capsys.readouterr().err
     )
     policy = tmp_path / "policy.json"

@@ -1,5 +1,5 @@
-"""``watch_sip_participant`` as the outbound example uses it: watching starts after
-``create_sip_participant`` returned, so the callee may already be active — present in
+"""``watch_sip_participant`` started before dialing (``place_sip_call``) or after
+``create_sip_participant`` returned: then the callee may already be active — present in
 the room, or joining it with the status already set."""
 
 from __future__ import annotations

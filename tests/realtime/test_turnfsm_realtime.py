@@ -576,16 +576,15 @@ def _load_example() -> Any:
 
 async def test_realtime_agent_example_builds_offline() -> None:
     example = _load_example()
-    options = example.worker_options()
-    assert options.entrypoint_fnc is example.entrypoint
-    assert options.agent_name == example.AGENT_NAME
+    assert example.server._entrypoint_fnc is example.realtime_agent  # @server.rtc_session
+    assert example.server._agent_name == example.AGENT_NAME
     policy = example.build_policy()
     assert (policy.direction, policy.greeting, policy.max_tool_steps) == (
         "outbound",
         example.GREETING,
         3,
     )
-    controller = example.build_controller()
+    controller = TurnController(example.build_policy())
     assert controller.state == "ringing"
     session = example.build_session(api_key="dummy", base_url="http://127.0.0.1:9/v1")
     adapter = attach(session, controller)
