@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import operator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
 if TYPE_CHECKING:
     from .effects import TimerName
+
+RealtimeWait = Literal["model_reply", "response_done", "tool_speech"]
+"""What a reply asked of a realtime model waits for: the model's own reply (replaced by
+the greeting, or adopted as the final reply), the end of its active response, or the end
+of the capped tool step's speech."""
 
 
 @attrs.define
@@ -76,6 +81,33 @@ class TurnContext:
 
     reprompts: int = 0
     """Idle re-prompts since the caller last spoke."""
+
+    realtime_model: bool = False
+    """The session runs a realtime model (``realtime_model_linked``)."""
+
+    model_replies_to_turns: bool = False
+    """The realtime model answers committed user turns on its own."""
+
+    model_replies_to_tools: bool = False
+    """The realtime model answers tool output on its own (told, or seen once)."""
+
+    model_responding: bool = False
+    """A response of the realtime model is active (created and not done)."""
+
+    model_replies_paused: bool = False
+    """A ``PauseModelReplies`` is in force."""
+
+    tools_forbidden: bool = False
+    """A ``ForbidTools`` is in force."""
+
+    greeting_wait: RealtimeWait | None = None
+    """What the greeting (or its retry) waits for before it is asked of the model."""
+
+    final_wait: RealtimeWait | None = None
+    """What the final reply without tools waits for before it is asked of the model."""
+
+    final_after_speech: str | None = None
+    """The capped tool step's speech: the final reply is asked for after its end."""
 
     timers: frozenset[TimerName] = frozenset()
     """Timers started and neither cancelled nor fired."""

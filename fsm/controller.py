@@ -37,7 +37,7 @@ from .fields import check_fields
 from .invariants import SafetyMonitor
 from .machine import TurnChart, TurnMachine, handled_events, leaf_states
 from .policy import TurnPolicy
-from .rules import TurnRules
+from .rules import TIMER_POLICY_FIELDS, TurnRules
 from .trace import Trace, TraceSink, TraceStep, redact
 
 DEFAULT_MAX_TRACE_STEPS = 10_000
@@ -284,11 +284,7 @@ def check_context(context: TurnContext, policy: TurnPolicy) -> None:
                 f"TurnContext.{name} must be <= {limit} under this policy, "
                 f"got {getattr(context, name)}"
             )
-    timer_seconds = {
-        "await_user": policy.await_user_timeout,
-        "idle": policy.idle_timeout,
-        "max_duration": policy.max_call_duration,
-    }
+    timer_seconds = {timer: getattr(policy, field) for timer, field in TIMER_POLICY_FIELDS.items()}
     if never := sorted(t for t in context.timers if timer_seconds.get(t) is None):
         raise ValueError(f"TurnContext.timers has timers this policy never starts: {never}")
     if stray := sorted(context.dropped_speeches - context.active_speeches):

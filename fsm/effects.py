@@ -11,10 +11,16 @@ from typing import ClassVar, Literal, get_args
 
 import attrs
 
-TimerName = Literal["await_user", "idle", "max_duration"]
-"""The timers the machine uses; their expiry comes back as ``TimerFired``."""
+TimerName = Literal["await_user", "idle", "max_duration", "model_reply", "response_done"]
+"""The timers the machine uses; their expiry comes back as ``TimerFired``. With a realtime
+model, ``model_reply`` bounds the wait for the model's own reply and ``response_done`` the
+wait for its active response to finish (see ``TurnContext.greeting_wait``
+and ``final_wait``)."""
 
 TIMER_NAMES: tuple[TimerName, ...] = get_args(TimerName)
+
+REALTIME_TIMERS: tuple[TimerName, ...] = ("model_reply", "response_done")
+"""The timers of the realtime waits, started only once a realtime model is linked."""
 
 
 @attrs.frozen
@@ -176,6 +182,46 @@ class Say(Effect):
 
 
 @attrs.frozen
+class SuppressReply(Effect):
+    """A realtime model's own reply (``ModelReplyStarted``) must not play: cancel it before
+    it is authorized and delete what it added to the model's conversation."""
+
+    name: ClassVar[str] = "suppress_reply"
+    speech_id: str
+
+
+@attrs.frozen
+class PauseModelReplies(Effect):
+    """A realtime model with server turn detection must neither answer nor cancel on its
+    own (``create_response`` and ``interrupt_response`` off) until ``ResumeModelReplies``."""
+
+    name: ClassVar[str] = "pause_model_replies"
+
+
+@attrs.frozen
+class ResumeModelReplies(Effect):
+    """Server turn detection answers and interrupts on its own again."""
+
+    name: ClassVar[str] = "resume_model_replies"
+
+
+@attrs.frozen
+class ForbidTools(Effect):
+    """The model may call no tool (the session's ``tool_choice="none"``) until
+    ``AllowTools``: set at the tool cap, before the step's output reaches a realtime model,
+    so no reply it starts on its own can call one."""
+
+    name: ClassVar[str] = "forbid_tools"
+
+
+@attrs.frozen
+class AllowTools(Effect):
+    """The session's tool choice from before ``ForbidTools`` again."""
+
+    name: ClassVar[str] = "allow_tools"
+
+
+@attrs.frozen
 class EndCall(Effect):
     """Hang up and close the session."""
 
@@ -199,10 +245,31 @@ EFFECT_TYPES: tuple[type[Effect], ...] = (
     StartTimer,
     CancelTimer,
     Say,
+    SuppressReply,
+    PauseModelReplies,
+    ResumeModelReplies,
+    ForbidTools,
+    AllowTools,
     EndCall,
 )
 
+REALTIME_EFFECTS: tuple[type[Effect], ...] = (
+    SuppressReply,
+    PauseModelReplies,
+    ResumeModelReplies,
+    ForbidTools,
+    AllowTools,
+)
+"""Effects emitted only for a realtime model (after ``RealtimeModelLinked``)."""
+
 EFFECTS_BY_NAME: dict[str, type[Effect]] = {cls.name: cls for cls in EFFECT_TYPES}
 
-CLEANUP_EFFECTS: tuple[type[Effect], ...] = (CancelTimer, UnmuteInput, ResumeUserTurns, EndCall)
+CLEANUP_EFFECTS: tuple[type[Effect], ...] = (
+    CancelTimer,
+    UnmuteInput,
+    ResumeUserTurns,
+    ResumeModelReplies,
+    AllowTools,
+    EndCall,
+)
 """The only effects allowed when the call ends (invariant I5)."""

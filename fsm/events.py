@@ -230,6 +230,50 @@ class SessionError(Event):
     recoverable: bool = True
 
 
+@attrs.frozen
+class RealtimeModelLinked(Event):
+    """The session runs a realtime model (told once, before the call starts): what it
+    does on its own decides which of the machine's realtime waits apply."""
+
+    name: ClassVar[str] = "realtime_model_linked"
+    replies_to_turns: bool = False
+    """Server turn detection answers each committed user turn itself (``create_response``)."""
+    replies_to_tool_output: bool = False
+    """The model answers tool output itself (``auto_tool_reply_generation``)."""
+
+
+@attrs.frozen
+class ModelReplyStarted(Event):
+    """A realtime model started a reply nobody asked for (server turn detection, or its own
+    answer to tool output). Its speech waits: the machine lets it through (then it comes
+    as ``AgentSpeechCreated``), adopts it as the final reply, or suppresses it."""
+
+    name: ClassVar[str] = "model_reply_started"
+    speech_id: str = ""
+    after_tool_output: bool = False
+    """The model's last input was a tool output (else a user turn)."""
+    duplicate: bool = False
+    """LiveKit asks for this reply itself (the tool reply it requests): a second one."""
+
+
+@attrs.frozen
+class ModelResponseCreated(Event):
+    """The realtime model's response is active (``response.created``): it rejects another
+    ``response.create`` until that response is done."""
+
+    name: ClassVar[str] = "model_response_created"
+    response_id: str = ""
+
+
+@attrs.frozen
+class ModelResponseDone(Event):
+    """The realtime model's active response finished, whatever its status
+    (``response.done``)."""
+
+    name: ClassVar[str] = "model_response_done"
+    response_id: str = ""
+
+
 EVENT_TYPES: tuple[type[Event], ...] = (
     SessionStarted,
     CallRinging,
@@ -250,6 +294,10 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     SessionError,
     AgentSpeechInterrupted,
     EffectOutcome,
+    RealtimeModelLinked,
+    ModelReplyStarted,
+    ModelResponseCreated,
+    ModelResponseDone,
 )
 """The whole input alphabet, in a stable order."""
 

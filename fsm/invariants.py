@@ -12,12 +12,15 @@ I1      greeting_locked         in ``greeting`` no ``Interrupt`` is emitted; onc
                                 user turns are held (``keep_listening``), and the
                                 greeting's speech is locked in the step that creates it;
                                 a retried greeting is said locked, in the greeting
-I2      no_leaked_mute          input is muted only in a muting state and user turns are
-                                held only around the greeting; both are released when
-                                the call ends, whatever the path
+I2      no_leaked_mute          input is muted only in a muting state, user turns are
+                                held only around the greeting and a realtime model's own
+                                replies are paused only in the greeting; all are released
+                                when the call ends, whatever the path
 I3      tool_cap                per user turn at most ``max_tool_steps`` tool rounds are
                                 let through; reaching the cap cancels the tool reply and
-                                asks for exactly one final reply without tools
+                                asks for exactly one final reply without tools (with a
+                                realtime model: forbids tools at once, and asks for the
+                                final reply at most once)
 I4      drop_unspoken           an interrupted speech yields ``DropUnspokenText`` (unless
                                 the policy keeps interrupted text) no later than the
                                 step that reports its end
@@ -28,6 +31,12 @@ I6      timers_balanced         a timer is started only when not running, cancel
 I7      first_words_kept        the callee's first committed words are never rejected
                                 nor cleared (the greeting answers them)
 I8      silent_until_callee     an agent speech created before the greeting is stopped
+I9      model_free_when_asked   a realtime model is asked for the greeting or the final
+                                reply only when none of its responses is active (it
+                                refuses a second), or when the wait for its
+                                ``response.done`` expired
+I10     model_reply_held        a realtime model's own reply before or during the
+                                greeting is suppressed in the step that reports it
 ======  ======================  ========================================================
 """
 
@@ -52,6 +61,8 @@ INVARIANTS: dict[str, str] = {
     "I6": "timers_balanced",
     "I7": "first_words_kept",
     "I8": "silent_until_callee",
+    "I9": "model_free_when_asked",
+    "I10": "model_reply_held",
 }
 
 TOOL_STATES = frozenset({"listening", "speaking", "tool_loop"})
@@ -84,6 +95,10 @@ class SafetyMonitor:
     barge_in_stopped_tools: bool = False
     dropped: set[str] = attrs.field(factory=set)
     first_words: str | None = None
+    realtime: bool = False
+    model_responding: bool = False
+    model_replies_paused: bool = False
+    tools_forbidden_at_cap: bool = False
     steps: int = 0
 
     def copy(self) -> SafetyMonitor:
@@ -118,6 +133,7 @@ class SafetyMonitor:
         self._check_tools(before, event, effects)
         self._check_interrupted_text(event, effects)
         self._check_early_speech(before, event, effects)
+        self._check_realtime(before, event, effects)
         self._apply_input_effects(effects)
         self._check_input_released(after)
         if after == "ended":
@@ -195,6 +211,7 @@ class SafetyMonitor:
         if isinstance(event, ev.UserTurnCommitted):
             self.tool_rounds = 0
             self.final_replies = 0
+            self.tools_forbidden_at_cap = False
             self.barge_in_stopped_tools = False
         if before == "tool_loop" and isinstance(event, ev.AgentSpeechInterrupted):
             self.barge_in_stopped_tools = True
@@ -213,6 +230,8 @@ class SafetyMonitor:
                 "I3",
                 f"tool round {self.tool_rounds} let through, cap {self.policy.max_tool_steps}",
             )
+        if _has(effects, fx.ForbidTools):  # realtime: the final reply is asked for later
+            self.tools_forbidden_at_cap = True
         finals = sum(isinstance(e, fx.FinalReplyWithoutTools) for e in effects)
         self.final_replies += finals
         _require(self.final_replies <= 1, "I3", "more than one final reply in a user turn")
@@ -224,7 +243,11 @@ class SafetyMonitor:
             and not self.barge_in_stopped_tools
         ):
             _require(refused, "I3", "tool reply not cancelled at the cap")
-            _require(self.final_replies == 1, "I3", "no final reply without tools at the cap")
+            _require(
+                self.final_replies == 1 or (self.realtime and self.tools_forbidden_at_cap),
+                "I3",
+                "no final reply without tools at the cap",
+            )
 
     def _check_interrupted_text(self, event: ev.Event, effects: tuple[fx.Effect, ...]) -> None:
         for effect in effects:
@@ -249,6 +272,36 @@ class SafetyMonitor:
         if isinstance(event, ev.AgentSpeechCreated) and before in SILENT_STATES:
             _require(fx.Interrupt(force=True) in effects, "I8", "agent spoke before the callee")
 
+    def _check_realtime(
+        self, before: str, event: ev.Event, effects: tuple[fx.Effect, ...]
+    ) -> None:
+        if isinstance(event, ev.RealtimeModelLinked):
+            self.realtime = True
+        elif isinstance(event, ev.ModelResponseCreated):
+            self.model_responding = True
+        elif isinstance(event, ev.ModelResponseDone):
+            self.model_responding = False
+        asks = [
+            effect
+            for effect in effects
+            if isinstance(effect, fx.StartGreeting | fx.FinalReplyWithoutTools)
+            or (isinstance(effect, fx.Say) and effect.reason == "greeting")
+        ]
+        waited_out = isinstance(event, ev.TimerFired) and event.timer == "response_done"
+        _require(
+            not (asks and self.realtime and self.model_responding) or waited_out,
+            "I9",
+            f"asked {asks} of a model with an active response, on {event.name}",
+        )
+        if isinstance(event, ev.ModelReplyStarted) and (
+            before in PRE_GREETING_STATES or before == "greeting"
+        ):
+            _require(
+                fx.SuppressReply(speech_id=event.speech_id) in effects,
+                "I10",
+                f"the model's own reply {event.speech_id!r} let through in {before}",
+            )
+
     def _apply_input_effects(self, effects: tuple[fx.Effect, ...]) -> None:
         for effect in effects:
             if isinstance(effect, fx.MuteInput):
@@ -259,6 +312,10 @@ class SafetyMonitor:
                 self.turns_held = True
             elif isinstance(effect, fx.ResumeUserTurns):
                 self.turns_held = False
+            elif isinstance(effect, fx.PauseModelReplies):
+                self.model_replies_paused = True
+            elif isinstance(effect, fx.ResumeModelReplies):
+                self.model_replies_paused = False
 
     def _check_input_released(self, after: str) -> None:
         muting_states = set()
@@ -271,6 +328,11 @@ class SafetyMonitor:
             not self.turns_held or after in ("greeting", "listening"),
             "I2",
             f"user turns left held in {after}",
+        )
+        _require(
+            not self.model_replies_paused or after == "greeting",
+            "I2",
+            f"the model's own replies left paused in {after}",
         )
 
     def _check_clean_end(self, effects: tuple[fx.Effect, ...]) -> None:

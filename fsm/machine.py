@@ -186,7 +186,12 @@ def declare_chart() -> dict[str, Any]:
 
     # Leaving the greeting: each lock and overlap policy releases the caller its own way.
     greeting_ended = {"cond": "is_greeting_speech", "on": "note_speech_end"}
-    speech_ended = ["note_speech_end", "say_tool_fallback_if_final_reply_silent"]
+    speech_ended = [
+        "note_speech_end",
+        "wait_for_final_reply_after_tool_speech",
+        "allow_tools_after_final_reply",
+        "say_tool_fallback_if_final_reply_silent",
+    ]
     agent_speech_ended = (
         greeting.to(
             listening,
@@ -294,6 +299,75 @@ def declare_chart() -> dict[str, Any]:
     )
 
     session_error = in_call.to(ended, unless="error_is_recoverable", on="note_session_error")
+
+    # Realtime models (RealtimeLink): what the model does on its own, and the waits for it.
+    realtime_model_linked = in_call.to(None, on="note_model_link")
+
+    model_response_created = in_call.to(None, on="note_model_responding")
+
+    model_response_done = (
+        greeting.to.itself(
+            internal=True,
+            cond="greeting_waits_for_response_done",
+            on=["note_model_free", "greet_now"],
+        )
+        | conversation.to(
+            None,
+            cond="final_reply_waits_for_response_done",
+            on=["note_model_free", "ask_final_reply"],
+        )
+        | in_call.to(None, on="note_model_free")
+    )
+
+    # the model's own reply: never before nor in the greeting (the greeting replaces it);
+    # after tool output, adopted as the final reply, suppressed as a second one, or let through
+    model_reply_started = (
+        pre_greeting.to(None, on="suppress_model_reply")
+        | greeting.to.itself(
+            internal=True,
+            cond="greeting_waits_for_model_reply",
+            on=["suppress_model_reply", "greet_when_model_free"],
+        )
+        | greeting.to.itself(internal=True, on="suppress_model_reply")
+        | conversation.to(
+            None,
+            cond="final_reply_awaits_model_reply",
+            on=["note_model_replies_to_tools", "adopt_final_reply"],
+        )
+        | conversation.to(
+            None,
+            cond="is_unwanted_tool_reply",
+            on=["note_model_replies_to_tools", "suppress_model_reply"],
+        )
+        | conversation.to(None, cond="is_tool_reply", on="note_model_replies_to_tools")
+    )
+
+    timer_fired |= (
+        greeting.to.itself(
+            internal=True,
+            cond=["timer_is_running", "is_model_reply_timer"],
+            before="note_timer_fired",
+            on="greet_when_model_free",
+        )
+        | greeting.to.itself(
+            internal=True,
+            cond=["timer_is_running", "is_response_done_timer"],
+            before="note_timer_fired",
+            on="greet_now",
+        )
+        | conversation.to(
+            None,
+            cond=["timer_is_running", "is_model_reply_timer"],
+            before="note_timer_fired",
+            on="ask_final_reply_when_model_free",
+        )
+        | conversation.to(
+            None,
+            cond=["timer_is_running", "is_response_done_timer"],
+            before="note_timer_fired",
+            on="ask_final_reply",
+        )
+    )
 
     del in_call, pre_greeting, start, ringing, awaiting_user, greeting, conversation
     del listening, speaking, tool_loop
@@ -488,6 +562,12 @@ OUTCOME_DECISIONS: dict[str, str] = {
     "say": "in greeting, the retried greeting failed too: the call ends"
     " (greeting_failed); a re-prompt or fallback is traced only",
     "end_call": "traced only: the session's close still ends the call (call_ended)",
+    "suppress_reply": "traced only: the outcome monitor reports audio before the greeting's"
+    " and replies to an overlap",
+    "pause_model_replies": "traced only: the input gate still keeps the caller from the model",
+    "resume_model_replies": "traced only: the outcome monitor reports a deaf agent",
+    "forbid_tools": "traced only: the outcome monitor counts tool rounds",
+    "allow_tools": "traced only: the next user turn allows tools again",
 }
 """What the machine does when a lever reports an effect ``refused`` or ``failed``
 (``effect_outcome``); a ``done`` outcome is traced only. A test checks every effect

@@ -119,7 +119,8 @@ class CallMetrics:
     """Tool rounds past the cap, cancelled."""
 
     tool_caps: int
-    """Times the cap was hit: a final reply without tools was asked for."""
+    """Times the cap was hit: a final reply without tools was asked for (a realtime
+    model: tools were forbidden)."""
 
     tool_fallbacks: int
     """Times the fallback text was said because the final reply said nothing."""
@@ -222,7 +223,11 @@ class CallMeter:
             self._counts["overlap_dropped"] += 1
         elif isinstance(effect, fx.DropUnspokenText):
             self._drops.append(effect)
-        elif isinstance(effect, fx.FinalReplyWithoutTools):
+        elif isinstance(effect, fx.ForbidTools) or (
+            # a realtime model's final reply is asked for later, after ForbidTools at the cap
+            isinstance(effect, fx.FinalReplyWithoutTools)
+            and isinstance(step.event, ev.ToolStepFinished)
+        ):
             self._counts["tool_caps"] += 1
         elif isinstance(effect, fx.Say):
             self._counts[_SAY_COUNTS[effect.reason]] += 1

@@ -154,6 +154,15 @@ class TurnPolicy:
     )
     """What to do when answering-machine detection says a machine picked up."""
 
+    model_reply_wait: float = attrs.field(default=2.0, validator=_seconds(optional=False))
+    """Realtime models that answer on their own: seconds to wait for the model's own reply
+    (to the callee's first words, replaced by the greeting; to tool output at the cap,
+    adopted as the final reply) before asking for the reply."""
+
+    response_done_wait: float = attrs.field(default=5.0, validator=_seconds(optional=False))
+    """Realtime models: the longest wait for the model's active response to finish
+    (``response.done``; it refuses a new one until then) before asking anyway."""
+
     @first_speaker.default
     def _first_speaker_for_direction(self) -> Speaker:
         return "user" if self.direction == "outbound" else "agent"

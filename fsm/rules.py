@@ -24,6 +24,8 @@ from .events import (
     CallEnded,
     EffectOutcome,
     Event,
+    ModelReplyStarted,
+    RealtimeModelLinked,
     SessionError,
     TimerFired,
     ToolStepFinished,
@@ -36,6 +38,8 @@ TIMER_POLICY_FIELDS: dict[fx.TimerName, str] = {
     "await_user": "await_user_timeout",
     "idle": "idle_timeout",
     "max_duration": "max_call_duration",
+    "model_reply": "model_reply_wait",
+    "response_done": "response_done_wait",
 }
 """Each timer's policy field: the timer is started only when the field is set."""
 
@@ -201,6 +205,42 @@ class TurnRules:
     def can_reprompt(self) -> bool:
         return self.context.reprompts < self.policy.idle_max_reprompts
 
+    @guard("context")
+    def greeting_waits_for_model_reply(self) -> bool:
+        return self.context.greeting_wait == "model_reply"
+
+    @guard("context")
+    def greeting_waits_for_response_done(self) -> bool:
+        return self.context.greeting_wait == "response_done"
+
+    @guard("context")
+    def final_reply_waits_for_response_done(self) -> bool:
+        return self.context.final_wait == "response_done"
+
+    @guard("event")
+    def final_reply_awaits_model_reply(self, ev: ModelReplyStarted) -> bool:
+        """The model's own answer to the capped step's output is the final reply: it runs
+        under ``tool_choice="none"`` (``ForbidTools`` reached the model first)."""
+        return ev.after_tool_output and self.context.final_wait in ("tool_speech", "model_reply")
+
+    @guard("event")
+    def is_unwanted_tool_reply(self, ev: ModelReplyStarted) -> bool:
+        """A second answer to tool output: LiveKit asks for this one itself, or the final
+        reply is already asked for or adopted."""
+        return ev.after_tool_output and (ev.duplicate or self.context.capped)
+
+    @guard("event")
+    def is_tool_reply(self, ev: ModelReplyStarted) -> bool:
+        return ev.after_tool_output
+
+    @guard("timer", timer="model_reply")
+    def is_model_reply_timer(self, ev: TimerFired) -> bool:
+        return ev.timer == "model_reply"
+
+    @guard("timer", timer="response_done")
+    def is_response_done_timer(self, ev: TimerFired) -> bool:
+        return ev.timer == "response_done"
+
     @guard("event")
     def machine_answered(self, ev: AnsweringMachineDetected) -> bool:
         return ev.result == "machine"
@@ -276,6 +316,8 @@ class TurnRules:
             self._cancel_timer(timer)
         self._unmute(replay_held_audio=False)
         self._resume_user_turns(commit_pending=False)
+        self._resume_model_replies()
+        self._allow_tools()
         self.emit(fx.EndCall(reason=ctx.end_reason or "hangup"))
 
     # -- the greeting -------------------------------------------------------------------
@@ -289,13 +331,15 @@ class TurnRules:
             self._mute(hold_audio=policy.greeting_overlap == "answer_whole")
         else:
             self._hold_user_turns()
-        self.emit(
-            fx.StartGreeting(
-                text=policy.greeting,
-                instructions=policy.greeting_instructions,
-                in_reply_to=ctx.first_words_item,
-            )
-        )
+        if ctx.model_replies_to_turns:
+            self._pause_model_replies()
+        if ctx.model_replies_to_turns and ctx.first_words_item is not None:
+            # the model answers the first words itself: that reply is replaced by the greeting
+            self._greeting_waits("model_reply")
+        elif ctx.realtime_model and ctx.model_responding:
+            self._greeting_waits("response_done")
+        else:
+            self._start_greeting()
 
     def lock_greeting(self, ev: AgentSpeechCreated) -> None:
         self.context.greeting_speech_id = ev.speech_id
@@ -303,11 +347,53 @@ class TurnRules:
         self.emit(fx.LockSpeech(speech_id=ev.speech_id))
 
     def say_greeting_locked(self) -> None:
-        """The greeting's start was refused or failed: say its text once more, locked."""
-        assert self.policy.greeting is not None  # guarded by has_greeting_text
+        """The greeting's start was refused or failed: say its text once more, locked
+        (a realtime model's active response is waited out first: it refuses another)."""
         self.context.greeting_retried = True
         self.context.greeting_speech_id = None  # the say's speech is the greeting's
-        self.emit(fx.Say(text=self.policy.greeting, reason="greeting", allow_interruptions=False))
+        self.greet_when_model_free()
+
+    # With a realtime model the greeting is asked for only when the model can take it: its
+    # own reply to the first words has started (and is suppressed) and no response of it is
+    # active. Each wait is bounded by a timer; on expiry the greeting is asked for anyway
+    # (a refusal is retried once, as any failed start).
+
+    def _greeting_waits(self, wait: fx.TimerName) -> None:
+        self._end_greeting_wait()
+        self.context.greeting_wait = wait  # type: ignore[assignment]
+        self._start_timer(wait)
+
+    def _end_greeting_wait(self) -> None:
+        wait, self.context.greeting_wait = self.context.greeting_wait, None
+        if wait is not None and wait != "tool_speech":
+            self._cancel_timer(wait)
+
+    def greet_when_model_free(self) -> None:
+        """Ask for the greeting now, or once the model's active response is done."""
+        if self.context.realtime_model and self.context.model_responding:
+            self._greeting_waits("response_done")
+        else:
+            self.greet_now()
+
+    def greet_now(self) -> None:
+        """The greeting, or its locked retry once its start was refused or failed."""
+        ctx, policy = self.context, self.policy
+        self._end_greeting_wait()
+        if ctx.greeting_retried:
+            assert policy.greeting is not None  # only a fixed greeting is retried
+            self.emit(fx.Say(text=policy.greeting, reason="greeting", allow_interruptions=False))
+        else:
+            self._start_greeting()
+
+    def _start_greeting(self) -> None:
+        ctx, policy = self.context, self.policy
+        self.emit(
+            fx.StartGreeting(
+                text=policy.greeting,
+                instructions=policy.greeting_instructions,
+                in_reply_to=ctx.first_words_item,
+            )
+        )
 
     def note_overlap(self) -> None:
         self.context.overlapped_greeting = True
@@ -319,6 +405,8 @@ class TurnRules:
         ctx.first_words_item = None
         ctx.greeting_retried = False
         ctx.overlapped_greeting = False
+        self._end_greeting_wait()
+        self._resume_model_replies()
 
     # Leaving the greeting for the conversation: one action per lock and overlap policy
     # (on a hang-up, clean_up_call releases everything without replaying or committing).
@@ -408,6 +496,8 @@ class TurnRules:
         ctx.tool_loop_stopped = False
         ctx.final_reply_pending = False
         ctx.reprompts = 0
+        self._end_final_wait()
+        self._allow_tools()
 
     def reject_user_turn(self, ev: UserTurnCommitted) -> None:
         self.emit(fx.RejectUserTurn(item_id=ev.item_id))
@@ -438,6 +528,10 @@ class TurnRules:
         if ev.speech_id == ctx.tool_speech_id:
             ctx.tool_speech_id = None
         ctx.dropped_speeches = ctx.dropped_speeches - {ev.speech_id}
+
+    def allow_tools_after_final_reply(self, ev: AgentSpeechEnded) -> None:
+        if ev.speech_id == self.context.final_speech_id:
+            self._allow_tools()
 
     def say_tool_fallback_if_final_reply_silent(self, ev: AgentSpeechEnded) -> None:
         """The final reply without tools played nothing (the model called tools again)."""
@@ -497,8 +591,98 @@ class TurnRules:
         if not ctx.tool_loop_stopped and not ctx.capped:
             ctx.capped = True
             ctx.final_reply_pending = True
-            self.emit(fx.FinalReplyWithoutTools(fallback_text=self.policy.tool_cap_fallback))
+            if ctx.realtime_model:
+                # before the step's output reaches the model: no reply of it calls a tool
+                self._forbid_tools()
+                self._final_reply_after_tool_speech(ev.speech_id)
+            else:
+                self.emit(fx.FinalReplyWithoutTools(fallback_text=self.policy.tool_cap_fallback))
         ctx.tool_loop_stopped = False
+
+    # With a realtime model the final reply is asked for once the capped step's speech is
+    # done, after a bounded wait for the model's own answer to the tool output (adopted:
+    # it runs without tools) and for its active response to finish.
+
+    def _final_reply_after_tool_speech(self, speech_id: str) -> None:
+        ctx = self.context
+        if speech_id in ctx.active_speeches:
+            ctx.final_wait, ctx.final_after_speech = "tool_speech", speech_id
+        elif ctx.model_replies_to_tools:
+            self._final_waits("model_reply")
+        else:
+            self.ask_final_reply_when_model_free()
+
+    def wait_for_final_reply_after_tool_speech(self, ev: AgentSpeechEnded) -> None:
+        ctx = self.context
+        if ctx.final_wait == "tool_speech" and ev.speech_id == ctx.final_after_speech:
+            self._end_final_wait()
+            self._final_reply_after_tool_speech(ev.speech_id)
+
+    def _final_waits(self, wait: fx.TimerName) -> None:
+        self._end_final_wait()
+        self.context.final_wait = wait  # type: ignore[assignment]
+        self._start_timer(wait)
+
+    def _end_final_wait(self) -> None:
+        ctx = self.context
+        wait, ctx.final_wait, ctx.final_after_speech = ctx.final_wait, None, None
+        if wait is not None and wait != "tool_speech":
+            self._cancel_timer(wait)
+
+    def ask_final_reply_when_model_free(self) -> None:
+        if self.context.model_responding:
+            self._final_waits("response_done")
+        else:
+            self.ask_final_reply()
+
+    def ask_final_reply(self) -> None:
+        self._end_final_wait()
+        self.emit(fx.FinalReplyWithoutTools(fallback_text=self.policy.tool_cap_fallback))
+
+    def adopt_final_reply(self) -> None:
+        """The model's own answer to the capped step's output is the final reply (its
+        speech, created next, is noted as such)."""
+        self._end_final_wait()
+
+    def _forbid_tools(self) -> None:
+        if not self.context.tools_forbidden:
+            self.context.tools_forbidden = True
+            self.emit(fx.ForbidTools())
+
+    def _allow_tools(self) -> None:
+        if self.context.tools_forbidden:
+            self.context.tools_forbidden = False
+            self.emit(fx.AllowTools())
+
+    # -- realtime models ----------------------------------------------------------------
+
+    def note_model_link(self, ev: RealtimeModelLinked) -> None:
+        ctx = self.context
+        ctx.realtime_model = True
+        ctx.model_replies_to_turns = ev.replies_to_turns
+        ctx.model_replies_to_tools = ev.replies_to_tool_output
+
+    def note_model_responding(self) -> None:
+        self.context.model_responding = True
+
+    def note_model_free(self) -> None:
+        self.context.model_responding = False
+
+    def note_model_replies_to_tools(self) -> None:
+        self.context.model_replies_to_tools = True
+
+    def suppress_model_reply(self, ev: ModelReplyStarted) -> None:
+        self.emit(fx.SuppressReply(speech_id=ev.speech_id))
+
+    def _pause_model_replies(self) -> None:
+        if not self.context.model_replies_paused:
+            self.context.model_replies_paused = True
+            self.emit(fx.PauseModelReplies())
+
+    def _resume_model_replies(self) -> None:
+        if self.context.model_replies_paused:
+            self.context.model_replies_paused = False
+            self.emit(fx.ResumeModelReplies())
 
     def mute_for_tools(self) -> None:
         if self.policy.mute_input_during_tools:

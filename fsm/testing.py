@@ -23,7 +23,7 @@ import attrs
 from . import events as ev
 from .context import TurnContext
 from .controller import TurnController, check_context
-from .effects import TIMER_NAMES
+from .effects import REALTIME_TIMERS, TIMER_NAMES
 from .invariants import InvariantViolation, SafetyMonitor
 from .machine import TurnChart, TurnMachine
 from .policy import TurnPolicy
@@ -53,7 +53,10 @@ def event_alphabet() -> tuple[ev.Event, ...]:
         ev.SessionError(at=EARLY, message="boom", recoverable=True),
         ev.SessionError(at=EARLY, message="boom", recoverable=False),
     ]
-    alphabet.extend(ev.TimerFired(at=EARLY, timer=name) for name in TIMER_NAMES)
+    # the realtime waits' timers start only once a realtime model is linked
+    alphabet.extend(
+        ev.TimerFired(at=EARLY, timer=name) for name in TIMER_NAMES if name not in REALTIME_TIMERS
+    )
     alphabet += [
         ev.AgentSpeechStarted(at=EARLY, speech_id="s1"),
         ev.AssistantMessageCommitted(at=EARLY, speech_id="s1", text="hi"),
@@ -72,6 +75,47 @@ def event_alphabet() -> tuple[ev.Event, ...]:
             ev.AgentSpeechEnded(at=EARLY, speech_id=speech, interrupted=True, played_seconds=1.0),
             ev.AgentSpeechInterrupted(at=EARLY, speech_id=speech),
             ev.AssistantMessageCommitted(at=EARLY, speech_id=speech, text="hi", interrupted=True),
+            ev.ToolStepStarted(at=EARLY, speech_id=speech, calls=1),
+            ev.ToolStepFinished(at=EARLY, speech_id=speech),
+        ]
+    return tuple(alphabet)
+
+
+REALTIME_LINK = ev.RealtimeModelLinked(at=EARLY, replies_to_turns=True)
+"""The realtime model :func:`explore` starts from with ``realtime=True``: OpenAI Realtime
+(server turn detection answers turns; LiveKit asks for tool replies). A model that also
+answers tool output itself is reached too: its first such reply tells the machine."""
+
+
+def realtime_alphabet() -> tuple[ev.Event, ...]:
+    """The events of a realtime call: the model's responses and its own replies, and the
+    call's events that meet the realtime waits (the greeting, speeches, tool steps,
+    timers, outcomes of the greeting, the end). Informational events (transcripts,
+    playback starts, ringing), answering machines, session errors and LiveKit's
+    interruption reports are left to :func:`event_alphabet`: the realtime rules do not
+    read them."""
+    alphabet: list[ev.Event] = [
+        ev.SessionStarted(at=EARLY),
+        ev.CallAnswered(at=EARLY),
+        ev.CallEnded(at=EARLY, reason="hangup"),
+        ev.UserSpeechStarted(at=EARLY),
+        ev.UserSpeechEnded(at=EARLY),
+        ev.UserTurnCommitted(at=EARLY, text="hello", item_id="u1"),
+        ev.UserTurnCommitted(at=EARLY, text="again", item_id="u2"),
+        *(ev.TimerFired(at=EARLY, timer=name) for name in TIMER_NAMES),
+        ev.EffectOutcome(at=EARLY, effect="start_greeting", outcome="refused", speech_id="s1"),
+        ev.EffectOutcome(at=EARLY, effect="say", outcome="refused"),
+        ev.ModelResponseCreated(at=EARLY, response_id="r1"),
+        ev.ModelResponseDone(at=EARLY, response_id="r1"),
+        ev.ModelReplyStarted(at=EARLY, speech_id="s1"),
+        ev.ModelReplyStarted(at=EARLY, speech_id="s2", after_tool_output=True),
+        ev.ModelReplyStarted(at=EARLY, speech_id="s2", after_tool_output=True, duplicate=True),
+    ]
+    for speech in ("s1", "s2"):
+        alphabet += [
+            ev.AgentSpeechCreated(at=EARLY, speech_id=speech, source="reply"),
+            ev.AgentSpeechEnded(at=EARLY, speech_id=speech),
+            ev.AgentSpeechEnded(at=EARLY, speech_id=speech, interrupted=True, played_seconds=1.0),
             ev.ToolStepStarted(at=EARLY, speech_id=speech, calls=1),
             ev.ToolStepFinished(at=EARLY, speech_id=speech),
         ]
@@ -104,18 +148,21 @@ def explore(
     rules_class: type[TurnRules] = TurnRules,
     max_configurations: int = 200_000,
     extra_events: Sequence[ev.Event] = (),
+    realtime: bool = False,
 ) -> ExplorationReport:
     """Breadth-first over every reachable configuration, every event, every invariant.
 
     ``machine_class`` and ``rules_class`` replace the machine or its guards and actions,
     e.g. with a deliberately broken subclass to show the invariants catch it, or with an
     extension from :func:`~turnfsm.machine.build_machine`; ``extra_events`` adds the
-    extension's own events to the alphabet.
+    extension's own events to the alphabet. ``realtime`` starts from
+    :data:`REALTIME_LINK` instead (the machine told it runs a realtime model) and feeds
+    :func:`realtime_alphabet`.
 
     Raises:
         RuntimeError: more than ``max_configurations`` configurations (unbounded state).
     """
-    alphabet = (*event_alphabet(), *extra_events)
+    alphabet = (*(realtime_alphabet() if realtime else event_alphabet()), *extra_events)
     controller = TurnController(
         policy, record=False, machine_class=machine_class, rules_class=rules_class
     )
@@ -126,6 +173,15 @@ def explore(
     steps = 0
     states: set[str] = set()
     moves: set[tuple[str, str, str]] = set()
+    if realtime:  # the link is the first event of a realtime call: start after it
+        origin = _key(*start)
+        monitor = start[2].copy()
+        effects = controller.handle(REALTIME_LINK)
+        monitor.check(start[0], REALTIME_LINK, controller.state, effects)
+        linked = (controller.state, controller.context.copy(), monitor)
+        moves.add((start[0], REALTIME_LINK.name, linked[0]))
+        seen[_key(*linked)] = (origin, REALTIME_LINK)
+        queue = deque([linked])
     violations: list[str] = []
     paths: list[tuple[ev.Event, ...]] = []
     while queue:

@@ -90,6 +90,11 @@ EFFECT_MARKERS: dict[str, _Marker] = {
     "cancel_tool_reply": _Marker("speech", "cross", TOOLS, "cancel tool reply"),
     "final_reply_without_tools": _Marker("speech", "circle", TOOLS, "final reply, no tools"),
     "end_call": _Marker("call", "square", "#212121", "end call"),
+    "suppress_reply": _Marker("speech", "cross", LOCKED, "suppress model reply"),
+    "pause_model_replies": _Marker("input", "open-diamond", LOCKED, "pause model replies"),
+    "resume_model_replies": _Marker("input", "diamond", LOCKED, "resume model replies"),
+    "forbid_tools": _Marker("speech", "open-square", TOOLS, "forbid tools"),
+    "allow_tools": _Marker("speech", "square", TOOLS, "allow tools"),
 }
 """How each effect is marked in the Effects lane; timers have a lane of their own."""
 

@@ -73,6 +73,9 @@ every lever (and the futures it started)         ``EffectOutcome``
 SIP ``sip.callStatus`` (:mod:`.sip`)             ``CallRinging`` / ``CallAnswered`` /
                                                  ``CallEnded``
 AMD ``amd_prediction`` (:meth:`watch_amd`)       ``AnsweringMachineDetected``
+a realtime model's own replies, responses and    ``RealtimeModelLinked``, ``ModelReplyStarted``,
+refusals (:mod:`.realtime`)                      ``ModelResponseCreated`` /
+                                                 ``ModelResponseDone``, ``EffectOutcome``
 ==============================================  ============================================
 """
 

@@ -42,6 +42,10 @@ StartTimer, CancelTimer  ``loop.call_later`` / ``TimerHandle.cancel``
 Say                      ``session.say(text)``, ``allow_interruptions=False`` when locked
 EndCall                  the ``end_call`` callback given to :func:`attach`, else
                          ``session.shutdown()``
+SuppressReply,           realtime models only (``fx.REALTIME_EFFECTS``, emitted once the
+PauseModelReplies,       machine was told of one): refused here
+ResumeModelReplies,
+ForbidTools, AllowTools
 =======================  =================================================================
 
 With a realtime model (``llm.RealtimeModel``) some of these do not hold, and
@@ -54,16 +58,20 @@ effect                   realtime lever
 HoldUserTurns            the gate shut, holding the audio with ``answer_whole`` (the
                          server would hear the caller and cancel); no-op for a spill-over
 ResumeUserTurns          gate open, held audio replayed (the server commits it as a turn)
-StartGreeting            the server's own reply to the first words cancelled before it
-                         plays, then ``generate_reply(instructions='Say exactly: ...')``
+StartGreeting            ``generate_reply(instructions='Say exactly: ...')`` (no TTS),
+                         once the machine suppressed the model's own reply to the first
+                         words and its response is done; refused when the model rejects it
 Say                      ``generate_reply(instructions='Say exactly: ...')`` (no TTS)
+SuppressReply            the model's own reply interrupted before it plays, its items
+                         deleted
+PauseModelReplies        ``turn_detection`` with ``create_response``/``interrupt_response``
+                         off; ``ResumeModelReplies`` restores it
+ForbidTools, AllowTools  the session's ``tool_choice="none"`` / restored
 DropUnspokenText         LiveKit's ``conversation.item.truncate``/``delete`` plus the local
                          message edited in place, or removed (``agent.update_chat_ctx``);
                          unplayed items of interrupted responses deleted (#6424)
-CancelToolReply          ``cancel_tool_reply()`` and the session's ``tool_choice="none"``
-                         until the final reply ends
-FinalReplyWithoutTools   the server's own tool-free reply adopted, else
-                         ``generate_reply(tool_choice="none")`` once the step is done
+FinalReplyWithoutTools   ``generate_reply(tool_choice="none")``, when the machine asks
+                         (it adopts the model's own tool-free reply instead, if one came)
 =======================  =================================================================
 """
 
@@ -292,6 +300,12 @@ def end_call(adapter: TurnAdapter, effect: fx.EndCall) -> None:
         adapter.session.shutdown(drain=False)
 
 
+def realtime_only(adapter: TurnAdapter, effect: fx.Effect) -> None:
+    """The machine emits these only once told of a realtime model, whose link replaces
+    this lever; reaching it means no model does what the effect asks."""
+    raise EffectRefused(f"{effect.name} needs a realtime model")
+
+
 Lever = Callable[["TurnAdapter", Any], None]
 
 LEVERS: dict[type[fx.Effect], Lever] = {
@@ -311,5 +325,6 @@ LEVERS: dict[type[fx.Effect], Lever] = {
     fx.CancelTimer: cancel_timer,
     fx.Say: say,
     fx.EndCall: end_call,
+    **dict.fromkeys(fx.REALTIME_EFFECTS, realtime_only),
 }
 """Every effect type's lever; a test checks that none is missing."""

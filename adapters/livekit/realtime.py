@@ -3,112 +3,86 @@
 With a realtime model (``openai.realtime.RealtimeModel`` and the like) the model itself
 hears the caller and, with server-side turn detection, decides turns on its own: it
 cancels its own response when the caller speaks (``interrupt_response``), answers every
-committed turn with a response nobody asked for (``create_response``), and LiveKit
-downgrades ``allow_interruptions=False`` to ``True`` (#6635). Several pipeline levers
-therefore do not hold. :func:`~turnfsm.adapters.livekit.attach` recognises a realtime
-model (``isinstance(session.llm, llm.RealtimeModel)``) and puts :class:`RealtimeLink` in
-charge of the levers below; every other effect keeps its pipeline lever.
+committed turn with a response nobody asked for (``create_response``), refuses a
+``response.create`` while a response of it is active, and LiveKit downgrades
+``allow_interruptions=False`` to ``True`` (#6635). Several pipeline levers therefore do
+not hold. :func:`~turnfsm.adapters.livekit.attach` recognises a realtime model
+(``isinstance(session.llm, llm.RealtimeModel)``) and puts :class:`RealtimeLink` in charge
+of the levers below; every other effect keeps its pipeline lever.
 
-Levers per capability (``RealtimeCapabilities`` of the session, read once it started):
+:class:`RealtimeLink` decides nothing. It tells the machine what the model does, as
+events, and carries out the machine's effects; every wait is a machine timer:
 
-=========================================  ===============================================
-capability / situation                      lever
-=========================================  ===============================================
-``turn_detection`` (server detection with   **Greeting lock:** the :class:`~.audio.InputGate`
-``create_response``; the OpenAI default)    is shut (``MuteInput``; and ``HoldUserTurns``,
-                                            see below): the model hears silence, so the
-                                            server's VAD never fires — no server-side
-                                            cancel, no ``speech_started`` barge-in. The
-                                            greeting's handle is locked too
-                                            (``LockSpeech``), but that alone does not hold.
-                                            Server turn detection itself is never switched
-                                            off (``update_options(turn_detection=None)``
-                                            would leave nobody committing audio, since
-                                            LiveKit keeps the flag it resolved at start,
-                                            and it would have to be restored on every exit
-                                            path); opening the gate is the only restore,
-                                            done by the machine's clean-up and by
-                                            :meth:`~.adapter.TurnAdapter.detach`.
-                                            **keep_listening:** cannot hold (the server
-                                            would hear the caller and cancel), so
-                                            ``HoldUserTurns`` in the greeting shuts the gate
-                                            *holding* the audio when ``greeting_overlap`` is
-                                            ``answer_whole``: ``ResumeUserTurns`` replays it,
-                                            the server commits the overlap as one turn and
-                                            answers it whole. With ``drop`` the audio is
-                                            dropped (``ClearUserTurn`` clears the server
-                                            buffer). ``HoldUserTurns`` for a spill-over tail
-                                            in ``listening`` is a no-op (no client-side turn
-                                            to hold: the server commits it).
-                                            **User turns:** ``UserTurnCommitted`` comes from
-                                            the server's committed user item
-                                            (``remote_item_added``, before the server's
-                                            reply is created) or from
-                                            ``conversation_item_added`` (role user), once per
-                                            item id; ``TurnAgent.on_user_turn_completed``
-                                            does not run here.
-                                            **Greeting reply:** when the greeting answers
-                                            the callee's first words, the server has
-                                            already started its own reply; that reply is
-                                            cancelled before it plays (its handle is
-                                            interrupted before authorization, never shown
-                                            to the machine, and its server items deleted),
-                                            then the greeting is generated (next row).
-no ``supports_say`` and no TTS              ``StartGreeting``/``Say`` with a fixed text:
-                                            ``generate_reply(instructions='Say exactly:
-                                            "..."', tool_choice="none")``; generated
-                                            greetings use their instructions.
-``message_truncation``                      ``DropUnspokenText``: LiveKit already truncates
-                                            the played message server-side
-                                            (``conversation.item.truncate``, ``audio_end_ms``
-                                            = played ms) or deletes it when nothing played;
-                                            the local message is edited in place to the
-                                            spoken prefix (and the plugin's mirror of the
-                                            server item with it, so later context diffs
-                                            agree); nothing heard → removed with
-                                            ``agent.update_chat_ctx`` (diffed into
-                                            ``conversation.item.delete``). Without the
-                                            capability the edited text is pushed with
-                                            ``agent.update_chat_ctx``.
-``mutable_chat_context``                    Unplayed items of an interrupted or cancelled
-                                            response (messages never played, function calls
-                                            never run) are deleted server-side once its
-                                            handle is done (#6424), with
-                                            ``agent.update_chat_ctx``.
-``auto_tool_reply_generation`` = False      LiveKit asks for each tool reply itself; a reply
-(OpenAI)                                    the server starts on its own after a tool
-                                            output duplicates it and would bypass the cap
-                                            (a fresh handle): it is cancelled before it
-                                            plays or runs a tool.
-``auto_tool_reply_generation`` = True       The server's own reply *is* the continuation and
-                                            is let through below the cap.
-every realtime model, at the tool cap       ``CancelToolReply``: ``cancel_tool_reply()``
-                                            (LiveKit asks for no further step) and the
-                                            session's ``tool_choice`` is set to ``"none"``
-                                            before the tool output reaches the server, so no
-                                            reply the server starts on its own can call a
-                                            tool; restored when the final reply ends, on the
-                                            next user turn, or on detach.
-                                            ``FinalReplyWithoutTools``: once the capped
-                                            step's handle is done, a reply the server
-                                            started on its own is adopted as the final
-                                            reply; otherwise (after a short wait for models
-                                            that reply on their own)
-                                            ``generate_reply(tool_choice="none")``.
-=========================================  ===============================================
+=====================================  ==================================================
+the model (plugin event)               machine event
+=====================================  ==================================================
+the session started (its capabilities)  ``RealtimeModelLinked`` (``turn_detection`` →
+                                        ``replies_to_turns``,
+                                        ``auto_tool_reply_generation`` →
+                                        ``replies_to_tool_output``)
+``response.created`` / ``response.done``  ``ModelResponseCreated`` / ``ModelResponseDone``
+                                        (raw events of the OpenAI plugin,
+                                        ``openai_server_event_received``)
+a reply nobody asked for                ``ModelReplyStarted`` (its speech is held: it
+(``speech_created``, not user            reaches the machine as ``AgentSpeechCreated``
+initiated)                              only if not suppressed), ``after_tool_output``
+                                        and ``duplicate`` (LiveKit asks for the tool
+                                        reply itself) read from the conversation
+a committed user item                   ``UserTurnCommitted`` (``remote_item_added``, or
+                                        ``conversation_item_added``; once per item)
+a ``response.create`` refused           ``EffectOutcome`` ``refused`` of the
+(``conversation_already_has_active_      ``StartGreeting``/``Say`` that asked for it, and
+response``, matched to the oldest        its speech ended at once (the plugin would wait
+unanswered request: the real service     10 s)
+names no event id)
+=====================================  ==================================================
 
-Without server turn detection (client-side turn taking, or ``create_response=False``)
-LiveKit keeps ``allow_interruptions=False``, and the pipeline levers for
-``HoldUserTurns``/``ResumeUserTurns`` and the user turn commits are used unchanged.
+=========================  ============================================================
+effect                     realtime lever
+=========================  ============================================================
+MuteInput / HoldUserTurns  under server turn detection: the :class:`~.audio.InputGate`
+                           shut, holding the audio with ``answer_whole`` (the model would
+                           hear the caller and cancel); ``ResumeUserTurns`` replays it,
+                           the model commits the overlap as one turn; ``ClearUserTurn``
+                           clears the model's input buffer. ``HoldUserTurns`` for a
+                           spill-over tail in ``listening`` is a no-op (the model commits
+                           it). Without server turn detection, the pipeline levers.
+PauseModelReplies          ``update_options(turn_detection=<the session's, with
+                           create_response and interrupt_response off>)``: what the
+                           model committed before the gate shut (the lock's window) is
+                           neither answered nor allowed to cancel anything;
+                           ``ResumeModelReplies`` restores the session's setting
+SuppressReply              the held speech interrupted before it is authorized (LiveKit
+                           sends ``response.cancel``); once done, its server items are
+                           deleted
+StartGreeting / Say        ``session.say`` with a TTS or ``supports_say``, else
+                           ``generate_reply(instructions='Say exactly: "..."',
+                           tool_choice="none")``; ``done`` once the model created the
+                           response, ``refused`` when it rejects it
+DropUnspokenText           LiveKit already truncates the played message server-side
+                           (``conversation.item.truncate``, ``audio_end_ms`` = played ms)
+                           or deletes it; the local message is edited in place to the
+                           words whose audio played (``turnfsm.spoken`` over the item's
+                           own audio length, once it is all received), and the plugin's
+                           mirror of the server item with it; nothing heard → removed. A
+                           truncate the model rejects as past its audio (its items run
+                           ~85 ms short) is sent again at the length the model states
+ForbidTools / AllowTools   the session's ``tool_choice`` set to ``"none"`` (before the
+                           capped step's output reaches the model) / restored
+CancelToolReply            ``cancel_tool_reply()`` (LiveKit asks for no further step)
+FinalReplyWithoutTools     ``generate_reply(tool_choice="none")``
+=========================  ============================================================
 
-Only one private detail of the plugin is touched: the mirror of the server conversation
-(``RealtimeSession._remote_chat_ctx``) gets the edited text of a truncated message, and
-the session's ``tool_choice`` is read from its options to restore it; both are guarded.
+Only private details of the plugin are touched, all guarded: the mirror of the server
+conversation (``RealtimeSession._remote_chat_ctx``) gets the edited text of a truncated
+message; the session's ``tool_choice`` and ``turn_detection`` are read from its options
+to restore them.
 """
 
 from __future__ import annotations
 
-import asyncio
+import collections
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -122,24 +96,22 @@ from turnfsm import events as ev
 from turnfsm.spoken import spoken_prefix
 
 from . import levers
+from .effect_outcomes import PendingOutcome
 from .log import logger
+from .text import audio_seconds
 
 if TYPE_CHECKING:
     from .adapter import TurnAdapter
 
 
-GREETING_REPLY_WAIT = 2.0
-"""Seconds to wait for the server's own reply to the callee's first words (it is replaced
-by the greeting); without one by then the greeting is generated anyway."""
+ACTIVE_RESPONSE = "conversation_already_has_active_response"
+"""The error code of a ``response.create`` refused while a response is active."""
 
-AUTO_TOOL_REPLY_WAIT = 2.0
-"""Seconds to wait, at the tool cap, for a reply the server starts on its own (models that
-reply to tool output themselves) before asking for the final reply."""
+_AUDIO_TOO_SHORT = re.compile(r"Audio content of (\d+)ms is already shorter than (\d+)ms")
+"""The model's refusal of a truncate past the end of its item's audio."""
 
-ACTIVE_GENERATION_WAIT = 5.0
-"""Longest wait for the server to finish a response before asking for a new one."""
-
-_POLL = 0.05
+_PCM16_BYTES_PER_SECOND = 24000 * 2
+"""The plugin's realtime audio: 24 kHz mono PCM16."""
 
 
 def say_exactly(text: str) -> str:
@@ -157,16 +129,24 @@ class _ResponseItems:
 
 
 @dataclass
-class _FinalReply:
-    """The final reply without tools asked for at the cap."""
+class _ItemAudio:
+    """What the model sent for one message item: its transcript and audio length."""
 
-    tool_speech_id: str
-    speech_id: str | None = None
-    deadline: float = 0.0
+    transcript: str = ""
+    audio_seconds: float = 0.0
+    audio_done: bool = False
+
+
+@dataclass
+class _Request:
+    """A ``response.create`` the client sent and the model has not answered yet."""
+
+    event_id: str
+    speech_id: str | None
 
 
 class RealtimeLink:
-    """Realtime-specific levers and bookkeeping for one :class:`~.adapter.TurnAdapter`."""
+    """Realtime-specific levers and the model's facts for one :class:`~.adapter.TurnAdapter`."""
 
     def __init__(self, adapter: TurnAdapter) -> None:
         self.adapter = adapter
@@ -179,30 +159,37 @@ class RealtimeLink:
             fx.StartGreeting: self._start_greeting,
             fx.Say: self._say,
             fx.DropUnspokenText: self._drop_unspoken_text,
-            fx.CancelToolReply: self._cancel_tool_reply,
             fx.FinalReplyWithoutTools: self._final_reply_without_tools,
+            fx.SuppressReply: self._suppress_reply,
+            fx.PauseModelReplies: self._pause_model_replies,
+            fx.ResumeModelReplies: self._resume_model_replies,
+            fx.ForbidTools: self._forbid_tools,
+            fx.AllowTools: self._allow_tools,
         }
         self._released = False
         self._committed_user_items: set[str] = set()
         self._gate_holds_turns = False
-        self._greeting: fx.StartGreeting | None = None
-        self._greeting_timer: asyncio.TimerHandle | None = None
-        self._replaced_for_greeting: str | None = None
+        self._held: dict[str, SpeechHandle] = {}
+        """The model's own replies reported to the machine, until they are done."""
         self._suppressed: set[str] = set()
         self._done_speeches: set[str] = set()
-        self._handles: dict[str, SpeechHandle] = {}
         self._responses: dict[str, _ResponseItems] = {}
         self._speech_responses: dict[str, list[str]] = {}
         self._current_response: str | None = None
         self._last_server_speech: SpeechHandle | None = None
         self._last_input: str | None = None
         self._tool_event: FunctionToolsExecutedEvent | None = None
-        self._server_tool_replies_seen = False
-        self._no_tools = False
+        self._requests: collections.deque[_Request] = collections.deque()
+        self._request_outcomes: dict[str, PendingOutcome] = {}
+        """Deferred outcomes of greeting levers, by the speech they created."""
+        self._items: dict[str, _ItemAudio] = {}
+        self._chars_per_second: float | None = None
+        """The model's speaking rate, measured on its last item whose audio was all sent."""
+        self._truncates: collections.deque[dict[str, Any]] = collections.deque()
         self._saved_tool_choice: Any = None
-        self._capped_speech = ""
-        self._final: _FinalReply | None = None
-        self._final_timer: asyncio.TimerHandle | None = None
+        self._tools_forbidden = False
+        self._saved_turn_detection: Any = None
+        self._replies_paused = False
         self._rt_handlers: list[tuple[str, Callable[..., None]]] = []
         self._session_handlers: list[tuple[str, Callable[..., None]]] = []
 
@@ -214,16 +201,21 @@ class RealtimeLink:
         return self.rt_session.capabilities if self.rt_session is not None else None
 
     def bind(self) -> None:
-        """Subscribe to the realtime session (called once the agent session started)."""
+        """Subscribe to the realtime session and tell the machine which model it runs
+        (called once the agent session started, before ``SessionStarted``)."""
         if self.rt_session is not None:
             return
         agent = self.adapter.session.current_agent
         rt_session = agent.realtime_llm_session
         self.rt_session = rt_session
-        self.server_turns = rt_session.capabilities.turn_detection
+        caps = rt_session.capabilities
+        self.server_turns = caps.turn_detection
         rt_handlers: dict[str, Callable[[Any], None]] = {
             "generation_created": self._on_generation_created,
             "remote_item_added": self._on_remote_item_added,
+            # the OpenAI plugin's raw protocol events; other plugins never emit them
+            "openai_server_event_received": self._on_server_event,
+            "openai_client_event_queued": self._on_client_event,
         }
         for name, handler in rt_handlers.items():
             guarded = self.adapter._guarded(f"realtime {name}", handler)
@@ -232,19 +224,23 @@ class RealtimeLink:
         guarded = self.adapter._guarded("realtime tools", self._on_tools_executed)
         self.adapter.session.on("function_tools_executed", guarded)
         self._session_handlers.append(("function_tools_executed", guarded))
+        self.adapter.dispatch(
+            ev.RealtimeModelLinked(
+                at=self.adapter.now(),
+                replies_to_turns=caps.turn_detection,
+                replies_to_tool_output=caps.auto_tool_reply_generation,
+            )
+        )
 
     def release(self) -> None:
-        """Stop listening, cancel timers and restore the session's options. Idempotent."""
+        """Stop listening and restore what the levers changed on the model (detach)."""
+        if self._released:
+            return
         self._released = True
-        for timer in (self._greeting_timer, self._final_timer):
-            if timer is not None:
-                timer.cancel()
-        self._greeting_timer = self._final_timer = None
-        self._greeting = None
-        self._final = None
         if not self.adapter.closing:
-            self._restore_tools()
-        self._no_tools = False
+            self._allow_tools(self.adapter, fx.AllowTools())
+            self._resume_model_replies(self.adapter, fx.ResumeModelReplies())
+        self._tools_forbidden = self._replies_paused = False
         if self.rt_session is not None:
             for name, handler in self._rt_handlers:
                 self.rt_session.off(name, handler)
@@ -253,6 +249,7 @@ class RealtimeLink:
             self.adapter.session.off(name, handler)  # type: ignore[arg-type]
         self._session_handlers.clear()
         self._gate_holds_turns = False
+        self._held.clear()
 
     # -- user turns ---------------------------------------------------------------------
 
@@ -267,8 +264,6 @@ class RealtimeLink:
             return
         self._committed_user_items.add(item.id)
         self._last_input = "user"
-        self._restore_tools()
-        self._cancel_final()
         self.adapter.dispatch(
             ev.UserTurnCommitted(
                 at=self.adapter.now(), text=item.text_content or "", item_id=item.id
@@ -278,30 +273,24 @@ class RealtimeLink:
     # -- speeches -----------------------------------------------------------------------
 
     def intercept_speech(self, event: SpeechCreatedEvent) -> bool:
-        """Called first for every ``speech_created``; True swallows the speech (it is
-        cancelled before it plays and never reaches the machine)."""
+        """Called first for every ``speech_created``; True swallows the speech (the
+        machine suppressed it: it is cancelled before it plays and never reaches the
+        machine as an agent speech)."""
         handle = event.speech_handle
-        self._handles[handle.id] = handle
         handle.add_done_callback(self._on_speech_done)
         if event.user_initiated:
             return False
         self._last_server_speech = handle
-        if self._greeting is not None and self._replaced_for_greeting is None:
-            # the server's own answer to the callee's first words: the greeting replaces it
-            self._replaced_for_greeting = handle.id
-            self._suppress(handle)
-            return True
-        if self._last_input != "tool_output":
-            return False  # a reply to the caller's turn: the machine decides
-        self._server_tool_replies_seen = True
-        final = self._final
-        if final is not None and final.speech_id is None:
-            final.speech_id = handle.id  # adopted: it runs under tool_choice "none"
-            return False
-        if final is not None or self._livekit_continues_tools():
-            self._suppress(handle)
-            return True
-        return False
+        self._held[handle.id] = handle
+        self.adapter.dispatch(
+            ev.ModelReplyStarted(
+                at=self.adapter.now(),
+                speech_id=handle.id,
+                after_tool_output=self._last_input == "tool_output",
+                duplicate=self._last_input == "tool_output" and self._livekit_continues_tools(),
+            )
+        )
+        return handle.id in self._suppressed
 
     def _livekit_continues_tools(self) -> bool:
         """LiveKit asks for the reply to the last tool step itself (the server's own reply
@@ -315,10 +304,6 @@ class RealtimeLink:
             and tool_event.has_tool_reply
         )
 
-    def _suppress(self, handle: SpeechHandle) -> None:
-        self._suppressed.add(handle.id)
-        handle.interrupt(force=True)
-
     def _on_speech_done(self, handle: SpeechHandle) -> None:
         if self._released:  # detached: nothing may start any more
             return
@@ -330,27 +315,130 @@ class RealtimeLink:
     def _speech_done(self, handle: SpeechHandle) -> None:
         speech_id = handle.id
         self._done_speeches.add(speech_id)
+        self._held.pop(speech_id, None)
+        for request in [r for r in self._requests if r.speech_id == speech_id]:
+            self._requests.remove(request)  # never answered (timed out, or interrupted)
+        outcome = self._request_outcomes.pop(speech_id, None)
+        if outcome is not None:  # reported before the speech's end reaches the machine
+            error = handle.exception()
+            if isinstance(error, llm.RealtimeError):
+                outcome.resolve("refused", getattr(error, "code", None) or "RealtimeError")
+            else:
+                outcome.resolve("done")
         if handle.interrupted or speech_id in self._suppressed:
             self._delete_unplayed(speech_id, everything=speech_id in self._suppressed)
-        if speech_id == self._replaced_for_greeting:
-            self._replaced_for_greeting = None
-            if self._greeting is not None:
-                self._generate_greeting()
-        final = self._final
-        if final is not None and speech_id == final.tool_speech_id:
-            wait = (
-                AUTO_TOOL_REPLY_WAIT
-                if self._server_tool_replies_seen
-                or (self.capabilities is not None and self.capabilities.auto_tool_reply_generation)
-                else 0.0
+
+    # -- the model's protocol events (OpenAI plugin) -------------------------------------
+
+    def _on_client_event(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "response.create":
+            speech = self.adapter.session.current_speech
+            speech_id = speech.id if speech is not None else None
+            self._requests.append(
+                _Request(
+                    event_id=str(event.get("event_id") or ""),
+                    speech_id=speech_id,
+                )
             )
-            loop = asyncio.get_running_loop()
-            final.deadline = loop.time() + wait + ACTIVE_GENERATION_WAIT
-            self._schedule_final(wait)
-        elif final is not None and speech_id == final.speech_id:
-            self._cancel_final()
-            self._restore_tools()
-        self._handles.pop(speech_id, None)
+        elif kind == "conversation.item.truncate":
+            self._truncates.append(event)
+
+    def _on_server_event(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "response.created":
+            response = event.get("response") or {}
+            self._answer_request((response.get("metadata") or {}).get("client_event_id"))
+            self.adapter.dispatch(
+                ev.ModelResponseCreated(
+                    at=self.adapter.now(), response_id=str(response.get("id") or "")
+                )
+            )
+        elif kind == "response.done":
+            response = event.get("response") or {}
+            self.adapter.dispatch(
+                ev.ModelResponseDone(
+                    at=self.adapter.now(), response_id=str(response.get("id") or "")
+                )
+            )
+        elif kind == "response.output_audio.delta":
+            item = self._items.setdefault(str(event.get("item_id")), _ItemAudio())
+            item.audio_seconds += _pcm16_seconds(str(event.get("delta") or ""))
+        elif kind == "response.output_audio_transcript.delta":
+            item = self._items.setdefault(str(event.get("item_id")), _ItemAudio())
+            item.transcript += str(event.get("delta") or "")
+        elif kind == "response.output_item.done":
+            self._item_done(event.get("item") or {})
+        elif kind == "conversation.item.truncated":
+            self._answer_truncate(str(event.get("item_id") or ""))
+        elif kind == "error":
+            self._on_error(event.get("error") or {})
+
+    def _item_done(self, done: dict[str, Any]) -> None:
+        """A message item is whole only when completed: a cancelled one ends with the
+        text that ran ahead of its audio, which would overstate the speaking rate."""
+        item = self._items.get(str(done.get("id")))
+        if item is None or done.get("status") != "completed":
+            return
+        item.audio_done = True
+        if item.transcript and item.audio_seconds > 0:
+            self._chars_per_second = len(item.transcript) / item.audio_seconds
+
+    def _answer_request(self, event_id: str | None) -> None:
+        """The model created a response: the request it answers is taken."""
+        for request in list(self._requests):
+            if request.event_id == event_id:
+                self._requests.remove(request)
+                outcome = self._request_outcomes.pop(request.speech_id or "", None)
+                if outcome is not None:
+                    outcome.resolve("done")
+                return
+
+    def _answer_truncate(self, item_id: str) -> None:
+        for truncate in list(self._truncates):
+            if truncate.get("item_id") == item_id:
+                self._truncates.remove(truncate)
+                return
+
+    def _on_error(self, error: dict[str, Any]) -> None:
+        code = error.get("code")
+        message = str(error.get("message") or "")
+        if code == ACTIVE_RESPONSE:
+            self._request_refused(error.get("event_id"))
+        elif (too_short := _AUDIO_TOO_SHORT.search(message)) and self._truncates:
+            self._truncate_again(int(too_short.group(1)), int(too_short.group(2)))
+
+    def _request_refused(self, event_id: str | None) -> None:
+        """A ``response.create`` was refused: the one it names, else the oldest pending
+        (the model handles client events in order; the real service names none)."""
+        if not self._requests:
+            return
+        named = [r for r in self._requests if event_id and r.event_id == event_id]
+        request = named[0] if named else self._requests[0]
+        self._requests.remove(request)
+        if request.speech_id is None:
+            return
+        outcome = self._request_outcomes.pop(request.speech_id, None)
+        if outcome is not None:
+            outcome.resolve("refused", ACTIVE_RESPONSE)
+        handle = self.adapter.speeches.get(request.speech_id)
+        if handle is not None and not handle.done():
+            handle.interrupt(force=True)  # nothing will play: end it now, not in 10 s
+
+    def _truncate_again(self, audio_ms: int, asked_ms: int) -> None:
+        """A truncate past the end of the item's audio was refused: cut at its end."""
+        refused = next(
+            (t for t in self._truncates if int(t.get("audio_end_ms", -1)) == asked_ms),
+            self._truncates[0],
+        )
+        self._truncates.remove(refused)
+        if self.rt_session is None:
+            return
+        self.rt_session.truncate(  # at 0 ms the plugin deletes the item: nothing is in it
+            message_id=str(refused.get("item_id")),
+            modalities=["audio", "text"],
+            audio_end_ms=audio_ms,
+        )
 
     # -- server conversation bookkeeping ------------------------------------------------
 
@@ -434,63 +522,10 @@ class RealtimeLink:
 
         self.adapter.track(sync(), "update_chat_ctx (unplayed realtime items)")
 
-    # -- tools --------------------------------------------------------------------------
-
     def _on_tools_executed(self, event: FunctionToolsExecutedEvent) -> None:
         self._tool_event = event
 
-    def _force_no_tools(self) -> None:
-        if self._no_tools or self.rt_session is None:
-            return
-        options = getattr(self.rt_session, "_opts", None)
-        self._saved_tool_choice = getattr(options, "tool_choice", None) or "auto"
-        self._no_tools = True
-        self.rt_session.update_options(tool_choice="none")
-
-    def _restore_tools(self) -> None:
-        if not self._no_tools or self.rt_session is None:
-            return
-        self._no_tools = False
-        try:
-            self.rt_session.update_options(tool_choice=self._saved_tool_choice)
-        except Exception as error:
-            self.adapter._report_failure("restore tool_choice", error, "realtime session")
-
-    def _schedule_final(self, delay: float) -> None:
-        if self._final_timer is not None:
-            self._final_timer.cancel()
-        loop = asyncio.get_running_loop()
-        self._final_timer = loop.call_later(delay, self._final_due)
-
-    def _final_due(self) -> None:
-        self._final_timer = None
-        final = self._final
-        if final is None or final.speech_id is not None:
-            return
-        rt_session = self.rt_session
-        loop = asyncio.get_running_loop()
-        busy = bool(getattr(rt_session, "has_active_generation", False))
-        if busy and loop.time() < final.deadline:
-            self._schedule_final(_POLL)
-            return
-        handle = self.adapter.session.generate_reply(tool_choice="none")
-        final.speech_id = handle.id
-
-    def _cancel_final(self) -> None:
-        if self._final_timer is not None:
-            self._final_timer.cancel()
-            self._final_timer = None
-        self._final = None
-
-    # -- greeting -----------------------------------------------------------------------
-
-    def _generate_greeting(self) -> None:
-        if self._greeting_timer is not None:
-            self._greeting_timer.cancel()
-            self._greeting_timer = None
-        greeting, self._greeting = self._greeting, None
-        if greeting is not None:
-            self._speak(greeting.text, greeting.instructions)
+    # -- levers -------------------------------------------------------------------------
 
     def _speak(self, text: str | None, instructions: str | None) -> SpeechHandle:
         session = self.adapter.session
@@ -500,7 +535,11 @@ class RealtimeLink:
         directive = say_exactly(text) if text is not None else instructions
         return session.generate_reply(instructions=directive or "", tool_choice="none")
 
-    # -- levers -------------------------------------------------------------------------
+    def _ask(self, text: str | None, instructions: str | None) -> None:
+        """Say a greeting; its outcome waits for the model to take or refuse it."""
+        handle = self._speak(text, instructions)
+        if not handle.done():
+            self._request_outcomes[handle.id] = self.adapter.defer_outcome()
 
     def _hold_user_turns(self, adapter: TurnAdapter, effect: fx.HoldUserTurns) -> None:
         if not self.server_turns:
@@ -527,22 +566,59 @@ class RealtimeLink:
             adapter.require_gate().unmute(replay_held_audio=replay)
 
     def _start_greeting(self, adapter: TurnAdapter, effect: fx.StartGreeting) -> None:
-        if effect.in_reply_to is not None and self.server_turns:
-            # the server answers the first words on its own: that reply is replaced
-            self._greeting = effect
-            self._replaced_for_greeting = None
-            loop = asyncio.get_running_loop()
-            self._greeting_timer = loop.call_later(GREETING_REPLY_WAIT, self._greeting_overdue)
-            return
-        self._speak(effect.text, effect.instructions)
-
-    def _greeting_overdue(self) -> None:
-        self._greeting_timer = None
-        if self._replaced_for_greeting is None:
-            self._generate_greeting()
+        self._ask(effect.text, effect.instructions)
 
     def _say(self, adapter: TurnAdapter, effect: fx.Say) -> None:
-        self._speak(effect.text, None)
+        if effect.reason == "greeting":
+            self._ask(effect.text, None)
+        else:
+            self._speak(effect.text, None)
+
+    def _final_reply_without_tools(
+        self, adapter: TurnAdapter, effect: fx.FinalReplyWithoutTools
+    ) -> None:
+        adapter.session.generate_reply(tool_choice="none")
+
+    def _suppress_reply(self, adapter: TurnAdapter, effect: fx.SuppressReply) -> None:
+        handle = self._held.get(effect.speech_id)
+        if handle is None:
+            raise LookupError(f"no reply {effect.speech_id!r} of the model to suppress")
+        self._suppressed.add(handle.id)
+        handle.interrupt(force=True)
+
+    def _pause_model_replies(self, adapter: TurnAdapter, effect: fx.PauseModelReplies) -> None:
+        options = getattr(self.rt_session, "_opts", None)
+        current = getattr(options, "turn_detection", None)
+        if self.rt_session is None or self._replies_paused or current is None:
+            return
+        self._saved_turn_detection = current
+        self._replies_paused = True
+        self.rt_session.update_options(  # type: ignore[call-arg]  # the OpenAI plugin's
+            turn_detection=current.model_copy(
+                update={"create_response": False, "interrupt_response": False}
+            )
+        )
+
+    def _resume_model_replies(self, adapter: TurnAdapter, effect: fx.ResumeModelReplies) -> None:
+        if not self._replies_paused or self.rt_session is None:
+            return
+        self._replies_paused = False
+        update = self.rt_session.update_options
+        update(turn_detection=self._saved_turn_detection)  # type: ignore[call-arg]
+
+    def _forbid_tools(self, adapter: TurnAdapter, effect: fx.ForbidTools) -> None:
+        if self._tools_forbidden or self.rt_session is None:
+            return
+        options = getattr(self.rt_session, "_opts", None)
+        self._saved_tool_choice = getattr(options, "tool_choice", None) or "auto"
+        self._tools_forbidden = True
+        self.rt_session.update_options(tool_choice="none")
+
+    def _allow_tools(self, adapter: TurnAdapter, effect: fx.AllowTools) -> None:
+        if not self._tools_forbidden or self.rt_session is None:
+            return
+        self._tools_forbidden = False
+        self.rt_session.update_options(tool_choice=self._saved_tool_choice)
 
     def _drop_unspoken_text(self, adapter: TurnAdapter, effect: fx.DropUnspokenText) -> None:
         message = adapter.assistant_messages.get(effect.speech_id)
@@ -550,19 +626,7 @@ class RealtimeLink:
             adapter.pending_drops[effect.speech_id] = effect
             return
         adapter.pending_drops.pop(effect.speech_id, None)
-        if effect.keep == "nothing":
-            heard = ""
-        else:
-            segment = adapter.last_segment.get(effect.speech_id)
-            if segment is not None and segment.synchronized_transcript is not None:
-                heard = segment.synchronized_transcript
-            elif effect.played_text is not None:
-                heard = effect.played_text
-            elif segment is not None:
-                text = message.text_content or ""
-                heard = spoken_prefix(text, segment.played_seconds, segment.pushed_seconds)
-            else:
-                heard = ""
+        heard = "" if effect.keep == "nothing" else self._heard(adapter, effect, message)
         message.content = [heard] if heard else []
         if not heard:
             self._delete_items([message.id])
@@ -574,6 +638,36 @@ class RealtimeLink:
             agent = adapter.session.current_agent
             adapter.track(agent.update_chat_ctx(agent.chat_ctx.copy()), "update_chat_ctx")
 
+    def _heard(
+        self, adapter: TurnAdapter, effect: fx.DropUnspokenText, message: llm.ChatMessage
+    ) -> str:
+        """The words of the message whose audio played.
+
+        The model streams its transcript ahead of its audio, so the text received says
+        nothing about what played: the played seconds (at the output) are mapped onto
+        the text at the speaking rate of the item itself once all its audio came, else
+        at the rate measured on the model's last complete item; with neither, the text
+        counts as at least as long as LiveKit's standard rate says.
+        """
+        segment = adapter.last_segment.get(effect.speech_id)
+        if segment is not None and segment.synchronized_transcript is not None:
+            return segment.synchronized_transcript
+        if effect.played_text is not None:
+            return effect.played_text
+        if segment is None:
+            return ""
+        text = message.text_content or ""
+        item = self._items.get(message.id)
+        rate = self._chars_per_second
+        if item is not None and item.audio_done and item.transcript and item.audio_seconds > 0:
+            rate = len(item.transcript) / item.audio_seconds
+        if rate is not None:
+            seconds = len(text) / rate
+        else:
+            received = item.audio_seconds if item is not None else segment.pushed_seconds
+            seconds = audio_seconds(text, received, complete=False)
+        return spoken_prefix(text, segment.played_seconds, seconds)
+
     def _mirror_text(self, item_id: str, text: str) -> None:
         """Keep the plugin's mirror of the server item equal to the local message, so a
         later context diff does not delete and re-create it."""
@@ -583,18 +677,8 @@ class RealtimeLink:
         if isinstance(item, llm.ChatMessage):
             item.content = [text]
 
-    def _cancel_tool_reply(self, adapter: TurnAdapter, effect: fx.CancelToolReply) -> None:
-        levers.cancel_tool_reply(adapter, effect)
-        self._force_no_tools()
-        self._capped_speech = effect.speech_id
 
-    def _final_reply_without_tools(
-        self, adapter: TurnAdapter, effect: fx.FinalReplyWithoutTools
-    ) -> None:
-        self._force_no_tools()
-        tool_speech_id = self._capped_speech
-        self._final = _FinalReply(tool_speech_id=tool_speech_id)
-        if tool_speech_id in self._done_speeches or tool_speech_id not in self._handles:
-            loop = asyncio.get_running_loop()
-            self._final.deadline = loop.time() + ACTIVE_GENERATION_WAIT
-            self._schedule_final(0.0)
+def _pcm16_seconds(delta: str) -> float:
+    """Seconds of audio in a base64 PCM16 delta, from its length (no decoding)."""
+    padding = delta[-2:].count("=") if delta else 0
+    return (len(delta) * 3 // 4 - padding) / _PCM16_BYTES_PER_SECOND

@@ -2,7 +2,9 @@
 
 ``make test`` explores five policies that together take every value of direction,
 first_speaker, greeting_lock, greeting_overlap, interrupted_text and
-mute_input_during_tools (and every timer and ending option); ``make test-deep`` explores
+mute_input_during_tools (and every timer and ending option), and one outbound call on a
+realtime model (its own replies, responses and their waits: ``explore(realtime=True)``);
+``make test-deep`` explores
 the product of the binary options (32 policies). Policies are explored in parallel, one
 process per core.
 """
@@ -75,6 +77,13 @@ QUICK: dict[str, TurnPolicy] = {  # the costliest first: two processes share the
     ),
 }
 
+REALTIME: dict[str, TurnPolicy] = {
+    "realtime-outbound-keep-answer": TurnPolicy(
+        direction="outbound", greeting="Hi, this is Ada.", max_tool_steps=1
+    ),
+}
+"""Explored from a realtime model's link (``testing.REALTIME_LINK``)."""
+
 OPTIONS = {
     "direction": ("inbound", "outbound"),
     "first_speaker": ("user", "agent"),
@@ -98,16 +107,18 @@ DECLARED = declared_moves()
 STATE_CHANGES = {move for move in DECLARED if move[0] != move[2]}
 
 
-def _timed_explore(policy: TurnPolicy) -> tuple[ExplorationReport, float]:
+def _timed_explore(policy: TurnPolicy, realtime: bool = False) -> tuple[ExplorationReport, float]:
     start = time.perf_counter()
-    report = explore(policy)
+    report = explore(policy, realtime=realtime)
     return report, time.perf_counter() - start
 
 
-def explore_all(policies: list[TurnPolicy]) -> list[tuple[ExplorationReport, float]]:
+def explore_all(
+    policies: list[TurnPolicy], realtime: list[bool] | None = None
+) -> list[tuple[ExplorationReport, float]]:
     workers = min(len(policies), os.cpu_count() or 1, 2)
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(_timed_explore, policies))
+        return list(pool.map(_timed_explore, policies, realtime or [False] * len(policies)))
 
 
 def expected_states(policy: TurnPolicy) -> set[str]:
@@ -131,15 +142,16 @@ def check(policy: TurnPolicy, report: ExplorationReport) -> None:
 @pytest.fixture(scope="module")
 def quick_reports(summary_line: Callable[[str], None]) -> dict[str, ExplorationReport]:
     start = time.perf_counter()
-    results = explore_all(list(QUICK.values()))
-    for name, (report, seconds) in zip(QUICK, results, strict=True):
+    cases = {**QUICK, **REALTIME}
+    results = explore_all(list(cases.values()), [name in REALTIME for name in cases])
+    for name, (report, seconds) in zip(cases, results, strict=True):
         summary_line(
             f"explore {name}: {report.configurations} configurations, {report.steps} "
             f"checked steps, {len(report.transitions)} moves, "
             f"{len(report.violations)} violations ({seconds:.1f} s)"
         )
-    summary_line(f"explore: {len(QUICK)} policies in {time.perf_counter() - start:.1f} s")
-    return {name: report for name, (report, _) in zip(QUICK, results, strict=True)}
+    summary_line(f"explore: {len(cases)} policies in {time.perf_counter() - start:.1f} s")
+    return {name: report for name, (report, _) in zip(cases, results, strict=True)}
 
 
 def test_quick_policies_cover_every_option_value() -> None:
@@ -152,11 +164,21 @@ def test_quick_policies_cover_every_option_value() -> None:
     assert any(p.max_call_duration for p in policies)
 
 
-@pytest.mark.parametrize("name", list(QUICK))
+@pytest.mark.parametrize("name", [*QUICK, *REALTIME])
 def test_explore_finds_no_violation(
     name: str, quick_reports: dict[str, ExplorationReport]
 ) -> None:
-    check(QUICK[name], quick_reports[name])
+    check({**QUICK, **REALTIME}[name], quick_reports[name])
+
+
+def test_explore_takes_every_realtime_wait(quick_reports: dict[str, ExplorationReport]) -> None:
+    """The realtime exploration reaches each wait and each way out of it."""
+    moves = {
+        (event, before) for before, event, _ in quick_reports[next(iter(REALTIME))].transitions
+    }
+    for event in ("model_reply_started", "model_response_done", "model_response_created"):
+        assert {(event, "greeting"), (event, "speaking")} <= moves, event
+    assert ("timer_fired", "greeting") in moves
 
 
 def test_explore_takes_every_declared_state_change(

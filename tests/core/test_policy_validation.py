@@ -22,6 +22,8 @@ BAD_VALUES: dict[str, list[object]] = {
     "greeting_lock": ["mute", None],
     "greeting_overlap": ["keep", None],
     "spill_over_window": [0, -0.5, None, "0.5", False],
+    "model_reply_wait": [0, -2, None, "2", True],
+    "response_done_wait": [0, -5, None, "5", False],
     "interrupted_text": ["spoken_prefix", None],
     "max_tool_steps": [0, -1, 1.5, True, "3"],
     "tool_cap_fallback": ["", " ", None],

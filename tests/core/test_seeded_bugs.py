@@ -127,6 +127,21 @@ class MachineHangUpSkipsEndCall(TurnRules):
         super().clean_up_call()
 
 
+class GreetingAskedOfABusyModel(TurnRules):
+    """I9: the greeting is asked for while the model's suppressed reply is still active
+    (the real service refuses it: the greeting would be lost)."""
+
+    def greet_when_model_free(self) -> None:
+        self.greet_now()
+
+
+class ModelReplyLetThroughInTheGreeting(TurnRules):
+    """I10: the model's own answer to "Hello?" is not suppressed."""
+
+    def suppress_model_reply(self, ev: ev.ModelReplyStarted) -> None:
+        return
+
+
 # -- the explorer --------------------------------------------------------------------------
 
 CHEAP = TurnPolicy(greeting="Hi", greeting_lock="mute_input", max_tool_steps=1)
@@ -189,6 +204,14 @@ TOOL_CAP = [
     ),
 ]
 
+REALTIME_HELLO = [
+    ev.RealtimeModelLinked(at=0.0, replies_to_turns=True),
+    *ANSWERED,
+    ev.ModelResponseCreated(at=1.1, response_id="r1"),
+    ev.ModelReplyStarted(at=1.1, speech_id="auto"),
+]
+"""A realtime model answers "Hello?" on its own."""
+
 SCENARIOS: list[tuple[type[TurnRules], list[Event], str]] = [
     (
         GreetingInterruptedByOverlap,
@@ -221,6 +244,8 @@ SCENARIOS: list[tuple[type[TurnRules], list[Event], str]] = [
         "I7",
     ),
     (EarlySpeechLetThrough, [ev.AgentSpeechCreated(at=0.0, speech_id="s1")], "I8"),
+    (GreetingAskedOfABusyModel, REALTIME_HELLO, "I9"),
+    (ModelReplyLetThroughInTheGreeting, REALTIME_HELLO, "I10"),
 ]
 
 

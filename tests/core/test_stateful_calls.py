@@ -43,6 +43,9 @@ settings.register_profile(
     stateful_step_count=20,
     deadline=None,
     database=None,
+    # `make test` draws the same 1,000 calls every run, so its coverage assertions are
+    # reproducible; `make test-deep` draws fresh calls
+    derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.register_profile(
@@ -50,6 +53,7 @@ settings.register_profile(
     settings.get_profile("turnfsm-core"),
     max_examples=10_000,
     stateful_step_count=40,
+    derandomize=False,
 )
 
 SPEECH_IDS = ("s1", "s2", "s3")
@@ -66,6 +70,10 @@ DECLARED = frozenset(declared_moves())
 CHANGES = frozenset(move for move in DECLARED if move[0] != move[2])
 """The declared moves that change the state."""
 ANY = tuple(name for name in EVENT_NAMES if name not in ENDING)
+MODEL_EVENTS = frozenset({"model_reply_started", "model_response_created", "model_response_done"})
+"""What a realtime model reports: guided only once the call linked one."""
+LINK = frozenset({"realtime_model_linked"})
+"""Drawn with the call (a realtime model is linked when the adapter attaches)."""
 TEXTS = ("", "Hello?", "wait, what?")
 
 
@@ -127,6 +135,12 @@ VARIANTS: dict[str, tuple[dict[str, object], ...]] = {
     "answering_machine_detected": _variants(result=("human", "machine")),
     "session_error": _variants(message=("boom",), recoverable=(True, False)),
     "agent_speech_interrupted": _variants(**SPEECH),
+    "realtime_model_linked": _variants(
+        replies_to_turns=(False, True), replies_to_tool_output=(False, True)
+    ),
+    "model_reply_started": _variants(
+        **SPEECH, after_tool_output=(False, True), duplicate=(False, True)
+    ),
     "effect_outcome": _variants(
         effect=("interrupt", "start_greeting", "say", "lock_speech"),
         outcome=("done", "refused", "failed"),
@@ -160,12 +174,16 @@ class TurnCalls(RuleBasedStateMachine):
         """Running timers and when they are due, from the effects only."""
         self.cancelled: str | None = None
 
-    @initialize(policy=policies())
-    def start_call(self, policy: TurnPolicy) -> None:
+    @initialize(
+        policy=policies(), model=st.sampled_from((None, *VARIANTS["realtime_model_linked"]))
+    )
+    def start_call(self, policy: TurnPolicy, model: dict[str, object] | None) -> None:
         self.controller = TurnController(
             policy, strict=True, keep_text=True, rules_class=self.rules_class
         )
         Totals.examples += 1
+        if model is not None:  # a realtime model: the adapter reports it when it attaches
+            self.deliver(ev.RealtimeModelLinked(at=0.0, **model))
 
     def deliver(self, event: ev.Event) -> tuple[fx.Effect, ...]:
         assert self.controller is not None
@@ -215,8 +233,12 @@ class TurnCalls(RuleBasedStateMachine):
             pool = ANY
         else:  # 82.5 %: an event the current state handles
             Totals.picks["guided"] += 1
-            handled = self.controller._handled[self.controller.state]
-            pool = tuple(sorted(handled - ENDING)) or ANY
+            handled = self.controller._handled[self.controller.state] - ENDING - LINK
+            if not self.controller.context.realtime_model:
+                # a pipeline call never hears from a realtime model (the `any` picks still
+                # deliver such events at random, to be ignored or handled)
+                handled -= MODEL_EVENTS
+            pool = tuple(sorted(handled)) or ANY
         # fixed-range draws, taken modulo: a replayed or mutated choice stays valid
         name = pool[which % len(pool)]
         variants = VARIANTS.get(name, ({},))

@@ -280,6 +280,9 @@ TOOL_CAP = Recipe(
 )
 IDLE = Recipe(outbound(idle_timeout=1.5, idle_max_reprompts=5), idle_then_probe)
 
+PIPELINE_EFFECTS = tuple(t for t in fx.EFFECT_TYPES if t not in fx.REALTIME_EFFECTS)
+"""The effects a pipeline call can emit (a realtime-only one never reaches its levers)."""
+
 RECIPES: dict[type[fx.Effect], Recipe] = {
     fx.StartTimer: GREETING_HOLD,
     fx.CancelTimer: GREETING_HOLD,
@@ -505,10 +508,12 @@ def warnings_with(run: Run, needle: str) -> list[logging.LogRecord]:
 
 
 def test_every_effect_type_has_a_recipe() -> None:
-    assert set(RECIPES) == set(fx.EFFECT_TYPES) == set(LEVERS)
+    assert set(LEVERS) == set(fx.EFFECT_TYPES)
+    # realtime-only effects: their levers fail in tests/realtime (RealtimeLink)
+    assert set(RECIPES) == set(PIPELINE_EFFECTS)
 
 
-@pytest.mark.parametrize("effect_type", fx.EFFECT_TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("effect_type", PIPELINE_EFFECTS, ids=lambda t: t.name)
 def test_a_raising_lever_is_logged_once_and_the_call_goes_on(
     run: Run, effect_type: type[fx.Effect]
 ) -> None:

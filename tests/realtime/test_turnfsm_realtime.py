@@ -15,6 +15,7 @@ import re
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from turnfsm.adapters.livekit.realtime import say_exactly
 from turnfsm.adapters.sim.io import PacedAudioOutput, PlayoutSegment
 
 from support.realtime_server import (
+    FIDELITY_MATRIX,
     SAMPLE_RATE,
     RealtimeScript,
     RealtimeTestServer,
@@ -345,7 +347,9 @@ async def test_barge_in_truncates_server_item_to_played_audio(call: Call) -> Non
     assert truncate.payload["item_id"] == message_id
     ended = call.speech_ended(handle.id)
     assert ended.interrupted
-    assert ended.played_seconds == pytest.approx(2.0, abs=0.35)
+    # the barge-in reaches the server and its speech_started the client a latency later each
+    round_trip = 2 * server.fidelity.network_latency_ms / 1000
+    assert ended.played_seconds == pytest.approx(2.0 + round_trip, abs=0.35)
     assert truncate.payload["audio_end_ms"] == pytest.approx(ended.played_seconds * 1000, abs=100)
     assert not server.events_of_type("conversation.item.delete")
     await server.wait_for_event("conversation.item.truncated", direction="sent")
@@ -355,11 +359,11 @@ async def test_barge_in_truncates_server_item_to_played_audio(call: Call) -> Non
     assert isinstance(local, llm.ChatMessage)
     assert local.interrupted
     spoken = local.text_content or ""
-    server_text = {item["id"]: item for item in server.conversation}[message_id]
-    heard_on_server = server_text["content"][0]["transcript"]
     assert spoken
     assert LONG_ANSWER.startswith(spoken)
     assert len(spoken) < len(LONG_ANSWER)
+    # what the server's item kept (the real service clears a truncated item's transcript)
+    heard_on_server = server.heard_prefix(LONG_ANSWER, truncate.payload["audio_end_ms"])
     assert heard_on_server.startswith(spoken)
     assert len(spoken.split()) >= len(heard_on_server.split()) - 1
     agent_item = session.current_agent.chat_ctx.get_by_id(message_id)
@@ -367,7 +371,8 @@ async def test_barge_in_truncates_server_item_to_played_audio(call: Call) -> Non
     assert agent_item.text_content == spoken
     # the plugin's view of the server agrees too, so no later diff rewrites the item
     await server.wait_for_event("response.done", direction="sent", count=2, timeout=10)
-    await asyncio.sleep(0.3)
+    await _wait_finished(await call.segment_playing(1))  # the reply to the barge-in, committed
+    await asyncio.sleep(0.3 + round_trip)
     assert not server.events_of_type("conversation.item.delete")
     assert [i["id"] for i in server.conversation if i.get("role") == "assistant"] == [
         i.id
@@ -540,8 +545,6 @@ async def test_exit_during_the_lock_restores_input_and_leaves_no_task(
             assert adapter.realtime is not None
             assert adapter.timers == {}
             assert adapter._tasks == set()
-            assert adapter.realtime._greeting_timer is None
-            assert adapter.realtime._final_timer is None
             # server turn detection and tool choice were never touched
             assert server.turn_detection is not None
             assert server.turn_detection["type"] == "semantic_vad"
@@ -598,3 +601,248 @@ async def test_realtime_agent_example_builds_offline() -> None:
     finally:
         adapter.detach()
         await session.llm.aclose()
+
+
+# ------------------------------------------------- (e) the real protocol's timing (issue 10)
+
+SHORT_GREETING = "Hi, this is Ada from Acme."
+OPEN_HOURS = "We open at nine and close at six, every day but Sunday, when we open at ten."
+
+
+def _words_played(server: RealtimeTestServer, text: str, played_seconds: float) -> list[str]:
+    """The words of a reply whose whole audio played, on the server's speech timeline."""
+    timeline, total_ms = server.speech_timeline(text)
+    ends = [start for start, _ in timeline[1:]] + [total_ms]
+    return [
+        word.strip()
+        for (_, word), end in zip(timeline, ends, strict=True)
+        if end <= played_seconds * 1000
+    ]
+
+
+async def _wait_finished(segment: PlayoutSegment, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not segment.finished:
+        assert time.monotonic() < deadline, "the segment never finished"
+        await asyncio.sleep(0.01)
+
+
+async def _greeting_then_barge_in(call: Call) -> None:
+    """Outbound: "Hello?", the callee talks on through the server's commit (the lock's
+    window) and over the greeting; the overlap is answered whole; then a barge-in."""
+    server = call.server
+    server.script.push_user_transcript("Hello?")
+    server.script.policy = scripted_model(
+        ["Auto reply nobody should hear.", OPEN_HOURS, "Sure.", "Sure."]
+    )
+    session, adapter, controller = await call.start(
+        TurnPolicy(direction="outbound", greeting=SHORT_GREETING)
+    )
+    adapter.dispatch(ev.CallAnswered(at=adapter.now()))
+    call.microphone.speak(0.6)  # "Hello?"
+    await server.wait_for_event("input_audio_buffer.committed", direction="sent", timeout=10)
+    call.microphone.speak(1.2)  # talks on before the client hears of the commit
+    greeting = await call.segment_playing(0)
+    await _wait_finished(greeting)
+    assert greeting.finished_at is not None
+    greeting_ended = greeting.finished_at
+
+    # the greeting played whole, after the model's own reply to "Hello?" was suppressed
+    assert not greeting.interrupted
+    assert greeting.played == pytest.approx(greeting.pushed, abs=0.01)
+    assert greeting.played == pytest.approx(len(SHORT_GREETING) / CPS, abs=0.25)
+    greeted = [r for r in server.responses if r.reply.text == SHORT_GREETING]
+    assert [(r.trigger, r.status) for r in greeted] == [("response.create", "completed")]
+    assert server.responses[0].status == "cancelled"
+
+    # the overlap is answered whole, once, after the greeting: no reply to a fragment
+    answer = await call.segment_playing(1)
+    answered = [r for r in server.responses if r.status != "cancelled"]
+    assert [r.reply.text for r in answered] == [SHORT_GREETING, OPEN_HOURS]
+    assert answered[1].trigger == "turn_detected"
+    assert answered[1].created_at > greeting_ended - 0.05
+    history = _texts(session, "user")
+    assert history[0] == "Hello?"  # "Hello?" stays, before the greeting
+    assert _texts(session, "assistant")[0] == SHORT_GREETING
+    local = [(i.role, i.text_content) for i in session.history.items if i.type == "message"]
+    assert local.index(("user", "Hello?")) < local.index(("assistant", SHORT_GREETING))
+    remote = server.conversation_summary()
+    assert remote.index(("user", "Hello?")) < remote.index(("assistant", SHORT_GREETING))
+
+    # barge-in: the history keeps at most the words whose audio played
+    await call.played(answer, 2.0)
+    call.microphone.speak(0.5)
+    await _wait_finished(answer)
+    assert answer.interrupted
+    await server.wait_for_event("conversation.item.truncated", direction="sent", timeout=10)
+    (spoken,) = [
+        item.text_content or ""
+        for item in session.history.items
+        if item.type == "message" and item.role == "assistant" and item.interrupted
+    ]
+    heard = _words_played(server, OPEN_HOURS, answer.played)
+    print(f"barge-in: played {answer.played:.2f} s, heard {len(heard)} words, kept {spoken!r}")
+    assert spoken.split() == OPEN_HOURS.split()[: len(spoken.split())]  # a word prefix
+    assert len(spoken.split()) <= len(heard), (spoken, heard)
+    assert len(spoken.split()) >= len(heard) - 2, (spoken, heard)  # and not much less
+    # the server kept the audio that played (a refused truncate was sent again shorter)
+    truncated = server.events_of_type("conversation.item.truncated", direction="sent")
+    assert truncated[-1].payload["audio_end_ms"] <= answer.played * 1000 + 1
+    assert controller.state != "ended"
+
+
+async def _tool_cap(call: Call, *, auto_tool_reply: bool) -> None:
+    server = call.server
+    server.script = RealtimeScript(
+        always_call_tool="get_weather",
+        tool_arguments={"city": "Oslo"},
+        auto_tool_reply=auto_tool_reply,
+        default_text="It is sunny in Oslo.",
+    )
+    policy = TurnPolicy(direction="inbound", first_speaker="user", max_tool_steps=2)
+    session, adapter, controller = await call.start(policy)
+    session.generate_reply(user_input="What's the weather in Oslo?")
+    final = await call.segment_playing(0)
+    await _wait_finished(final)
+    assert call.agent.cities == ["Oslo", "Oslo"]  # exactly max_tool_steps rounds
+    assert controller.context.tool_rounds == 2
+    assert not final.interrupted
+    assert _texts(session, "assistant") == ["It is sunny in Oslo."]
+    spoken = [r for r in server.responses if r.reply.text]
+    assert [(r.status, r.request.tool_choice) for r in spoken] == [("completed", "none")]
+
+
+@pytest.mark.parametrize("fidelity", list(FIDELITY_MATRIX))
+async def test_greeting_truncation_and_tool_cap_across_protocol_timing(fidelity: str) -> None:
+    """Issue 10's matrix: each cell is the real protocol's rules at one timing (latency
+    each way, cancel latency, transcript lead, generation speed)."""
+    setting = FIDELITY_MATRIX[fidelity]
+    async with RealtimeTestServer(RealtimeScript(), fidelity=setting) as server:
+        call = Call(server)
+        try:
+            await _greeting_then_barge_in(call)
+        finally:
+            await call.aclose()
+    for auto_tool_reply in (False, True):  # OpenAI's own behaviour, then a model that
+        # also answers tool output itself (its reply adopted or suppressed at the cap)
+        async with RealtimeTestServer(RealtimeScript(), fidelity=setting) as server:
+            call = Call(server)
+            try:
+                await _tool_cap(call, auto_tool_reply=auto_tool_reply)
+            finally:
+                await call.aclose()
+
+
+async def test_a_refused_greeting_create_is_asked_again(call: Call) -> None:
+    """The model refuses the greeting's ``response.create`` once, with the real error and
+    no event id: the greeting is asked again and plays whole."""
+    server = call.server
+    server.script.policy = scripted_model(["Auto reply nobody should hear."])
+    session, adapter, controller = await call.start(
+        TurnPolicy(direction="outbound", greeting=SHORT_GREETING)
+    )
+    connection = server.connection
+    accept = connection._handlers["response.create"]
+    refused: list[dict[str, Any]] = []
+
+    def refuse_once(event: dict[str, Any]) -> None:
+        if refused:
+            accept(event)
+            return
+        refused.append(event)
+        connection._send(
+            {
+                "type": "error",
+                "event_id": "event_refused",
+                "error": {
+                    "type": "invalid_request_error",
+                    "code": "conversation_already_has_active_response",
+                    "message": "Conversation already has an active response in progress.",
+                    "param": None,
+                    "event_id": None,
+                },
+            }
+        )
+
+    connection._handlers["response.create"] = refuse_once
+    adapter.dispatch(ev.CallAnswered(at=adapter.now()))
+    call.microphone.speak(0.6)
+    greeting = await call.segment_playing(0)
+    await _wait_finished(greeting)
+    assert len(refused) == 1
+    assert not greeting.interrupted
+    assert greeting.played == pytest.approx(len(SHORT_GREETING) / CPS, abs=0.25)
+    assert _texts(session, "assistant") == [SHORT_GREETING]
+    assert controller.state == "listening"
+    assert controller.trace is not None
+    outcomes = [s.event for s in controller.trace if isinstance(s.event, ev.EffectOutcome)]
+    assert ("start_greeting", "refused") in [(o.effect, o.outcome) for o in outcomes]
+    retried = [e for s in controller.trace for e in s.effects if isinstance(e, fx.Say)]
+    assert [(e.reason, e.allow_interruptions) for e in retried] == [("greeting", False)]
+
+
+async def test_the_trace_shows_the_suppressed_reply_and_the_wait_for_response_done() -> None:
+    """The realtime link decides nothing: suppressing the model's reply to "Hello?" and
+    waiting for its ``response.done`` before the greeting are machine steps."""
+    setting = FIDELITY_MATRIX["100ms-cancel-150ms"]
+    async with RealtimeTestServer(RealtimeScript(), fidelity=setting) as server:
+        call = Call(server)
+        try:
+            server.script.policy = scripted_model(["Auto reply nobody should hear."])
+            session, adapter, controller = await call.start(
+                TurnPolicy(direction="outbound", greeting=SHORT_GREETING)
+            )
+            adapter.dispatch(ev.CallAnswered(at=adapter.now()))
+            call.microphone.speak(0.6)
+            greeting = await call.segment_playing(0)
+            await _wait_finished(greeting)
+        finally:
+            await call.aclose()
+    assert controller.trace is not None
+    steps = [(s.event.name, s.before, [e.name for e in s.effects]) for s in controller.trace]
+    names = [name for name, _, _ in steps]
+    suppressed = names.index("model_reply_started")
+    assert steps[suppressed][1] == "greeting"
+    assert "suppress_reply" in steps[suppressed][2]
+    assert "start_timer" in steps[suppressed][2]  # the wait for response.done
+    (timer,) = [
+        e for e in list(controller.trace)[suppressed].effects if isinstance(e, fx.StartTimer)
+    ]
+    assert timer.timer == "response_done"
+    done = names.index("model_response_done", suppressed)
+    assert steps[done][2] == ["cancel_timer", "start_greeting"]
+    assert "start_greeting" not in [e for _, _, effects in steps[:done] for e in effects]
+    assert names.index("agent_speech_created", done) > done
+
+
+async def test_a_truncate_past_the_models_audio_is_sent_again_within_it() -> None:
+    """The model's item is shorter than the audio it sent (85 ms on the real service;
+    1.5 s here, so a barge-in hits it): LiveKit's truncate at the played position is
+    refused, and the link cuts the item at the length the model states."""
+    setting = replace(FIDELITY_MATRIX["no-latency"], truncate_shortfall_ms=1500)
+    async with RealtimeTestServer(RealtimeScript(), fidelity=setting) as server:
+        call = Call(server)
+        try:
+            server.script.policy = scripted_model([LONG_ANSWER])
+            session, adapter, controller = await call.start(INBOUND)
+            handle = session.generate_reply(user_input="When are you open?")
+            answer = await call.segment_playing(0)
+            await call.played(answer, 2.5)
+            call.microphone.speak(0.5)
+            await asyncio.wait_for(handle, 10)
+            truncated = await server.wait_for_event(
+                "conversation.item.truncated", direction="sent", timeout=10
+            )
+            refusals = [
+                e
+                for e in server.events_of_type("error", direction="sent")
+                if "already shorter than" in e.payload["error"]["message"]
+            ]
+            truncates = server.events_of_type("conversation.item.truncate")
+        finally:
+            await call.aclose()
+    (refused,) = refusals
+    assert [t.payload["audio_end_ms"] for t in truncates][0] > answer.played * 1000 - 100
+    item_ms = int(re.search(r"of (\d+)ms", refused.payload["error"]["message"]).group(1))
+    assert truncates[-1].payload["audio_end_ms"] == item_ms
+    assert truncated.payload["audio_end_ms"] == item_ms

@@ -131,7 +131,14 @@ def call_figures(trace: Trace) -> dict[str, Any]:
         "unmeasured_drops": unmeasured,
         "tool_rounds": len(tool_starts) - len(refused),
         "tool_rounds_refused": len(refused),
-        "tool_caps": len(effects_of(fx.FinalReplyWithoutTools)),
+        # the cap: the final reply asked for in the capping step, or (realtime) tools forbidden
+        "tool_caps": len(effects_of(fx.ForbidTools))
+        + sum(
+            isinstance(e, fx.FinalReplyWithoutTools)
+            for s in steps
+            if s.event.name == "tool_step_finished"
+            for e in s.effects
+        ),
         "tool_fallbacks": sum(1 for e in says if e.reason == "tool_fallback"),
         "reprompts": sum(1 for e in says if e.reason == "reprompt"),
         "greeting_retries": sum(1 for e in says if e.reason == "greeting"),
