@@ -249,14 +249,17 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _trace_files(paths: list[Path]) -> Iterator[Path]:
-    """Each path, or the ``*.jsonl`` files of a folder (as listed: never all at once)."""
+def _trace_files(paths: list[Path]) -> Iterator[str | Path]:
+    """Each path, or the ``*.jsonl`` files of a folder (as listed: never all at once).
+
+    A folder's files are yielded as plain strings: a ``Path`` interns each name for the
+    life of the process, which would grow with the number of traces read."""
     for path in paths:
         if path.is_dir():
             with os.scandir(path) as entries:
                 for entry in entries:
                     if entry.name.endswith(".jsonl") and entry.is_file():
-                        yield Path(entry.path)
+                        yield entry.path
         else:
             yield path
 
@@ -424,7 +427,7 @@ def _policy_file(path: Path) -> TurnPolicy:
         raise CliError(f"{path}: {error}") from None
 
 
-def _read_trace(path: Path) -> Trace:
+def _read_trace(path: str | Path) -> Trace:
     try:
         return Trace.read(path)
     except OSError as error:

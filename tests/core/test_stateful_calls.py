@@ -243,6 +243,11 @@ class TurnCalls(RuleBasedStateMachine):
         name = pool[which % len(pool)]
         variants = VARIANTS.get(name, ({},))
         fields = variants[variant % len(variants)]
+        active = sorted(self.controller.context.active_speeches)
+        if "speech_id" in fields and active and pick < 36 and pick % 4 != 3:
+            # a guided event about a speech mostly names one the machine knows (else
+            # ending the only reply, the commonest move of a call, is a 1-in-3 draw)
+            fields = {**fields, "speech_id": active[which % len(active)]}
         # time passes, but never beyond the next due timer: that would fire first
         self.now = max(self.now, min(self.now + elapsed, self.due()))
         if name == "timer_fired" and fields["timer"] in self.wheel:

@@ -254,4 +254,7 @@ def _answered(tc: TurnCall) -> CallAnswered:
 
 
 async def test_handoff_in_every_state() -> None:
-    await run_scenarios({state: _handoff(state) for state in STATES if state != "ended"})
+    # every state a live call rests in: an outbound call leaves `start` in the step that
+    # enters it (an inbound one waits there only until the session starts its agent)
+    live = [state for state in STATES if state not in ("start", "ended")]
+    await run_scenarios({state: _handoff(state) for state in live})

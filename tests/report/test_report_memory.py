@@ -1,35 +1,49 @@
 """Issue 13, point 5: ``turnfsm report`` streams its input: the memory it uses does not
-grow with the number of traces (tracemalloc's peak over 5,000 traces against 250).
+grow with the number of traces (tracemalloc's peak over 5,000 traces against 2,500).
 
 A memory figure, not a timing: the run's duration is not asserted.
 """
 
 from __future__ import annotations
 
-import tracemalloc
+import subprocess
+import sys
 from pathlib import Path
 
 from simcalls import simulated_traces
-
-from turnfsm.cli import main
 
 DISTINCT = 50
 """Distinct calls; the 5,000 files repeat them (what is measured is the folding)."""
 
 
+MEASURE = """
+import sys, tracemalloc
+from turnfsm.cli import main
+tracemalloc.start()
+status = main(["report", sys.argv[1], "-o", sys.argv[2]])
+print(tracemalloc.get_traced_memory()[1])
+sys.exit(status)
+"""
+"""Run in a fresh interpreter: tracemalloc counts every thread's allocations, and threads
+that earlier tests leave behind (LiveKit's, the browser's readers) would be counted too."""
+
+
 def _peak_bytes(folder: Path, out: Path) -> int:
-    tracemalloc.start()
-    try:
-        assert main(["report", str(folder), "-o", str(out)]) == 0
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    result = subprocess.run(
+        [sys.executable, "-c", MEASURE, str(folder), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return int(result.stdout.split()[-1])
 
 
 def test_memory_is_bounded_over_5000_traces(tmp_path: Path, summary_line: object) -> None:
     texts = [trace.to_jsonl() for trace in simulated_traces(DISTINCT)]
     peaks = {}
-    for count in (250, 5000):
+    for count in (2500, 5000):
         folder = tmp_path / str(count)
         folder.mkdir()
         for number in range(count):
@@ -39,9 +53,11 @@ def test_memory_is_bounded_over_5000_traces(tmp_path: Path, summary_line: object
             tmp_path / f"report-{count}.html"
         ).read_text(encoding="utf-8")
     summary_line(  # type: ignore[operator]
-        f"report memory: tracemalloc peak {peaks[250] / 1e3:.0f} kB over 250 traces, "
+        f"report memory: tracemalloc peak {peaks[2500] / 1e3:.0f} kB over 2500 traces, "
         f"{peaks[5000] / 1e3:.0f} kB over 5000"
     )
-    # 20x the traces: growing with them would be ~20x; allow one-off interpreter caches
-    assert peaks[5000] < 2 * peaks[250], peaks
+    # twice the traces: growing with them would double the peak. The first few thousand
+    # reads fill one-off interpreter caches (measured: ~0.6 MB, flat after ~3,000 policy
+    # headers), which is why the smaller run is not a few hundred traces
+    assert peaks[5000] < 1.25 * peaks[2500], peaks
     assert peaks[5000] < 2_000_000, peaks
