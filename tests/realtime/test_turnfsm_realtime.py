@@ -733,47 +733,36 @@ async def test_greeting_truncation_and_tool_cap_across_protocol_timing(fidelity:
                 await call.aclose()
 
 
-async def test_a_refused_greeting_create_is_asked_again(call: Call) -> None:
+async def test_a_refused_greeting_create_is_asked_again() -> None:
     """The model refuses the greeting's ``response.create`` once, with the real error and
     no event id: the greeting is asked again and plays whole."""
-    server = call.server
-    server.script.policy = scripted_model(["Auto reply nobody should hear."])
-    session, adapter, controller = await call.start(
-        TurnPolicy(direction="outbound", greeting=SHORT_GREETING)
-    )
-    connection = server.connection
-    accept = connection._handlers["response.create"]
-    refused: list[dict[str, Any]] = []
-
-    def refuse_once(event: dict[str, Any]) -> None:
-        if refused:
-            accept(event)
-            return
-        refused.append(event)
-        connection._send(
-            {
-                "type": "error",
-                "event_id": "event_refused",
-                "error": {
-                    "type": "invalid_request_error",
-                    "code": "conversation_already_has_active_response",
-                    "message": "Conversation already has an active response in progress.",
-                    "param": None,
-                    "event_id": None,
-                },
-            }
-        )
-
-    connection._handlers["response.create"] = refuse_once
-    adapter.dispatch(ev.CallAnswered(at=adapter.now()))
-    call.microphone.speak(0.6)
-    greeting = await call.segment_playing(0)
-    await _wait_finished(greeting)
-    assert len(refused) == 1
+    script = RealtimeScript(refuse_creates=1)
+    async with RealtimeTestServer(script, fidelity=FIDELITY_MATRIX["no-latency"]) as server:
+        call = Call(server)
+        try:
+            script.policy = scripted_model(["Auto reply nobody should hear."])
+            session, adapter, controller = await call.start(
+                TurnPolicy(direction="outbound", greeting=SHORT_GREETING)
+            )
+            adapter.dispatch(ev.CallAnswered(at=adapter.now()))
+            call.microphone.speak(0.6)
+            greeting = await call.segment_playing(0)
+            await _wait_finished(greeting)
+            assistant = _texts(session, "assistant")
+            state = controller.state
+        finally:
+            await call.aclose()
+    refusals = [
+        e.payload["error"]
+        for e in server.events_of_type("error", direction="sent")
+        if e.payload["error"]["code"] == "conversation_already_has_active_response"
+    ]
+    assert [r["event_id"] for r in refusals] == [None]
+    assert script.refuse_creates == 0
     assert not greeting.interrupted
     assert greeting.played == pytest.approx(len(SHORT_GREETING) / CPS, abs=0.25)
-    assert _texts(session, "assistant") == [SHORT_GREETING]
-    assert controller.state == "listening"
+    assert assistant == [SHORT_GREETING]
+    assert state == "listening"
     assert controller.trace is not None
     outcomes = [s.event for s in controller.trace if isinstance(s.event, ev.EffectOutcome)]
     assert ("start_greeting", "refused") in [(o.effect, o.outcome) for o in outcomes]

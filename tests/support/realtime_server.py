@@ -299,6 +299,10 @@ class RealtimeScript:
             call in the conversation has an output, like models that reply to tool
             results server-side.
         default_text: Spoken when nothing else decides.
+        refuse_creates: How many of the client's next ``response.create`` the server
+            refuses with the error it sends while a response is active
+            (``conversation_already_has_active_response``), as the service does when a
+            cancelled response's ``response.done`` has not come yet.
     """
 
     def __init__(
@@ -311,6 +315,7 @@ class RealtimeScript:
         tool_arguments: Mapping[str, Any] | None = None,
         auto_tool_reply: bool = False,
         default_text: str = "Okay.",
+        refuse_creates: int = 0,
     ) -> None:
         self._responses: deque[ScriptedResponse] = deque(
             self._coerce(response) for response in responses
@@ -322,6 +327,7 @@ class RealtimeScript:
         self.tool_arguments: Mapping[str, Any] = dict(tool_arguments or {})
         self.auto_tool_reply = auto_tool_reply
         self.default_text = default_text
+        self.refuse_creates = refuse_creates
         self.requests: list[ResponseRequest] = []
         """Every request decided so far, in order."""
 
@@ -1027,12 +1033,14 @@ class RealtimeConnection:
     # ----------------------------------------------------------------- responses
 
     def _on_response_create(self, event: dict[str, Any]) -> None:
-        if self._active is not None:
+        script = self._server.script
+        if self._active is not None or script.refuse_creates > 0:
+            script.refuse_creates = max(0, script.refuse_creates - (self._active is None))
+            active = self._active.record.id if self._active is not None else "resp_cancelled"
             self._send_error(
                 "conversation_already_has_active_response",
-                "Conversation already has an active response in progress: "
-                f"{self._active.record.id}. Wait until the response is finished before "
-                "creating a new one.",
+                f"Conversation already has an active response in progress: {active}. Wait "
+                "until the response is finished before creating a new one.",
                 event,
             )
             return
