@@ -408,6 +408,27 @@ async def test_interrupt_before_any_audio_played_deletes_the_item(call: Call) ->
 # -------------------------------------------------------------------- (c) tool cap
 
 
+async def _ask_the_weather_at_a_cap_of_two(
+    call: Call, *, server_replies_to_tools: bool, auto_tool_reply_generation: bool = False
+) -> tuple[AgentSession, TurnController, PlayoutSegment]:
+    """A model that calls ``get_weather`` every time it may, asked once under a cap of two
+    tool steps; returns when the first (and only) reply has played."""
+    call.server.script = RealtimeScript(
+        always_call_tool="get_weather",
+        tool_arguments={"city": "Oslo"},
+        auto_tool_reply=server_replies_to_tools,
+        default_text="It is sunny in Oslo.",
+    )
+    policy = TurnPolicy(direction="inbound", first_speaker="user", max_tool_steps=2)
+    session, _, controller = await call.start(
+        policy, auto_tool_reply_generation=auto_tool_reply_generation
+    )
+    session.generate_reply(user_input="What's the weather in Oslo?")
+    final = await call.segment_playing(0)
+    await _wait_finished(final)
+    return session, controller, final
+
+
 @pytest.mark.parametrize(
     ("server_replies_to_tools", "auto_tool_reply_generation"),
     [(False, False), (True, False), (True, True)],
@@ -417,21 +438,11 @@ async def test_tool_cap_then_spoken_reply(
     call: Call, server_replies_to_tools: bool, auto_tool_reply_generation: bool
 ) -> None:
     server = call.server
-    server.script = RealtimeScript(
-        always_call_tool="get_weather",
-        tool_arguments={"city": "Oslo"},
-        auto_tool_reply=server_replies_to_tools,
-        default_text="It is sunny in Oslo.",
+    session, controller, final = await _ask_the_weather_at_a_cap_of_two(
+        call,
+        server_replies_to_tools=server_replies_to_tools,
+        auto_tool_reply_generation=auto_tool_reply_generation,
     )
-    policy = TurnPolicy(direction="inbound", first_speaker="user", max_tool_steps=2)
-    session, adapter, controller = await call.start(
-        policy, auto_tool_reply_generation=auto_tool_reply_generation
-    )
-
-    session.generate_reply(user_input="What's the weather in Oslo?")
-    final = await call.segment_playing(0)
-    while not final.finished:
-        await asyncio.sleep(0.01)
     await asyncio.sleep(0.5)  # nothing else follows
 
     assert call.agent.cities == ["Oslo", "Oslo"]  # exactly max_tool_steps rounds
@@ -693,17 +704,9 @@ async def _greeting_then_barge_in(call: Call) -> None:
 
 async def _tool_cap(call: Call, *, auto_tool_reply: bool) -> None:
     server = call.server
-    server.script = RealtimeScript(
-        always_call_tool="get_weather",
-        tool_arguments={"city": "Oslo"},
-        auto_tool_reply=auto_tool_reply,
-        default_text="It is sunny in Oslo.",
+    session, controller, final = await _ask_the_weather_at_a_cap_of_two(
+        call, server_replies_to_tools=auto_tool_reply
     )
-    policy = TurnPolicy(direction="inbound", first_speaker="user", max_tool_steps=2)
-    session, adapter, controller = await call.start(policy)
-    session.generate_reply(user_input="What's the weather in Oslo?")
-    final = await call.segment_playing(0)
-    await _wait_finished(final)
     assert call.agent.cities == ["Oslo", "Oslo"]  # exactly max_tool_steps rounds
     assert controller.context.tool_rounds == 2
     assert not final.interrupted
