@@ -2,11 +2,14 @@
 
 Property and exploration tests record what they covered (examples, steps,
 configurations), so that ``make test`` shows how much was checked, not only that it passed.
+The suite runs on two pytest-xdist workers (``addopts`` in pyproject.toml): each worker
+sends its lines to the controller, which prints them all.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -17,6 +20,8 @@ from support.lines import TEST_LINES
 add_lines(*TEST_LINES)  # the callee lines only the tests play, beside the demo's
 
 _LINES = pytest.StashKey[list[str]]()
+_WORKER_LINES = "turnfsm_coverage"
+"""The key of a worker's summary lines in what it sends the controller at its end."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -27,6 +32,18 @@ def pytest_configure(config: pytest.Config) -> None:
 def summary_line(request: pytest.FixtureRequest) -> Callable[[str], None]:
     """Record one line for the terminal summary."""
     return request.config.stash[_LINES].append
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput: dict[str, Any] | None = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: its lines go to the controller
+        workeroutput[_WORKER_LINES] = session.config.stash[_LINES]
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: called on the controller
+def pytest_testnodedown(node: Any, error: object) -> None:
+    lines = getattr(node, "workeroutput", {}).get(_WORKER_LINES, [])
+    node.config.stash[_LINES].extend(lines)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
