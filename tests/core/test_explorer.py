@@ -6,13 +6,12 @@ mute_input_during_tools (and every timer and ending option), and one outbound ca
 realtime model (its own replies, responses and their waits: ``explore(realtime=True)``);
 ``make test-deep`` explores
 the product of the binary options (32 policies). Policies are explored in parallel, one
-process per core.
+process per core (per core each pytest-xdist worker has).
 """
 
 from __future__ import annotations
 
 import itertools
-import os
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -22,6 +21,8 @@ import pytest
 from turnfsm import TurnPolicy
 from turnfsm.machine import STATES, declared_moves
 from turnfsm.testing import ExplorationReport, explore
+
+from support.cores import cores_for_one_test
 
 QUICK: dict[str, TurnPolicy] = {  # the costliest first: two processes share the work
     "inbound-user-keep-drop": TurnPolicy(
@@ -116,7 +117,7 @@ def _timed_explore(policy: TurnPolicy, realtime: bool = False) -> tuple[Explorat
 def explore_all(
     policies: list[TurnPolicy], realtime: list[bool] | None = None
 ) -> list[tuple[ExplorationReport, float]]:
-    workers = min(len(policies), os.cpu_count() or 1, 2)
+    workers = min(len(policies), cores_for_one_test(), 2)
     with ProcessPoolExecutor(max_workers=workers) as pool:
         return list(pool.map(_timed_explore, policies, realtime or [False] * len(policies)))
 

@@ -10,7 +10,6 @@ scenario, and the hypothesis state machine of ``test_stateful_calls``.
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ProcessPoolExecutor
 
 import pytest
@@ -23,6 +22,8 @@ from turnfsm import events as ev
 from turnfsm.events import AnsweringMachineDetected, Event, ToolStepFinished, UserTurnCommitted
 from turnfsm.rules import TurnRules
 from turnfsm.testing import explore
+
+from support.cores import cores_for_one_test
 
 # -- the seeded bugs -----------------------------------------------------------------------
 
@@ -162,7 +163,7 @@ def _violated(rules_class: type[TurnRules]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def explored() -> dict[type[TurnRules], list[str]]:
-    workers = min(2, os.cpu_count() or 1)
+    workers = min(2, cores_for_one_test())
     with ProcessPoolExecutor(max_workers=workers) as pool:
         return dict(zip(EXPLORED_BUGS, pool.map(_violated, EXPLORED_BUGS), strict=True))
 
