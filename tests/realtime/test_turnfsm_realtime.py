@@ -207,6 +207,16 @@ def _texts(session: AgentSession, role: str) -> list[str]:
     ]
 
 
+async def _assistant_texts(session: AgentSession, count: int, timeout: float = 5.0) -> list[str]:
+    """The assistant's messages once ``count`` are in the history (or the timeout passed):
+    LiveKit adds a reply's message a few awaits after its audio finished playing, so right
+    after the end of the playout it may not be there yet."""
+    deadline = time.monotonic() + timeout
+    while len(_texts(session, "assistant")) < count and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    return _texts(session, "assistant")
+
+
 # ------------------------------------------------------------------------- (a) the lock
 
 
@@ -320,7 +330,7 @@ async def test_inbound_muted_greeting_drops_the_overlap(call: Call) -> None:
     assert server.responses[1].trigger == "turn_detected"
     while not answer.finished:
         await asyncio.sleep(0.01)
-    assert _texts(session, "assistant") == [GREETING, "Sure, what can I do?"]
+    assert await _assistant_texts(session, 2) == [GREETING, "Sure, what can I do?"]
 
 
 # ---------------------------------------------------------------- (b) unspoken output
@@ -710,7 +720,7 @@ async def _tool_cap(call: Call, *, auto_tool_reply: bool) -> None:
     assert call.agent.cities == ["Oslo", "Oslo"]  # exactly max_tool_steps rounds
     assert controller.context.tool_rounds == 2
     assert not final.interrupted
-    assert _texts(session, "assistant") == ["It is sunny in Oslo."]
+    assert await _assistant_texts(session, 1) == ["It is sunny in Oslo."]
     spoken = [r for r in server.responses if r.reply.text]
     assert [(r.status, r.request.tool_choice) for r in spoken] == [("completed", "none")]
 
@@ -751,7 +761,7 @@ async def test_a_refused_greeting_create_is_asked_again() -> None:
             call.microphone.speak(0.6)
             greeting = await call.segment_playing(0)
             await _wait_finished(greeting)
-            assistant = _texts(session, "assistant")
+            assistant = await _assistant_texts(session, 1)
             state = controller.state
         finally:
             await call.aclose()
