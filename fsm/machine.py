@@ -92,7 +92,8 @@ def declare_chart() -> dict[str, Any]:
         """The call, from its start to the hang-up."""
 
         class connecting(State.Compound):  # noqa: N801
-            """Before the call is live: nobody is on the line yet."""
+            """Before the call is live: nobody is on the line yet, and the agent must not
+            talk (invariant I8, as in ``awaiting_user``)."""
 
             start = State(initial=True)
             """The call is not live yet: outbound calls ring at once, inbound ones wait
@@ -108,7 +109,8 @@ def declare_chart() -> dict[str, Any]:
                 """Whose turn it is, from the answer to the hang-up."""
 
                 awaiting_user = State(enter="start_await_timer", exit="cancel_await_timer")
-                """Answered; waiting for the callee's first words before greeting."""
+                """Answered; waiting for the callee's first words before greeting (the agent
+                must not talk: invariant I8)."""
 
                 greeting = State(enter="begin_greeting", exit="forget_greeting")
                 """The locked greeting: nothing the caller says interrupts it."""
@@ -425,8 +427,11 @@ by id: ``chart_states(chart)["speaking"]``. New guard and action names go on a
 
 
 def chart_states(chart: dict[str, Any]) -> dict[str, State]:
-    """Every state of a chart declaration (:func:`declare_chart`), compound ones too, by id."""
-    return {state.id: state for state in _walk([chart["call"], chart["ended"]])}
+    """Every state of a chart declaration (:func:`declare_chart`), compound ones too, by id.
+    (The outermost ones get their ids when the class is made: they go by their names.)"""
+    outermost = {name: chart[name] for name in ("call", "ended")}
+    nested = {state.id: state for state in _walk(chart["call"].states)}
+    return {**outermost, **nested}
 
 
 def build_machine(*extensions: Extension, name: str = "CustomTurnMachine") -> type[TurnChart]:
