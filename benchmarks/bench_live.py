@@ -113,6 +113,8 @@ class _Case:
     emit: Callable[[], tuple[str, Any]]
     """A fresh (event name, LiveKit event) to emit."""
     pace: float
+    context: TurnContext = field(default_factory=TurnContext)
+    """The call's context when the event comes."""
     latencies: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
     iterations: list[float] = field(default_factory=list)
@@ -136,11 +138,12 @@ def _reaction_cases() -> list[_Case]:
         for pacing, pace in PACINGS.items()
         for case in (
             _Case(
-                f"Interrupt ← user_state_changed(speaking) in tool_loop, {pacing}",
-                fx.Interrupt,
-                "tool_loop",
+                f"CancelTimer ← user_state_changed(speaking) in awaiting_user, {pacing}",
+                fx.CancelTimer,
+                "awaiting_user",
                 _user_speaks,
                 pace,
+                TurnContext(timers=frozenset({"await_user"})),
             ),
             _Case(
                 f"LockSpeech ← speech_created in greeting, {pacing}",
@@ -199,7 +202,7 @@ async def _measure_reaction(cases: list[_Case], rounds: int, per_round: int) -> 
                 with gc_paused():
                     for case in cases:
                         for _ in range(per_round):
-                            controller.restore(case.state, TurnContext())
+                            controller.restore(case.state, case.context.copy())
                             name, event = case.emit()
                             await asyncio.sleep(case.pace)
                             probe.expect, probe.lever_ns, probe.handle_ns = case.effect, None, 0

@@ -11,11 +11,12 @@ implementations can replay exactly the same moves.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from turnfsm import TurnController, TurnMachine, TurnPolicy
 from turnfsm import events as ev
 from turnfsm.controller import handled_events
-from turnfsm.machine import leaf_states, leaf_transitions
+from turnfsm.machine import VOICE_STATES, leaf_states, leaf_transitions
 from turnfsm.rules import TurnRules
 
 POLICY = TurnPolicy(
@@ -156,13 +157,15 @@ def scripted_call() -> list[ev.Event]:
 
 
 class _TransitionRecorder:
-    """A listener that notes which transition the engine took."""
+    """A listener that notes which transition of the turn the engine took (the caller's
+    voice moves beside it, in its own region)."""
 
     def __init__(self) -> None:
         self.taken: object | None = None
 
-    def on_transition(self, transition: object) -> None:
-        self.taken = transition
+    def on_transition(self, transition: Any) -> None:
+        if transition.source.id not in VOICE_STATES:
+            self.taken = transition
 
 
 def transitions_on(state: str, event: str) -> list[object]:
@@ -179,12 +182,14 @@ def dispatch_steps(policy: TurnPolicy = POLICY) -> list[Step]:
     handled = handled_events()
     steps: list[Step] = []
     for event in scripted_call():
-        before = controller.state
+        before, handles = controller.state, event.name in controller.handled_events
         controller.handle(event)
-        if event.name not in handled[before]:
+        if not handles:
             continue
         recorder.taken = None
-        shadow.send(event.name, ev=event)
+        shadow.send(event.name, ev=event)  # the voice's moves too: its guards read them
+        if event.name not in handled[before]:  # the caller's voice alone moved
+            continue
         candidates = transitions_on(before, event.name)
         branch = -1 if recorder.taken is None else candidates.index(recorder.taken)
         steps.append(Step(event, before, controller.state, branch))

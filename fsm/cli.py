@@ -26,7 +26,14 @@ from typing import Any
 
 import tomllib
 
-from .diagram import build_diagram, to_dot, to_mermaid, to_overview, whole_call_transitions
+from .diagram import (
+    build_diagram,
+    parallel_regions,
+    to_dot,
+    to_mermaid,
+    to_overview,
+    whole_call_transitions,
+)
 from .escape import printable
 from .machine import TurnChart, TurnMachine
 from .policy import TurnPolicy
@@ -294,7 +301,17 @@ def readme_diagram(machine_class: type[TurnChart] = TurnMachine) -> str:
         + f" lead to `{target}`. "
         for target in targets
     )
+    for state, regions in parallel_regions(diagram):
+        (first, first_states), *others = regions
+        beside = "; ".join(f"`{region}` ({_listed(states)})" for region, states in others)
+        caption += (
+            f"In `{state}`, {beside} runs side by side with `{first}` ({_listed(first_states)}). "
+        )
     return f"```mermaid\n{to_overview(diagram)}```\n\n{caption.rstrip()}\n"
+
+
+def _listed(states: list[str]) -> str:
+    return ", ".join(f"`{state}`" for state in states)
 
 
 def update_readme(readme: Path, machine_class: type[TurnChart] = TurnMachine) -> bool:

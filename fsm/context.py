@@ -30,9 +30,6 @@ class TurnContext:
     turns_held: bool = False
     """A ``HoldUserTurns`` is in force."""
 
-    user_speaking: bool = False
-    """Voice activity is ongoing (as far as the unmuted input tells)."""
-
     overlapped_greeting: bool = False
     """The caller spoke during the current greeting."""
 

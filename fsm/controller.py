@@ -35,7 +35,14 @@ from .context import TurnContext
 from .events import Event
 from .fields import check_fields
 from .invariants import SafetyMonitor
-from .machine import TurnChart, TurnMachine, handled_events, leaf_states
+from .machine import (
+    TurnChart,
+    TurnMachine,
+    atomic_states,
+    handled_events,
+    leaf_states,
+    voice_states,
+)
 from .policy import TurnPolicy
 from .rules import TIMER_POLICY_FIELDS, TurnRules
 from .trace import Trace, TraceSink, TraceStep, redact
@@ -96,10 +103,8 @@ class TurnController:
         # replays the enter actions). Effects here would be lost: refuse them.
         if self._rules.outbox:
             raise RuntimeError(f"the start emitted effects before any event: {self._rules.outbox}")
-        self._handled = _HANDLED_CACHE.get(machine_class) or _HANDLED_CACHE.setdefault(
-            machine_class, handled_events(machine_class)
-        )
-        self._state = _state_id(self._machine)
+        self._configuration = _configuration_of(self._machine)
+        self._handled = _handled(machine_class, self._configuration)
         self._monitor = SafetyMonitor(policy) if strict else None
         self._keep_text = keep_text
         traced_policy = policy if keep_text else redact(policy)
@@ -119,7 +124,19 @@ class TurnController:
     @property
     def state(self) -> str:
         """The current state id, e.g. ``"greeting"``."""
-        return self._state
+        return self._configuration[0]
+
+    @property
+    def configuration(self) -> tuple[str, ...]:
+        """The state and, while the call is live, the caller's voice beside it, e.g.
+        ``("greeting", "caller_speaking")``."""
+        return self._configuration
+
+    @property
+    def handled_events(self) -> frozenset[str]:
+        """The events some transition takes in the current configuration (guards aside);
+        any other event is ignored here (see :data:`turnfsm.machine.IGNORED`)."""
+        return self._handled
 
     @property
     def context(self) -> TurnContext:
@@ -139,36 +156,46 @@ class TurnController:
     @property
     def is_ended(self) -> bool:
         """Whether the call reached the final ``ended`` state."""
-        return self._state == "ended"
+        return self._configuration[0] == "ended"
 
-    def snapshot(self) -> tuple[str, TurnContext]:
-        """The state and a copy of the context: enough to resume this call's machine."""
-        return self._state, self._rules.context.copy()
+    def snapshot(self) -> tuple[tuple[str, ...], TurnContext]:
+        """The :attr:`configuration` and a copy of the context: enough to resume this
+        call's machine."""
+        return self._configuration, self._rules.context.copy()
 
-    def restore(self, state: str, context: TurnContext) -> None:
+    def restore(self, configuration: str | tuple[str, ...], context: TurnContext) -> None:
         """Resume from a :meth:`snapshot` (the trace and strict monitor are not rewound).
+        A state alone (``"listening"``) is that state with the caller silent.
 
         Raises:
-            ValueError, TypeError: the state is unknown, or the context is not one this
-                policy's calls can be in (see :func:`check_context`); nothing changed.
+            ValueError, TypeError: the configuration is not one of the machine's, or the
+                context is not one this policy's calls can be in (see
+                :func:`check_context`); nothing changed.
         """
         self._claim()
-        if not isinstance(state, str) or state not in self._handled:
-            raise ValueError(f"state must be one of {sorted(self._handled)}, got {state!r}")
+        by_state = _configurations(self._machine_class)
+        if isinstance(configuration, str):
+            configuration = by_state.get(configuration, (configuration,))
+        if not _is_configuration(self._machine_class, configuration):
+            raise ValueError(
+                f"configuration must be one of {sorted(by_state.values())} or a live one with"
+                f" the caller speaking, got {configuration!r}"
+            )
         check_context(context, self.policy)
-        self._resume(state, context.copy())
+        self._resume(configuration, context.copy())
 
-    def _resume(self, state: str, context: TurnContext) -> None:
-        """Put the machine in ``state`` with ``context`` (taken, not copied), unchecked:
-        for a step's rollback and the explorer, whose configurations this controller
-        made itself; anything from outside goes through :meth:`restore`."""
-        if self._machine.is_terminated and state != "ended":
+    def _resume(self, configuration: tuple[str, ...], context: TurnContext) -> None:
+        """Put the machine in ``configuration`` with ``context`` (taken, not copied),
+        unchecked: for a step's rollback and the explorer, whose configurations this
+        controller made itself; anything from outside goes through :meth:`restore`."""
+        if self._machine.is_terminated and configuration[0] != "ended":
             # A machine that reached `ended` takes no events. Building a new one costs
             # milliseconds (callback resolution), so the explorer revives the engine,
             # which holds no other state between steps.
             self._machine._engine.running = True
-        self._machine.model.state = OrderedSet(_path(self._machine_class, state))
-        self._state = state
+        self._machine.model.state = OrderedSet(_path(self._machine_class, configuration))
+        self._configuration = configuration
+        self._handled = _handled(self._machine_class, configuration)
         self._rules.context = context
 
     def handle(self, event: Event) -> tuple[fx.Effect, ...]:
@@ -186,10 +213,10 @@ class TurnController:
         if not isinstance(event, Event):
             raise TypeError(f"event must be a turnfsm.events.Event, got {type(event).__name__}")
         self._claim()
-        if self._monitor is None and event.name not in self._handled[self._state]:
+        if self._monitor is None and event.name not in self._handled:
             # Ignored: only the recording changes anything, and it changes last.
             if self.trace is not None or self.trace_sink is not None:
-                self._record(event, self._state, ())
+                self._record(event, self.state, ())
             return ()
         saved = self._checkpoint()
         self._busy = True
@@ -202,19 +229,20 @@ class TurnController:
             self._busy = False
 
     def _step(self, event: Event) -> tuple[fx.Effect, ...]:
-        before = self._state
-        if event.name in self._handled[before]:
+        before = self.state
+        if event.name in self._handled:
             outbox = self._rules.outbox
             try:
                 self._machine.send(event.name, ev=event)
                 effects = tuple(outbox)
             finally:
                 outbox.clear()
-            self._state = _state_id(self._machine)
+            self._configuration = _configuration_of(self._machine)
+            self._handled = _handled(self._machine_class, self._configuration)
         else:
             effects = ()
         if self._monitor is not None:
-            self._monitor.check(before, event, self._state, effects)
+            self._monitor.check(before, event, self.state, effects)
         if self.trace is not None or self.trace_sink is not None:
             self._record(event, before, effects)
         return effects
@@ -236,18 +264,17 @@ class TurnController:
             raise ConcurrentUseError("TurnController re-entered during a step of handle()")
 
     def _checkpoint(self) -> tuple[Any, ...]:
-        """What a failing step must put back: state, context, the strict monitor's shadow
-        (the trace and sink change last, when nothing can fail any more). The engine's
-        configuration follows from the state (see :meth:`_resume`)."""
+        """What a failing step must put back: configuration, context, the strict monitor's
+        shadow (the trace and sink change last, when nothing can fail any more)."""
         return (
-            self._state,
+            self._configuration,
             self._rules.context.copy(),
             self._monitor.copy() if self._monitor is not None else None,
         )
 
     def _roll_back(self, saved: tuple[Any, ...]) -> None:
-        state, context, monitor = saved
-        self._resume(state, context)
+        configuration, context, monitor = saved
+        self._resume(configuration, context)
         self._rules.outbox.clear()
         self._monitor = monitor
 
@@ -255,7 +282,7 @@ class TurnController:
         if not self._keep_text:
             event = redact(event)
             effects = tuple(redact(effect) for effect in effects)
-        step = TraceStep(event.at, event, before, self._state, effects)
+        step = TraceStep(event.at, event, before, self.state, effects)
         if self.trace_sink is not None:
             self.trace_sink.append(step)  # first: if it raises, the step never happened
         if self.trace is not None:
@@ -295,24 +322,73 @@ def check_context(context: TurnContext, policy: TurnPolicy) -> None:
             raise ValueError(f"TurnContext.{name} {speech!r} is not an active speech")
 
 
-_HANDLED_CACHE: dict[type[TurnChart], dict[str, frozenset[str]]] = {}
+@functools.cache
+def _handled(machine_class: type[TurnChart], configuration: tuple[str, ...]) -> frozenset[str]:
+    """The events some transition takes in this configuration (before guards)."""
+    by_state = _handled_by_state(machine_class)
+    return frozenset().union(*(by_state[state] for state in configuration))
 
 
 @functools.cache
-def _path(machine_class: type[TurnChart], state: str) -> tuple[str, ...]:
-    """The state's id and its parents', outermost first: a configuration in the chart."""
-    node: State | None = next(leaf for leaf in leaf_states(machine_class) if leaf.id == state)
-    ids = []
-    while node is not None:
-        ids.append(node.id)
+def _handled_by_state(machine_class: type[TurnChart]) -> dict[str, frozenset[str]]:
+    return handled_events(machine_class)
+
+
+@functools.cache
+def _configurations(machine_class: type[TurnChart]) -> dict[str, tuple[str, ...]]:
+    """Each state's configuration with the caller silent (the voice's first state)."""
+    voice = [state.id for state in voice_states(machine_class)][:1]
+    return {
+        state.id: (state.id, *voice) if _is_live(state) else (state.id,)
+        for state in leaf_states(machine_class)
+    }
+
+
+def _is_live(state: State) -> bool:
+    """Whether ``state`` is in a parallel state: then the caller's voice runs beside it."""
+    node = state.parent
+    while node is not None and not node.parallel:
         node = node.parent
-    return tuple(ids[::-1])
+    return node is not None
 
 
-def _state_id(machine: TurnChart) -> str:
-    """The call's state: the one atomic state of the configuration."""
-    (leaf,) = (state.id for state in machine.configuration if not state.states)
-    return leaf
+def _is_configuration(machine_class: type[TurnChart], configuration: object) -> bool:
+    """Whether ``configuration`` is a state, then the caller's voice if that state is live."""
+    if not isinstance(configuration, tuple) or not configuration:
+        return False
+    state, *voice = configuration
+    expected = _configurations(machine_class).get(state)  # type: ignore[call-overload]
+    if expected is None:
+        return False
+    return len(voice) == len(expected) - 1 and all(v in _voice_ids(machine_class) for v in voice)
+
+
+@functools.cache
+def _path(machine_class: type[TurnChart], configuration: tuple[str, ...]) -> tuple[str, ...]:
+    """The configuration's atomic states and all their parents, outermost first, each
+    once: the engine's configuration in the chart."""
+    by_id = {state.id: state for state in atomic_states(machine_class)}
+    ids: dict[str, None] = {}
+    for leaf in configuration:
+        chain = []
+        node: State | None = by_id[leaf]
+        while node is not None:
+            chain.append(node.id)
+            node = node.parent
+        ids.update(dict.fromkeys(reversed(chain)))
+    return tuple(ids)
+
+
+def _configuration_of(machine: TurnChart) -> tuple[str, ...]:
+    """The call's state, then the caller's voice while the call is live."""
+    voices = _voice_ids(type(machine))
+    leaves = [state.id for state in machine.configuration if not state.states]
+    return tuple(sorted(leaves, key=lambda leaf: leaf in voices))
+
+
+@functools.cache
+def _voice_ids(machine_class: type[TurnChart]) -> frozenset[str]:
+    return frozenset(state.id for state in voice_states(machine_class))
 
 
 def replay(trace: Trace, **controller_options: object) -> Trace:

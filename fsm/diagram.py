@@ -48,7 +48,7 @@ from statemachine.transition import Transition
 
 from .controller import TurnController, initial_state
 from .escape import mermaid_text, printable
-from .machine import LOCKED_STATES, TurnChart, TurnMachine, leaf_states, leaf_transitions
+from .machine import LOCKED_STATES, TurnChart, TurnMachine, atomic_states, leaf_transitions
 from .policy import TurnPolicy
 from .rules import POLICY_GUARDS, TIMER_GUARDS, TurnRules
 from .trace import Trace
@@ -175,7 +175,7 @@ def build_diagram(
     edges = tuple(_edge(transition) for transition, _ in pairs)
     if policy is None:
         kept, start = edges, "start"
-        drawn_leaves = {state.id for state in leaf_states(machine_class)}
+        drawn_leaves = {state.id for state in atomic_states(machine_class)}
     else:
         start = initial_state(policy, machine_class)
         kept, drawn_leaves = _prune(machine_class, pairs, policy, start)
@@ -287,7 +287,8 @@ def _prune(
 
     def possible_in(leaf: State) -> list[tuple[Transition, Edge]]:
         possible: list[tuple[Transition, Edge, frozenset[str]]] = []
-        for transition in leaf_transitions(leaf):
+        eventless = (t for t in leaf.transitions if not list(t.events) and not t.initial)
+        for transition in (*eventless, *leaf_transitions(leaf)):
             edge = edge_of[id(transition)]
             guards = open_guards(edge)
             # an earlier transition of the same event whose open guards are all among
@@ -299,29 +300,46 @@ def _prune(
                 possible.append((transition, edge, guards))
         return [(transition, edge) for transition, edge, _ in possible]
 
-    leaves = {state.id: state for state in leaf_states(machine_class)}
+    leaves = {state.id: state for state in atomic_states(machine_class)}
     reachable, frontier, kept = {start}, [start], set()
     while frontier:
         for transition, edge in possible_in(leaves[frontier.pop()]):
             kept.add(edge)
-            target = _entry_leaf(transition.target) if transition.target else None
-            if target is not None and target not in reachable:
-                reachable.add(target)
-                frontier.append(target)
-    # the start's eventless choice under this policy (none: inbound calls wait in start)
-    start_edge = next(
-        (e for e in edge_of.values() if not e.event and open_guards(e) is not None), None
-    )
-    if start_edge is not None:
-        kept.add(start_edge)
+            entered = _entered_leaves(transition.target) if transition.target else []
+            for target in entered:
+                if target not in reachable:
+                    reachable.add(target)
+                    frontier.append(target)
+    # the chart's first state's eventless choice under this policy (none: inbound calls
+    # wait there), which led to ``start``
+    first = atomic_states(machine_class)[0]
+    kept.update(edge for _, edge in possible_in(first) if not edge.event and first.id != start)
     return tuple(edge for edge in edge_of.values() if edge in kept), reachable
 
 
-def _entry_leaf(state: State) -> str:
-    """The leaf state entering ``state`` ends in: its initial child's, down the tree."""
-    while state.states:
-        state = next(child for child in state.states if child.initial)
-    return str(state.id)
+def _entered_leaves(state: State) -> list[str]:
+    """The atomic states active once ``state`` is entered: its own (down the initial
+    children) and, where it lies in a parallel state, those of the regions beside it
+    (more than a move within one region enters: enough to tell what is reachable)."""
+    entered = _entry_leaves(state)
+    node = state
+    while node.parent is not None:
+        if node.parent.parallel:
+            for region in node.parent.states:
+                if region is not node:
+                    entered += _entry_leaves(region)
+        node = node.parent
+    return entered
+
+
+def _entry_leaves(state: State) -> list[str]:
+    """The atomic states entering ``state`` ends in: every region of a parallel state,
+    a compound state's initial child, down the tree."""
+    if not state.states:
+        return [str(state.id)]
+    if state.parallel:
+        return [leaf for region in state.states for leaf in _entry_leaves(region)]
+    return _entry_leaves(next(child for child in state.states if child.initial))
 
 
 # -- trace overlay --------------------------------------------------------------------------
@@ -429,11 +447,25 @@ _MERMAID_CLASSES = {
 }
 
 
+class _Renderer(MermaidRenderer):
+    """python-statemachine's Mermaid renderer, drawing each edge where it is declared.
+
+    The stock renderer moves the ends of edges at compound states inside a parallel
+    region to the compound's initial child (a workaround for mermaid-js/mermaid#4052):
+    ``conversation --> ended`` would read as ``listening --> ended`` only. The Mermaid
+    the tests render with (``tests/diagrams/mermaid_render.py``) draws those edges
+    without an error, so they are kept as declared.
+    """
+
+    def _resolve_endpoint(self, state_id: str) -> str:
+        return state_id
+
+
 def to_mermaid(diagram: Diagram) -> str:
     """Every drawn state and transition as a Mermaid ``stateDiagram-v2`` (renders on
     GitHub), through python-statemachine's Mermaid renderer."""
     graph = _full_model(diagram)
-    body = MermaidRenderer(MermaidRendererConfig(direction="TB")).render(graph)
+    body = _Renderer(MermaidRendererConfig(direction="TB")).render(graph)
     return _mermaid_document(diagram, diagram.title, body, omitted=True)
 
 
@@ -447,7 +479,7 @@ def to_overview(diagram: Diagram) -> str:
     rather than drawing an edge around everything.
     """
     graph = _overview_model(diagram)
-    body = MermaidRenderer(MermaidRendererConfig(direction="TB")).render(graph)
+    body = _Renderer(MermaidRendererConfig(direction="TB")).render(graph)
     return _mermaid_document(diagram, f"{diagram.title} (overview)", body, omitted=False)
 
 
@@ -460,6 +492,22 @@ def whole_call_transitions(diagram: Diagram) -> list[tuple[str, str]]:
         if edge.source == root and not edge.internal and edge.event:
             seen[(edge.event, edge.target)] = None
     return list(seen)
+
+
+def parallel_regions(diagram: Diagram) -> list[tuple[str, list[tuple[str, list[str]]]]]:
+    """Each drawn parallel state, with its regions and their leaf states, in declaration
+    order: the overview draws the regions' states without boxes, a caption says which
+    run side by side."""
+    leaves = _leaves(diagram)
+
+    def leaves_under(state: DiagramState) -> list[str]:
+        return [s.id for s in _walk_model([state]) if s.id in leaves]
+
+    return [
+        (state.id, [(region.id, leaves_under(region)) for region in state.children])
+        for state in _walk_model(diagram.graph.states)
+        if state.type is StateType.PARALLEL and state.id in diagram.states
+    ]
 
 
 def _root_compound(diagram: Diagram) -> str | None:

@@ -6,16 +6,25 @@ actions append :mod:`turnfsm.effects` to an outbox that the controller returns.
 
 Reading the declaration: ``event = source.to(target, cond=..., on=...)``. A state's own
 transitions come first (in declaration order; the first whose guards hold wins), then
-those of its parents: ``call.to(ended)`` ends the call from every state inside ``call``,
-and a targetless ``conversation.to(None, on=...)`` is bookkeeping shared by the
-conversation's states that declare nothing more specific. ``internal=True`` stays in the
-state without running its exit and enter actions. Every call begins in ``start``,
-before anything is live: an outbound call leaves it at once, when the machine is built,
-by an eventless transition to ``ringing``, and goes live on ``call_answered``; an
-inbound call waits in ``start`` for ``session_started``. Either event picks the first
-live state by the policy's guards (``greeting``, ``awaiting_user`` or ``listening``),
-whose enter actions then run once, with the call live; building the machine emits
-nothing.
+those of its parents: ``call.to(ended)`` ends the call from every state inside ``call``.
+A targetless transition, ``listening.to(None, on=...)``, stays in its state without
+running its exit and enter actions; declared on a parent (``conversation.to(None, ...)``)
+it is bookkeeping shared by the children that declare nothing more specific. (Targetless
+rather than ``to.itself(internal=True)``: python-statemachine 3.2 re-enters the state and
+leaves a second state active in the other region when an internal self transition and a
+transition of the other region take the same event.)
+
+Every call begins in ``start``, before anything is live: an outbound call leaves it at
+once, when the machine is built, by an eventless transition to ``ringing``, and goes live
+on ``call_answered``; an inbound call waits in ``start`` for ``session_started``. Either
+event picks the first live state by the policy's guards (``greeting``, ``awaiting_user``
+or ``listening``), whose enter actions then run once, with the call live; building the
+machine emits nothing.
+
+A live call is two regions side by side: the ``turn`` and the ``caller_voice``
+(``caller_silent ⇄ caller_speaking``). The voice region follows voice activity on its
+own, so a turn's state never doubles as a "the caller is speaking" flag; the turn's
+guards and actions that depend on it read it (``caller_is_speaking``).
 
 Events that a state does not handle are ignored there on purpose; :data:`IGNORED` says
 why for each (state, event) pair, and the test suite checks every pair.
@@ -26,7 +35,7 @@ objects every time) and lets extensions add states, events and transitions to it
 transitions would add them to its ``State`` objects, i.e. change ``TurnMachine``.
 
 >>> def gave_up(chart):
-...     chart["agent_gave_up"] = chart["call"].conversation.speaking.to(chart["ended"])
+...     chart["agent_gave_up"] = chart_states(chart)["speaking"].to(chart["ended"])
 >>> Custom = build_machine(gave_up, name="Custom")
 >>> "agent_gave_up" in handled_events(Custom)["speaking"]
 True
@@ -57,7 +66,7 @@ class TurnChart(StateChart):
     """Events a state does not handle are ignored (see :data:`IGNORED`), never an error."""
 
     enable_self_transition_entries = False
-    """Self transitions are declared internal; none re-runs enter or exit actions."""
+    """No transition runs the exit and enter actions of the state it stays in."""
 
     atomic_configuration_update = True
     """The state changes once per step, after exit and before enter actions."""
@@ -73,17 +82,18 @@ class TurnChart(StateChart):
 def declare_chart() -> dict[str, Any]:
     """A fresh declaration of the turn chart: its states and events, by name.
 
-    ``call`` holds every state of a call: ``start``, ``ringing`` and ``awaiting_user``
-    before the greeting (``pre_greeting``), ``greeting``, and ``listening ⇄ speaking ⇄
-    tool_loop`` (``conversation``); ``ended`` is final.
+    ``call`` holds every state of a call: ``start`` and ``ringing`` before it is live
+    (``connecting``), then ``live``, two regions side by side: the ``turn`` (``awaiting_user``,
+    ``greeting``, and ``listening ⇄ speaking ⇄ tool_loop`` in ``conversation``) and the
+    ``caller_voice`` (``caller_silent ⇄ caller_speaking``); ``ended`` is final.
     """
 
     class call(State.Compound):  # noqa: N801 - state ids are snake_case
         """The call, from its start to the hang-up."""
 
-        class pre_greeting(State.Compound):  # noqa: N801
-            """Before the greeting (or the conversation, for calls without one): the agent
-            must not talk (invariant I8)."""
+        class connecting(State.Compound):  # noqa: N801
+            """Before the call is live: nobody is on the line yet, and the agent must not
+            talk (invariant I8, as in ``awaiting_user``)."""
 
             start = State(initial=True)
             """The call is not live yet: outbound calls ring at once, inbound ones wait
@@ -92,40 +102,63 @@ def declare_chart() -> dict[str, Any]:
             ringing = State()
             """Outbound only: dialing, until the callee picks up."""
 
-            awaiting_user = State(enter="start_await_timer", exit="cancel_await_timer")
-            """Answered; waiting for the callee's first words before greeting."""
+        class live(State.Parallel):  # noqa: N801
+            """The call is live: whose turn it is, and beside it, the caller's voice."""
 
-        greeting = State(enter="begin_greeting", exit="forget_greeting")
-        """The locked greeting: nothing the caller says interrupts it."""
+            class turn(State.Compound):  # noqa: N801
+                """Whose turn it is, from the answer to the hang-up."""
 
-        class conversation(State.Compound):  # noqa: N801
-            """Turns after the greeting."""
+                awaiting_user = State(enter="start_await_timer", exit="cancel_await_timer")
+                """Answered; waiting for the callee's first words before greeting (the agent
+                must not talk: invariant I8)."""
 
-            listening = State(
-                initial=True,
-                enter="start_idle_timer",
-                exit=["cancel_idle_timer", "close_spill_over_window", "stop_discarding_overlap"],
-            )
-            """The caller's turn."""
+                greeting = State(enter="begin_greeting", exit="forget_greeting")
+                """The locked greeting: nothing the caller says interrupts it."""
 
-            speaking = State()
-            """The agent's turn: a reply is being generated or played."""
+                class conversation(State.Compound):  # noqa: N801
+                    """Turns after the greeting."""
 
-            tool_loop = State(enter="mute_for_tools", exit="unmute_after_tools")
-            """The reply runs a tool step; capped at ``max_tool_steps`` per user turn."""
+                    listening = State(
+                        initial=True,
+                        enter="start_idle_timer_unless_the_caller_speaks",
+                        exit=[
+                            "cancel_idle_timer",
+                            "close_spill_over_window",
+                            "stop_discarding_overlap",
+                        ],
+                    )
+                    """The caller's turn."""
+
+                    speaking = State()
+                    """The agent's turn: a reply is being generated or played."""
+
+                    tool_loop = State(enter="mute_for_tools", exit="unmute_after_tools")
+                    """The reply runs a tool step; capped at ``max_tool_steps`` per user turn."""
+
+            class caller_voice(State.Compound):  # noqa: N801
+                """The caller's voice, as the unmuted input tells it: speech the muted
+                input cannot hear is neither started nor ended."""
+
+                caller_silent = State(initial=True)
+                caller_speaking = State()
 
     ended = State(final=True, enter="clean_up_call")
     """The call is over; only clean-up effects are emitted on the way in."""
 
     # the compound classes become States when declared: name them as such for the checker
-    in_call, pre_greeting = cast(State, call), cast(State, call.pre_greeting)
-    start, ringing = call.pre_greeting.start, call.pre_greeting.ringing
-    awaiting_user = call.pre_greeting.awaiting_user
-    greeting, conversation = call.greeting, cast(State, call.conversation)
+    in_call, connecting = cast(State, call), cast(State, call.connecting)
+    start, ringing = call.connecting.start, call.connecting.ringing
+    turn = cast(State, call.live.turn)
+    awaiting_user, greeting = call.live.turn.awaiting_user, call.live.turn.greeting
+    conversation = cast(State, call.live.turn.conversation)
     listening, speaking, tool_loop = (
-        call.conversation.listening,
-        call.conversation.speaking,
-        call.conversation.tool_loop,
+        call.live.turn.conversation.listening,
+        call.live.turn.conversation.speaking,
+        call.live.turn.conversation.tool_loop,
+    )
+    caller_silent, caller_speaking = (
+        call.live.caller_voice.caller_silent,
+        call.live.caller_voice.caller_speaking,
     )
 
     # outbound calls ring at once (eventless); inbound ones go live with their session,
@@ -142,44 +175,54 @@ def declare_chart() -> dict[str, Any]:
         awaiting_user, on="begin_call"
     )
 
+    def call_wide(on: str | list[str], regions: tuple[State, State] = (connecting, turn)) -> Any:
+        """Bookkeeping in every state of the call: targetless, on the call's regions but
+        not the caller's voice. (Declared on ``call`` itself, it would be a candidate in the
+        voice region too, and its actions would run twice, beside a turn's transition.)"""
+        before_live, live_turn = regions
+        return before_live.to(None, on=on) | live_turn.to(None, on=on)
+
     call_ended = in_call.to(ended, on="note_end_reason")
 
-    user_speech_started = (
-        awaiting_user.to.itself(internal=True, on=["note_user_speaking", "cancel_await_timer"])
-        | greeting.to.itself(internal=True, on=["note_user_speaking", "note_overlap"])
-        | listening.to.itself(
-            internal=True,
+    # The caller's voice follows the voice activity the unmuted input reports; muting the
+    # input silences it (eventless: no end of speech comes through a muted input).
+    user_speech_started = caller_silent.to(caller_speaking, unless="input_is_muted")
+    user_speech_ended = caller_speaking.to(caller_silent)
+    caller_speaking.to(caller_silent, cond="input_is_muted")
+
+    # what the turn makes of it
+    user_speech_started |= (
+        awaiting_user.to(None, on="cancel_await_timer")
+        | greeting.to(None, on="note_overlap")
+        | listening.to(
+            None,
             cond="in_spill_over_window",
-            on=["note_user_speaking", "cancel_idle_timer", "hold_spill_over"],
+            on=["cancel_idle_timer", "hold_spill_over"],
         )
-        | listening.to.itself(internal=True, on=["note_user_speaking", "cancel_idle_timer"])
-        | conversation.to(None, on="note_user_speaking")
+        | listening.to(None, on="cancel_idle_timer")
     )
 
-    user_speech_ended = (
-        awaiting_user.to.itself(internal=True, on=["note_user_silent", "start_await_timer"])
-        | listening.to.itself(
-            internal=True,
+    user_speech_ended |= (
+        awaiting_user.to(None, on="start_await_timer")
+        | listening.to(
+            None,
             cond="discarding_overlap",
-            on=["note_user_silent", "discard_overlap", "start_idle_timer"],
+            on=["discard_overlap", "start_idle_timer"],
         )
-        | listening.to.itself(internal=True, on=["note_user_silent", "start_idle_timer"])
-        | greeting.to.itself(internal=True, on="note_user_silent")
-        | conversation.to(None, on="note_user_silent")
+        | listening.to(None, on="start_idle_timer")
     )
 
     user_turn_committed = (
         ringing.to(greeting, on=["begin_call", "note_first_words", "note_user_turn"])
         | awaiting_user.to(greeting, on=["note_first_words", "note_user_turn"])
-        | greeting.to.itself(
-            internal=True, cond="drops_overlap", unless="is_first_words", on="reject_user_turn"
-        )
+        | greeting.to(None, cond="drops_overlap", unless="is_first_words", on="reject_user_turn")
         | conversation.to(None, on="note_user_turn")
     )
 
     agent_speech_created = (
-        pre_greeting.to(None, on="stop_early_speech")
-        | greeting.to.itself(internal=True, cond="greeting_speech_pending", on="lock_greeting")
+        connecting.to(None, on="stop_early_speech")
+        | awaiting_user.to(None, on="stop_early_speech")
+        | greeting.to(None, cond="greeting_speech_pending", on="lock_greeting")
         | listening.to(speaking, on="note_speech")
         | conversation.to(None, on="note_speech")
     )
@@ -213,14 +256,14 @@ def declare_chart() -> dict[str, Any]:
         )
         | greeting.to(
             listening,
-            cond=["is_greeting_speech", "user_is_speaking"],
+            cond=["is_greeting_speech", "caller_is_speaking"],
             before="discard_overlap_when_the_caller_stops",
             on="note_speech_end",
         )
         | greeting.to(listening, before="clear_and_resume_user_turns", **greeting_ended)
         | speaking.to(listening, cond="is_last_active_speech", on=speech_ended)
         | tool_loop.to(listening, cond="is_last_active_speech", on=speech_ended)
-        | in_call.to(None, on=speech_ended)
+        | call_wide(on=speech_ended)
     )
 
     assistant_message_committed = greeting.to(
@@ -230,7 +273,7 @@ def declare_chart() -> dict[str, Any]:
     tool_step_started = (
         listening.to(tool_loop, on="count_tool_round")
         | speaking.to(tool_loop, on="count_tool_round")
-        | tool_loop.to.itself(internal=True, on="count_tool_round")
+        | tool_loop.to(None, on="count_tool_round")
     )
 
     tool_step_finished = (
@@ -239,18 +282,18 @@ def declare_chart() -> dict[str, Any]:
         | conversation.to(None, cond="tool_loop_must_stop", on="stop_after_tool_step")
     )
 
-    agent_speech_interrupted = tool_loop.to.itself(
-        internal=True, cond="is_tool_step_speech", on="note_tool_loop_interrupted"
+    agent_speech_interrupted = tool_loop.to(
+        None, cond="is_tool_step_speech", on="note_tool_loop_interrupted"
     )
 
     effect_outcome = (
-        tool_loop.to.itself(
-            internal=True,
+        tool_loop.to(
+            None,
             cond=["interrupt_not_done", "tool_loop_is_stopped"],
             on="resume_tool_loop",
         )
-        | greeting.to.itself(
-            internal=True,
+        | greeting.to(
+            None,
             cond=["greeting_start_not_done", "has_greeting_text"],
             unless="greeting_retried",
             on="say_greeting_locked",
@@ -271,8 +314,8 @@ def declare_chart() -> dict[str, Any]:
             before="note_timer_fired",
             on="note_no_answer",
         )
-        | listening.to.itself(
-            internal=True,
+        | listening.to(
+            None,
             cond=["timer_is_running", "is_idle_timer", "can_reprompt"],
             before="note_timer_fired",
             on="reprompt",
@@ -301,13 +344,13 @@ def declare_chart() -> dict[str, Any]:
     session_error = in_call.to(ended, unless="error_is_recoverable", on="note_session_error")
 
     # Realtime models (RealtimeLink): what the model does on its own, and the waits for it.
-    realtime_model_linked = in_call.to(None, on="note_model_link")
+    realtime_model_linked = call_wide(on="note_model_link")
 
-    model_response_created = in_call.to(None, on="note_model_responding")
+    model_response_created = call_wide(on="note_model_responding")
 
     model_response_done = (
-        greeting.to.itself(
-            internal=True,
+        greeting.to(
+            None,
             cond="greeting_waits_for_response_done",
             on=["note_model_free", "greet_now"],
         )
@@ -316,19 +359,20 @@ def declare_chart() -> dict[str, Any]:
             cond="final_reply_waits_for_response_done",
             on=["note_model_free", "ask_final_reply"],
         )
-        | in_call.to(None, on="note_model_free")
+        | call_wide(on="note_model_free")
     )
 
     # the model's own reply: never before nor in the greeting (the greeting replaces it);
     # after tool output, adopted as the final reply, suppressed as a second one, or let through
     model_reply_started = (
-        pre_greeting.to(None, on="suppress_model_reply")
-        | greeting.to.itself(
-            internal=True,
+        connecting.to(None, on="suppress_model_reply")
+        | awaiting_user.to(None, on="suppress_model_reply")
+        | greeting.to(
+            None,
             cond="greeting_waits_for_model_reply",
             on=["suppress_model_reply", "greet_when_model_free"],
         )
-        | greeting.to.itself(internal=True, on="suppress_model_reply")
+        | greeting.to(None, on="suppress_model_reply")
         | conversation.to(
             None,
             cond="final_reply_awaits_model_reply",
@@ -343,14 +387,14 @@ def declare_chart() -> dict[str, Any]:
     )
 
     timer_fired |= (
-        greeting.to.itself(
-            internal=True,
+        greeting.to(
+            None,
             cond=["timer_is_running", "is_model_reply_timer"],
             before="note_timer_fired",
             on="greet_when_model_free",
         )
-        | greeting.to.itself(
-            internal=True,
+        | greeting.to(
+            None,
             cond=["timer_is_running", "is_response_done_timer"],
             before="note_timer_fired",
             on="greet_now",
@@ -369,18 +413,25 @@ def declare_chart() -> dict[str, Any]:
         )
     )
 
-    del in_call, pre_greeting, start, ringing, awaiting_user, greeting, conversation
-    del listening, speaking, tool_loop
-    del greeting_ended, speech_ended
+    del in_call, connecting, start, ringing, turn, awaiting_user, greeting, conversation
+    del listening, speaking, tool_loop, caller_silent, caller_speaking
+    del greeting_ended, speech_ended, call_wide
     return dict(locals())
 
 
 Extension = Callable[[dict[str, Any]], None]
 """Changes a fresh chart declaration in place: adds events (``chart["name"] = ...``) or
-transitions to existing ones (``chart["event"] = chart["event"] | ...``). States are
-reached from ``chart["call"]`` (``chart["call"].conversation.speaking``) and
-``chart["ended"]``. New guard and action names go on a :class:`~turnfsm.rules.TurnRules`
-subclass passed as the controller's ``rules_class``."""
+transitions to existing ones (``chart["event"] = chart["event"] | ...``). Its states,
+by id: ``chart_states(chart)["speaking"]``. New guard and action names go on a
+:class:`~turnfsm.rules.TurnRules` subclass passed as the controller's ``rules_class``."""
+
+
+def chart_states(chart: dict[str, Any]) -> dict[str, State]:
+    """Every state of a chart declaration (:func:`declare_chart`), compound ones too, by id.
+    (The outermost ones get their ids when the class is made: they go by their names.)"""
+    outermost = {name: chart[name] for name in ("call", "ended")}
+    nested = {state.id: state for state in _walk(chart["call"].states)}
+    return {**outermost, **nested}
 
 
 def build_machine(*extensions: Extension, name: str = "CustomTurnMachine") -> type[TurnChart]:
@@ -408,11 +459,41 @@ def _walk(states: Any) -> Iterator[State]:
         yield from _walk(state.states)
 
 
+VOICE_REGION = "caller_voice"
+"""The region beside the turn that follows the caller's voice."""
+
+
+def _in_voice_region(state: State) -> bool:
+    node: State | None = state
+    while node is not None and node.id != VOICE_REGION:
+        node = node.parent
+    return node is not None
+
+
 @functools.cache
 def leaf_states(machine_class: type[TurnChart] = TurnMachine) -> tuple[State, ...]:
-    """The states a call can be in (the atomic ones), in declaration order. (Cached: a
-    chart class is never changed once declared.)"""
-    return tuple(state for state in _walk(machine_class.states) if not state.states)
+    """The states a call can be in (the atomic ones outside the caller's voice), in
+    declaration order. (Cached: a chart class is never changed once declared.)"""
+    return tuple(
+        state
+        for state in _walk(machine_class.states)
+        if not state.states and not _in_voice_region(state)
+    )
+
+
+@functools.cache
+def voice_states(machine_class: type[TurnChart] = TurnMachine) -> tuple[State, ...]:
+    """The states of the caller's voice, beside the turn while the call is live."""
+    return tuple(
+        state
+        for state in _walk(machine_class.states)
+        if not state.states and _in_voice_region(state)
+    )
+
+
+def atomic_states(machine_class: type[TurnChart] = TurnMachine) -> tuple[State, ...]:
+    """The call's states, then the caller's voice's: every atomic state of the chart."""
+    return (*leaf_states(machine_class), *voice_states(machine_class))
 
 
 def _names(transition: Transition) -> list[str]:
@@ -422,9 +503,11 @@ def _names(transition: Transition) -> list[str]:
 def leaf_transitions(state: State) -> Iterator[Transition]:
     """The event transitions that can fire in ``state``, in the order they are tried: its
     own, then its parents'. One after an unguarded transition of its event never fires
-    there, and is left out."""
+    there, and is left out. For the caller's voice, those of its region only: the
+    call's own (``call.to(ended)``) are the turn's moves, taken once for both."""
     closed: set[str] = set()
     node: State | None = state
+    last = VOICE_REGION if _in_voice_region(state) else None
     while node is not None:
         for transition in node.transitions:
             names = set(_names(transition))
@@ -432,23 +515,24 @@ def leaf_transitions(state: State) -> Iterator[Transition]:
                 yield transition
                 if not any(not spec.is_convention for spec in transition.cond):
                     closed |= names
-        node = node.parent
+        node = None if node.id == last else node.parent
 
 
 def handled_events(machine_class: type[TurnChart] = TurnMachine) -> dict[str, frozenset[str]]:
-    """For each state id, the events that have at least one transition from it."""
+    """For each atomic state id (the caller's voice too), the events that have at least
+    one transition from it."""
     return {
         state.id: frozenset(name for t in leaf_transitions(state) for name in _names(t))
-        for state in leaf_states(machine_class)
+        for state in atomic_states(machine_class)
     }
 
 
 def declared_moves(machine_class: type[TurnChart] = TurnMachine) -> set[tuple[str, str, str]]:
-    """(source, event, target) for every declared transition, from every state it can
-    fire in; a targetless transition stays in its state."""
+    """(source, event, target) for every declared transition, from every atomic state it
+    can fire in (the caller's voice too); a targetless transition stays in its state."""
     return {
         (state.id, event, (transition.target or state).id)
-        for state in leaf_states(machine_class)
+        for state in atomic_states(machine_class)
         for transition in leaf_transitions(state)
         for event in _names(transition)
     }
@@ -457,13 +541,19 @@ def declared_moves(machine_class: type[TurnChart] = TurnMachine) -> set[tuple[st
 STATES: tuple[str, ...] = tuple(state.id for state in leaf_states())
 """The states a call can be in, as :attr:`TurnController.state` reports them."""
 
+VOICE_STATES: tuple[str, ...] = tuple(state.id for state in voice_states())
+"""The caller's voice while the call is live (``TurnController.configuration``)."""
+
 
 def _leaves_under(compound: str) -> frozenset[str]:
     (node,) = (state for state in _walk(TurnMachine.states) if state.id == compound)
     return frozenset(state.id for state in _walk([node]) if not state.states)
 
 
-PRE_GREETING_STATES: frozenset[str] = _leaves_under("pre_greeting")
+LIVE_STATES: frozenset[str] = _leaves_under("turn")
+"""States of a live call: the caller's voice runs beside them."""
+
+PRE_GREETING_STATES: frozenset[str] = _leaves_under("connecting") | {"awaiting_user"}
 """States before the greeting: an agent speech there is stopped (invariant I8)."""
 
 CONVERSATION_STATES: frozenset[str] = _leaves_under("conversation")

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Literal, TypeVar
 
 import attrs
+from statemachine import StateChart
 
 from . import effects as fx
 from .context import TurnContext
@@ -43,9 +44,10 @@ TIMER_POLICY_FIELDS: dict[fx.TimerName, str] = {
 }
 """Each timer's policy field: the timer is started only when the field is set."""
 
-GuardKind = Literal["policy", "timer", "event", "context"]
+GuardKind = Literal["policy", "timer", "event", "context", "voice"]
 """What a guard reads: the policy only (decided once per call, so diagrams prune by it),
-a timer's expiry (``timer_fired`` of one timer), the event, or the call's context."""
+a timer's expiry (``timer_fired`` of one timer), the event, the call's context, or the
+caller's voice (the state of the region beside the turn)."""
 
 _Guard = TypeVar("_Guard", bound=Callable[..., bool])
 
@@ -90,9 +92,13 @@ class TurnRules:
     def answers_whole_overlap(self) -> bool:
         return self.policy.greeting_overlap == "answer_whole"
 
+    @guard("voice")
+    def caller_is_speaking(self, machine: StateChart) -> bool:
+        return _caller_speaks(machine)
+
     @guard("context")
-    def user_is_speaking(self) -> bool:
-        return self.context.user_speaking
+    def input_is_muted(self) -> bool:
+        return self.context.input_muted
 
     @guard("policy")
     def agent_speaks_first(self) -> bool:
@@ -275,7 +281,10 @@ class TurnRules:
         self._cancel_timer("await_user")
 
     def start_idle_timer(self) -> None:
-        if not self.context.user_speaking:
+        self._start_timer("idle")
+
+    def start_idle_timer_unless_the_caller_speaks(self, machine: StateChart) -> None:
+        if not _caller_speaks(machine):
             self._start_timer("idle")
 
     def cancel_idle_timer(self) -> None:
@@ -423,11 +432,11 @@ class TurnRules:
         """Speech starting right after the unmute is the tail of a missed overlap."""
         self.context.spill_over_until = ev.at + self.policy.spill_over_window
 
-    def resume_user_turns_committing_a_finished_overlap(self) -> None:
+    def resume_user_turns_committing_a_finished_overlap(self, machine: StateChart) -> None:
         """``keep_listening`` + ``answer_whole``: an overlap already over is one turn now;
         one still going on becomes a turn when the caller stops."""
-        ctx = self.context
-        self._resume_user_turns(commit_pending=ctx.overlapped_greeting and not ctx.user_speaking)
+        finished = self.context.overlapped_greeting and not _caller_speaks(machine)
+        self._resume_user_turns(commit_pending=finished)
 
     def discard_overlap_when_the_caller_stops(self) -> None:
         """``keep_listening`` + ``drop``, the caller still speaking: discarded at its end."""
@@ -464,7 +473,6 @@ class TurnRules:
     def _mute(self, *, hold_audio: bool) -> None:
         if not self.context.input_muted:
             self.context.input_muted = True
-            self.context.user_speaking = False
             self.emit(fx.MuteInput(hold_audio=hold_audio))
 
     def _unmute(self, *, replay_held_audio: bool) -> None:
@@ -481,12 +489,6 @@ class TurnRules:
         if self.context.turns_held:
             self.context.turns_held = False
             self.emit(fx.ResumeUserTurns(commit_pending=commit_pending))
-
-    def note_user_speaking(self) -> None:
-        self.context.user_speaking = True
-
-    def note_user_silent(self) -> None:
-        self.context.user_speaking = False
 
     def note_user_turn(self) -> None:
         ctx = self.context
@@ -691,6 +693,12 @@ class TurnRules:
     def unmute_after_tools(self) -> None:
         if self.policy.mute_input_during_tools:
             self._unmute(replay_held_audio=False)
+
+
+def _caller_speaks(machine: StateChart) -> bool:
+    """The caller's voice region is in ``caller_speaking``. (No event that reads it moves
+    that region, so this is its state both before and after the step.)"""
+    return "caller_speaking" in machine.configuration_values
 
 
 def _is_end(target: object) -> bool:

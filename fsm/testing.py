@@ -15,8 +15,9 @@ True
 
 from __future__ import annotations
 
+import functools
 from collections import deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 
 import attrs
 
@@ -25,7 +26,7 @@ from .context import TurnContext
 from .controller import TurnController, check_context
 from .effects import REALTIME_TIMERS, TIMER_NAMES
 from .invariants import InvariantViolation, SafetyMonitor
-from .machine import TurnChart, TurnMachine
+from .machine import TurnChart, TurnMachine, handled_events
 from .policy import TurnPolicy
 from .rules import TurnRules
 
@@ -127,15 +128,17 @@ class ExplorationReport:
     """What :func:`explore` covered and the breaches it found."""
 
     configurations: int
-    """Distinct configurations (state × context × monitor shadow) visited."""
+    """Distinct configurations (state and caller's voice × context × monitor shadow)
+    visited."""
     steps: int
     """Events fed, each checked against every invariant."""
     states: frozenset[str]
     """States reached."""
     transitions: frozenset[tuple[str, str, str]]
-    """(source, event, target) moves taken, self loops included."""
+    """(source, event, target) moves taken in each region (the state's, the caller's
+    voice's), self loops included."""
     violations: list[str]
-    """One line per breach: the invariant, the configuration's state and the event."""
+    """One line per breach: the invariant, the configuration and the event."""
     paths: tuple[tuple[ev.Event, ...], ...] = ()
     """For each violation, in the same order, a shortest event path from the start that
     ends with the breaking event (breadth-first: no shorter path breaks it there)."""
@@ -166,7 +169,7 @@ def explore(
     controller = TurnController(
         policy, record=False, machine_class=machine_class, rules_class=rules_class
     )
-    start = (controller.state, controller.context, SafetyMonitor(policy))
+    start = (controller.configuration, controller.context, SafetyMonitor(policy))
     # every configuration's first way in (parent key, event): shortest paths, breadth-first
     seen: dict[Hashable, tuple[Hashable, ev.Event] | None] = {_key(*start): None}
     queue = deque([start])
@@ -177,32 +180,35 @@ def explore(
         origin = _key(*start)
         monitor = start[2].copy()
         effects = controller.handle(REALTIME_LINK)
-        monitor.check(start[0], REALTIME_LINK, controller.state, effects)
-        linked = (controller.state, controller.context.copy(), monitor)
-        moves.add((start[0], REALTIME_LINK.name, linked[0]))
+        monitor.check(start[0][0], REALTIME_LINK, controller.state, effects)
+        linked = (controller.configuration, controller.context.copy(), monitor)
+        moves.update(region_moves(start[0], REALTIME_LINK.name, linked[0], machine_class))
         seen[_key(*linked)] = (origin, REALTIME_LINK)
         queue = deque([linked])
     violations: list[str] = []
     paths: list[tuple[ev.Event, ...]] = []
     while queue:
-        state, context, monitor = queue.popleft()
+        configuration, context, monitor = queue.popleft()
+        state = configuration[0]
         states.add(state)
-        here = _key(state, context, monitor)
+        here = _key(configuration, context, monitor)
         for event in alphabet:
             # resumed unchecked (checked once, when first reached), the context copied: a
             # step changes it in place
-            controller._resume(state, context.copy())
+            controller._resume(configuration, context.copy())
             shadow = monitor.copy()
             steps += 1
             try:
                 effects = controller.handle(event)
                 shadow.check(state, event, controller.state, effects)
             except InvariantViolation as breach:
-                violations.append(f"{breach} [in {state} on {event!r}]")
+                violations.append(f"{breach} [in {_named(configuration)} on {event!r}]")
                 paths.append((*_path_to(seen, here), event))
                 continue
-            moves.add((state, event.name, controller.state))
-            after = (controller.state, controller.context, shadow)
+            moves.update(
+                region_moves(configuration, event.name, controller.configuration, machine_class)
+            )
+            after = (controller.configuration, controller.context, shadow)
             key = _key(*after)
             if key not in seen:
                 check_context(after[1], policy)  # as a restore would, once per configuration
@@ -230,7 +236,30 @@ def _path_to(
     return tuple(reversed(path))
 
 
-def _key(state: str, context: TurnContext, monitor: SafetyMonitor) -> Hashable:
-    if state == "ended":  # nothing is emitted after the end, whatever came before
-        return (state,)
-    return state, context.snapshot(), monitor.shadow()
+def region_moves(
+    before: tuple[str, ...],
+    event: str,
+    after: tuple[str, ...],
+    machine_class: type[TurnChart] = TurnMachine,
+) -> Iterator[tuple[str, str, str]]:
+    """A step's moves: the state's, and the caller's voice's on the events its region
+    handles (its eventless silencing by a mute, and its end with the call, belong to the
+    turn's step)."""
+    yield before[0], event, after[0]
+    if len(before) > 1 and event in _voice_events(machine_class)[before[1]]:
+        yield before[1], event, after[-1]
+
+
+@functools.cache
+def _voice_events(machine_class: type[TurnChart]) -> dict[str, frozenset[str]]:
+    return handled_events(machine_class)
+
+
+def _named(configuration: tuple[str, ...]) -> str:
+    return " + ".join(configuration)
+
+
+def _key(configuration: tuple[str, ...], context: TurnContext, monitor: SafetyMonitor) -> Hashable:
+    if configuration[0] == "ended":  # nothing is emitted after the end, whatever came before
+        return configuration
+    return configuration, context.snapshot(), monitor.shadow()

@@ -25,6 +25,7 @@ from turnfsm.machine import (
     TurnChart,
     TurnMachine,
     build_machine,
+    chart_states,
     declared_moves,
     handled_events,
     leaf_states,
@@ -44,7 +45,7 @@ class CallerSaidGoodbye(ev.Event):
 def say_goodbye_when_asked(chart: dict[str, Any]) -> None:
     """A user's extension: a new event ending the call from the conversation, and a
     transition added to an existing event."""
-    conversation = chart["call"].conversation
+    conversation = chart_states(chart)["conversation"]
     chart["caller_said_goodbye"] = conversation.to(chart["ended"], on="note_goodbye")
     chart["session_error"] = chart["session_error"] | conversation.speaking.to(
         conversation.listening, on="note_recovered"
@@ -157,7 +158,7 @@ USER_MODULE = """
 import attrs
 from typing import ClassVar
 from turnfsm import effects as fx, events as ev
-from turnfsm.machine import build_machine
+from turnfsm.machine import build_machine, chart_states
 from turnfsm.rules import TurnRules
 
 @attrs.frozen
@@ -165,7 +166,7 @@ class CallerSaidGoodbye(ev.Event):
     name: ClassVar[str] = "caller_said_goodbye"
 
 def goodbye(chart):
-    chart["caller_said_goodbye"] = chart["call"].conversation.to(chart["ended"], on="bye")
+    chart["caller_said_goodbye"] = chart_states(chart)["conversation"].to(chart["ended"], on="bye")
 
 class Rules(TurnRules):
     def bye(self):

@@ -1,5 +1,6 @@
-"""Every (state, event) pair is decided: a declared transition or a reasoned ``IGNORED``
-entry, and handling it never raises, whatever the state and a plausible context."""
+"""Every (state, event) pair is decided: a declared transition (of the state, or of the
+caller's voice beside a live state) or a reasoned ``IGNORED`` entry, and handling it never
+raises, whatever the configuration and a plausible context."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ from turnfsm import effects as fx
 from turnfsm.context import TurnContext
 from turnfsm.controller import handled_events
 from turnfsm.events import EVENT_TYPES, EVENTS_BY_NAME
-from turnfsm.machine import IGNORED, STATES, declared_moves, leaf_states
+from turnfsm.machine import (
+    IGNORED,
+    LIVE_STATES,
+    STATES,
+    VOICE_STATES,
+    declared_moves,
+    leaf_states,
+)
 from turnfsm.testing import event_alphabet
 
 EVENT_NAMES = sorted(cls.name for cls in EVENT_TYPES)
@@ -43,9 +51,21 @@ def test_states_are_the_documented_ones() -> None:
     assert [state.id for state in leaf_states(TurnMachine) if state.final] == ["ended"]
 
 
+def declared_in(state: str) -> set[str]:
+    """Events a transition takes in some configuration of ``state``: its own, and those of
+    the caller's voice beside it while the call is live."""
+    sources = {state, *VOICE_STATES} if state in LIVE_STATES else {state}
+    return {event for source, event, _ in declared_moves() if source in sources}
+
+
+def test_states_are_the_documented_ones_with_the_voice_beside_the_live_ones() -> None:
+    assert VOICE_STATES == ("caller_silent", "caller_speaking")
+    assert LIVE_STATES == {"awaiting_user", "greeting", "listening", "speaking", "tool_loop"}
+
+
 @pytest.mark.parametrize("state", STATES)
 def test_every_pair_is_a_transition_or_ignored_with_a_reason(state: str) -> None:
-    declared = {event for source, event, _ in declared_moves() if source == state}
+    declared = declared_in(state)
     for event in EVENT_NAMES:
         if event not in declared:
             reason = IGNORED.get((state, event), "")
@@ -57,13 +77,16 @@ def test_ignored_names_only_pairs_without_a_transition() -> None:
         (state, event)
         for state in STATES
         for event in EVENT_NAMES
-        if event not in {e for s, e, _ in declared_moves() if s == state}
+        if event not in declared_in(state)
     }
     assert set(IGNORED) == ignored  # no stale entry
 
 
 def test_the_controller_prefilter_matches_introspection() -> None:
-    expected = {state: {e for s, e, _ in declared_moves() if s == state} for state in STATES}
+    expected = {
+        state: {e for s, e, _ in declared_moves() if s == state}
+        for state in (*STATES, *VOICE_STATES)
+    }
     assert {state: set(events) for state, events in handled_events().items()} == expected
     assert handled_events()["ended"] == frozenset()
 
@@ -98,7 +121,6 @@ def plausible_contexts(state: str, policy: TurnPolicy) -> list[TurnContext]:
         input_muted=(state == "greeting" and policy.mutes_greeting)
         or (state == "tool_loop" and policy.mute_input_during_tools),
         turns_held=state == "listening" or (state == "greeting" and not policy.mutes_greeting),
-        user_speaking=True,
         overlapped_greeting=state == "greeting",
         discarding_overlap=state == "listening",
         spill_over_until=1.5 if state == "listening" else None,
@@ -122,16 +144,18 @@ def test_every_event_in_every_state_is_handled_without_error(
     state: str, policy: TurnPolicy
 ) -> None:
     controller = TurnController(policy, record=False)
+    voices = [(voice,) for voice in VOICE_STATES] if state in LIVE_STATES else [()]
     for context in plausible_contexts(state, policy):
-        for event in event_alphabet():
-            controller.restore(state, context)
+        for voice, event in ((voice, event) for voice in voices for event in event_alphabet()):
+            controller.restore((state, *voice), context)
+            handled = controller.handled_events
             effects = controller.handle(event)
             assert isinstance(effects, tuple)
             assert all(isinstance(effect, fx.Effect) for effect in effects)
             assert controller.state in STATES
             if state == "ended":
                 assert effects == ()
-            if event.name not in handled_events()[state]:
+            if event.name not in handled:
                 assert (effects, controller.state) == ((), state), "ignored, yet acted on"
 
 
@@ -141,7 +165,20 @@ def test_non_events_are_refused() -> None:
         controller.handle("call_answered")  # type: ignore[arg-type]
 
 
-def test_restore_refuses_an_unknown_state() -> None:
+@pytest.mark.parametrize(
+    "configuration",
+    ["dancing", ("listening", "dancing"), ("ringing", "caller_silent"), ("caller_silent",), ()],
+)
+def test_restore_refuses_an_unknown_configuration(configuration: object) -> None:
     controller = TurnController(POLICIES[0])
-    with pytest.raises(ValueError, match="state must be one of"):
-        controller.restore("dancing", TurnContext())
+    with pytest.raises(ValueError, match="configuration must be one of"):
+        controller.restore(configuration, TurnContext())  # type: ignore[arg-type]
+    assert controller.configuration == ("ringing",)
+
+
+def test_restore_takes_a_state_alone_as_the_caller_silent() -> None:
+    controller = TurnController(POLICIES[0])
+    controller.restore("listening", TurnContext())
+    assert controller.configuration == ("listening", "caller_silent")
+    controller.restore(("greeting", "caller_speaking"), TurnContext())
+    assert controller.snapshot()[0] == ("greeting", "caller_speaking")

@@ -34,8 +34,9 @@ from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.effects import TIMER_NAMES
 from turnfsm.events import EVENT_TYPES
-from turnfsm.machine import STATES, declared_moves
+from turnfsm.machine import STATES, VOICE_STATES, declared_moves
 from turnfsm.rules import TurnRules
+from turnfsm.testing import region_moves
 
 settings.register_profile(
     "turnfsm-core",
@@ -187,11 +188,11 @@ class TurnCalls(RuleBasedStateMachine):
 
     def deliver(self, event: ev.Event) -> tuple[fx.Effect, ...]:
         assert self.controller is not None
-        before = self.controller.state
+        before = self.controller.configuration
         effects = self.controller.handle(event)  # strict: raises InvariantViolation
         Totals.steps += 1
-        Totals.moves[before, event.name, self.controller.state] += 1
-        if before == "ended":
+        Totals.moves.update(region_moves(before, event.name, self.controller.configuration))
+        if before[0] == "ended":
             assert effects == (), f"{event} after the end emitted {effects}"
         for effect in effects:
             if isinstance(effect, fx.StartTimer):
@@ -233,7 +234,7 @@ class TurnCalls(RuleBasedStateMachine):
             pool = ANY
         else:  # 82.5 %: an event the current state handles
             Totals.picks["guided"] += 1
-            handled = self.controller._handled[self.controller.state] - ENDING - LINK
+            handled = self.controller.handled_events - ENDING - LINK
             if not self.controller.context.realtime_model:
                 # a pipeline call never hears from a realtime model (the `any` picks still
                 # deliver such events at random, to be ignored or handled)
@@ -298,7 +299,7 @@ def run(profile: str, summary_line: Callable[[str], None]) -> None:
     )
     target = settings.get_profile(profile).max_examples
     assert Totals.examples >= target, f"only {Totals.examples} examples of {target}"
-    assert {after for _, _, after in Totals.moves} == set(STATES)
+    assert {after for _, _, after in Totals.moves} == {*STATES, *VOICE_STATES}
     # The guided strategy gets deep into calls: every state change short of the end is
     # taken (the rarest about 10 times in 1 000 calls). Each state's way to `ended` is
     # rarer by design; the explorer covers those exhaustively.

@@ -13,6 +13,7 @@ from turnfsm.diagram import (
     POLICY_GUARDS,
     build_diagram,
     machine_edges,
+    parallel_regions,
     to_dot,
     to_mermaid,
     to_overview,
@@ -98,7 +99,7 @@ def test_policy_sets_the_start_and_omits_what_cannot_fire() -> None:
     outbound = to_mermaid(build_diagram(policy=PRESETS["outbound"]))
     # the policy picks the start: [*] arrows lead down to it, no choice is drawn
     assert "    [*] --> call\n" in outbound
-    assert "        [*] --> pre_greeting\n" in outbound
+    assert "        [*] --> connecting\n" in outbound
     assert "            [*] --> ringing\n" in outbound
     assert "<<choice>>" not in outbound
     assert "call_answered [agent_speaks_first]" not in _edge_lines(outbound, "ringing", "greeting")
@@ -108,7 +109,7 @@ def test_policy_sets_the_start_and_omits_what_cannot_fire() -> None:
 
     # inbound calls wait in start for the session; the policy picks where they go live
     inbound = to_mermaid(build_diagram(policy=PRESETS["inbound"]))
-    assert "        [*] --> pre_greeting\n" in inbound
+    assert "        [*] --> connecting\n" in inbound
     assert "            [*] --> start\n" in inbound
     assert "start --> greeting : session_started [agent_speaks_first] / begin_call" in inbound
     assert "ringing" not in inbound.split("%% never fires")[0]
@@ -120,6 +121,9 @@ def test_policy_sets_the_start_and_omits_what_cannot_fire() -> None:
     assert "<<choice>>" not in whole
     assert "            start --> ringing : [is_outbound]\n" in whole
     assert "        start --> listening : session_started / begin_call\n" in whole
+    # beside the live states, the caller's voice: its own region, with its own moves
+    assert "        --\n            state caller_voice {\n" in whole
+    assert "caller_speaking --> caller_silent : [input_is_muted]\n" in whole
 
     agent_first = TurnPolicy(direction="outbound", first_speaker="agent", greeting="Hi")
     text = to_mermaid(build_diagram(policy=agent_first))
@@ -171,3 +175,14 @@ def test_overview_draws_states_and_state_changes_by_event_only() -> None:
     # internal and bookkeeping transitions are detail, not overview
     assert "note_user_turn" not in text
     assert "conversation --> conversation" not in text
+    # the caller's voice: its states and moves, no box (a caption names the region)
+    assert "    caller_silent --> caller_speaking : user_speech_started\n" in text
+    assert parallel_regions(diagram) == [
+        (
+            "live",
+            [
+                ("turn", ["awaiting_user", "greeting", "listening", "speaking", "tool_loop"]),
+                ("caller_voice", ["caller_silent", "caller_speaking"]),
+            ],
+        )
+    ]

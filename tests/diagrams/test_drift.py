@@ -26,10 +26,10 @@ def test_drift_check_fails_when_the_machine_gains_a_transition() -> None:
         from pathlib import Path
 
         from turnfsm.cli import stale_diagrams
-        from turnfsm.machine import build_machine
+        from turnfsm.machine import build_machine, chart_states
 
         def gave_up(chart):
-            conversation = chart["call"].conversation
+            conversation = chart_states(chart)["conversation"]
             chart["agent_gave_up"] = conversation.speaking.to(conversation.listening)
 
         Drifted = build_machine(gave_up)

@@ -60,6 +60,7 @@ from turnfsm.adapters.sim import (
     ScriptedToolCall,
     ScriptedTTS,
 )
+from turnfsm.machine import build_machine, chart_states
 from turnfsm.rules import TurnRules
 
 QUESTION = "What time do you open"
@@ -354,12 +355,18 @@ async def run_call(
 # -- real LiveKit failures ---------------------------------------------------------------
 
 
-class RawBargeInRules(TurnRules):
+def stop_tools_on_raw_barge_in(chart: dict[str, Any]) -> None:
     """The machine before issue 9: a tool step is stopped on the raw VAD start with
     ``Interrupt(force=False)``, whatever LiveKit's interruption rules say."""
+    conversation = chart_states(chart)["conversation"]
+    chart["user_speech_started"] |= conversation.to(None, on="stop_the_tool_step")
 
-    def note_user_speaking(self) -> None:
-        super().note_user_speaking()
+
+RawBargeInMachine = build_machine(stop_tools_on_raw_barge_in, name="RawBargeInMachine")
+
+
+class RawBargeInRules(TurnRules):
+    def stop_the_tool_step(self) -> None:
         if self.context.tool_speech_id is not None and not self.context.tool_loop_stopped:
             self.context.tool_loop_stopped = True
             self.emit(fx.Interrupt(force=False))
@@ -486,7 +493,11 @@ def run() -> Run:
             run_call(name, recipe, controller=c)
         )
     controllers["locked_tool"] = TurnController(
-        outbound(), strict=True, keep_text=True, rules_class=RawBargeInRules
+        outbound(),
+        strict=True,
+        keep_text=True,
+        machine_class=RawBargeInMachine,
+        rules_class=RawBargeInRules,
     )
     scenarios["locked_tool"] = lambda: locked_tool_interrupt(controllers["locked_tool"])
     controllers["context_store_down"] = TurnController(

@@ -100,7 +100,7 @@ def recorded(exchanges: int = 12, **options: object) -> Trace:
 
 MERMAID_LINE = re.compile(
     r"^(---|title: .*|%%.*|stateDiagram-v2|(    )+(direction (TB|LR)"
-    r"|state \"[^\"\n]*\" as \w+|state \w+ \{|state \w+ <<choice>>|\}|\[\*\] --> \w+"
+    r"|state \"[^\"\n]*\" as \w+( \{)?|state \w+ \{|state \w+ <<choice>>|\}|--|\[\*\] --> \w+"
     r"|\w+ --> (\w+|\[\*\])( : [^\n]*)?|\w+ : [^\n]*"
     r"|classDef \w+ [^\n]*|class [\w,]+ \w+|%% [^\n]*))$"
 )

@@ -295,7 +295,7 @@ def test_restore_refuses_what_is_not_a_context_or_a_state() -> None:
     controller = TurnController(CAPPED)
     with pytest.raises(TypeError, match="context must be a TurnContext"):
         controller.restore("listening", {"started": True})  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="state must be one of"):
+    with pytest.raises(ValueError, match="configuration must be one of"):
         controller.restore(["listening"], TurnContext())  # type: ignore[arg-type]
 
 
