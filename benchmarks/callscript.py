@@ -175,7 +175,8 @@ def transitions_on(state: str, event: str) -> list[object]:
 
 
 def dispatch_steps(policy: TurnPolicy = POLICY) -> list[Step]:
-    """The handled events of :func:`scripted_call`, each with the move it made."""
+    """The handled events of :func:`scripted_call` (by the state or the caller's voice
+    beside it), each with the move the state made."""
     controller = TurnController(policy, record=False)
     recorder = _TransitionRecorder()
     shadow = TurnMachine(listeners=[TurnRules(policy=policy), recorder])
@@ -188,9 +189,8 @@ def dispatch_steps(policy: TurnPolicy = POLICY) -> list[Step]:
             continue
         recorder.taken = None
         shadow.send(event.name, ev=event)  # the voice's moves too: its guards read them
-        if event.name not in handled[before]:  # the caller's voice alone moved
-            continue
-        candidates = transitions_on(before, event.name)
+        # branch -1: the state stays (the caller's voice alone may have moved)
+        candidates = transitions_on(before, event.name) if event.name in handled[before] else []
         branch = -1 if recorder.taken is None else candidates.index(recorder.taken)
         steps.append(Step(event, before, controller.state, branch))
     if not controller.is_ended:

@@ -19,7 +19,7 @@ from typing import Any
 from transitions import Machine
 
 from turnfsm import TurnMachine
-from turnfsm.machine import TurnChart, leaf_states, leaf_transitions
+from turnfsm.machine import LIVE_STATES, TurnChart, leaf_states, leaf_transitions, voice_states
 
 from .callscript import Step, transitions_on
 
@@ -114,11 +114,22 @@ class TransitionsTurnMachine:
 
 
 def dict_table(machine_class: type[TurnChart] = TurnMachine) -> dict[tuple[str, str, int], str]:
-    """``(state, event, branch) -> next state`` for every transition; branch -1 stays."""
+    """``(state, event, branch) -> next state`` for every transition; branch -1 stays
+    (also for the events only the caller's voice beside a live state takes)."""
     table: dict[tuple[str, str, int], str] = {}
     for source, event, branch, transition in moves(machine_class):
         table[source, event, branch] = transition.target.id if transition.target else source
         table[source, event, -1] = source
+    voice_events = {
+        str(e)
+        for voice in voice_states(machine_class)
+        for t in leaf_transitions(voice)
+        for e in t.events
+    }
+    for state in leaf_states(machine_class):
+        if state.id in LIVE_STATES:
+            for event in voice_events:
+                table.setdefault((state.id, event, -1), state.id)
     return table
 
 
