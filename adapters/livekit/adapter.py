@@ -87,7 +87,7 @@ import threading
 import traceback
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from livekit.agents import AgentSession, StopResponse, llm, utils
 from livekit.agents.voice import SpeechHandle
@@ -117,6 +117,8 @@ from .levers import LEVERS, Lever
 from .log import logger
 from .outcomes import OutcomeMonitor
 from .realtime import RealtimeLink
+
+_R = TypeVar("_R")
 
 _ADAPTERS: weakref.WeakKeyDictionary[AgentSession, TurnAdapter] = weakref.WeakKeyDictionary()
 
@@ -230,9 +232,11 @@ class TurnAdapter:
         self.played_seconds: dict[str, float] = {}
         self.pending_drops: dict[str, fx.DropUnspokenText] = {}
         self.pending_greeting: fx.StartGreeting | None = None
-        self.rejected_turns: set[str] = set()
-        self.cancelled_tool_replies: set[str] = set()
         self.timers: dict[str, asyncio.TimerHandle] = {}
+        self.site: object | None = None
+        """The LiveKit event whose handler is running, if any: the call site the steps it
+        dispatches answer (a lever that must act on it, e.g. ``cancel_tool_reply()`` on a
+        ``FunctionToolsExecutedEvent``, does so within that step)."""
         self.held_turn_settings: tuple[Any, bool] | None = None
         self.closing = False
         self._segment_speeches: collections.deque[str | None] = collections.deque()
@@ -337,8 +341,11 @@ class TurnAdapter:
 
     # -- the run-to-completion step -----------------------------------------------------
 
-    def dispatch(self, event: ev.Event) -> None:
-        """Feed an event to the controller and execute its effects (queued if re-entered).
+    def dispatch(self, event: ev.Event) -> tuple[fx.Effect, ...]:
+        """Feed an event to the controller, execute its effects and return them: the
+        LiveKit callback that asked takes its decision from them (a turn to reject, a tool
+        reply to cancel). ``()`` when the event waits behind the step running now
+        (re-entered: it runs right after), or comes after :meth:`detach`.
 
         Use it for inputs the adapter cannot see itself, e.g.
         ``adapter.dispatch(CallAnswered(at=adapter.now()))`` for an outbound call placed
@@ -365,32 +372,35 @@ class TurnAdapter:
             logger.debug(
                 "turnfsm: %s after detach ignored", event.name, extra={"event": event.name}
             )
-            return
+            return ()
         self._queue.append(event)
         if self._dispatching:
-            return
+            return ()
         self._dispatching = True
         try:
-            while self._queue:
+            effects = self._step(self._queue.popleft())  # this event's: the queue was empty
+            while self._queue:  # events its levers caused
                 self._step(self._queue.popleft())
         finally:
             self._dispatching = False
         if not self._handling:  # strict: a breach the step revealed (in a handler: at its end)
             self.outcomes.raise_pending()
+        return effects
 
-    def _step(self, event: ev.Event) -> None:
+    def _step(self, event: ev.Event) -> tuple[fx.Effect, ...]:
         before = self.controller.state
         try:
             effects = self.controller.handle(event)
         except Exception as error:
             self._controller_failed(event, before, error)
             self._release_input()
-            return
+            return ()
         if self.observers:
             self._observe(TraceStep(event.at, event, before, self.controller.state, effects))
         for effect in effects:
             self._execute(effect, before)
         self.outcomes.step(before, event, self.controller.state, effects)
+        return effects
 
     def _observe(self, step: TraceStep) -> None:
         for observer in self.observers:
@@ -490,18 +500,25 @@ class TurnAdapter:
             except Exception as error:
                 self._report_failure("release input", error, "restoring turn detection")
 
-    def _guarded(self, name: str, handler: Callable[[Any], None]) -> Callable[[Any], None]:
-        def guarded(event: Any) -> None:
+    def _guarded(self, name: str, handler: Callable[[Any], _R]) -> Callable[[Any], _R | None]:
+        """``handler`` as a LiveKit callback: its failure is logged, never raised into the
+        session (``None`` then); its event is the one its steps answer (:attr:`site`)."""
+
+        def guarded(event: Any) -> _R | None:
             self._handling += 1
+            site, self.site = self.site, event
             try:
                 try:
-                    handler(event)
+                    result = handler(event)
                 finally:
                     self._handling -= 1
+                    self.site = site
                 if not self._handling:  # strict: a breach, once the handler did its work
                     self.outcomes.raise_pending()
+                return result
             except Exception as error:
                 self._report_failure(f"handler {name}", error, type(event).__name__)
+                return None
 
         return guarded
 
@@ -689,7 +706,6 @@ class TurnAdapter:
         self.played_seconds.pop(handle.id, None)
         self.forwarded_texts.pop(handle.id, None)
         self.pending_drops.pop(handle.id, None)
-        self.cancelled_tool_replies.discard(handle.id)
         if self._tool_step_speech == handle.id:
             self._tool_step_speech = None
 
@@ -714,9 +730,6 @@ class TurnAdapter:
             self.dispatch(ev.ToolStepStarted(at=self.now(), speech_id=speech_id, calls=calls))
         self._tool_step_speech = None
         self.dispatch(ev.ToolStepFinished(at=self.now(), speech_id=speech_id, calls=calls))
-        if speech_id in self.cancelled_tool_replies:
-            self.cancelled_tool_replies.discard(speech_id)
-            event.cancel_tool_reply()
 
     def _on_error(self, event: ErrorEvent) -> None:
         error = event.error
@@ -749,13 +762,13 @@ class TurnAdapter:
         if self.tool_step_min_words.is_backchannel(message.text_content or ""):
             logger.debug("turnfsm: a turn under min_words during a tool step: no turn")
             raise StopResponse()
-        self._guarded("on_user_turn_completed", self.dispatch)(
+        effects = self._guarded("on_user_turn_completed", self.dispatch)(
             ev.UserTurnCommitted(
                 at=self.now(), text=message.text_content or "", item_id=message.id
             )
         )
-        if message.id in self.rejected_turns:
-            self.rejected_turns.discard(message.id)
+        rejected = fx.RejectUserTurn(item_id=message.id)
+        if effects is not None and rejected in effects:
             raise StopResponse()
 
     def greeting_not_coming(self, reason: str, speech_id: str | None = None) -> None:

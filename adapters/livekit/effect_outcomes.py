@@ -43,7 +43,7 @@ class PendingOutcome:
     def __init__(
         self,
         effect: fx.Effect,
-        report: Callable[[ev.EffectOutcome], None],
+        report: Callable[[ev.EffectOutcome], object],
         now: Callable[[], float],
     ) -> None:
         self.effect = effect

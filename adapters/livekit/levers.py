@@ -2,10 +2,11 @@
 
 Each lever takes the adapter and the effect; returning is ``done``, raising
 :class:`~.effect_outcomes.EffectRefused` is LiveKit's refusal, any other exception a
-failure — the adapter reports each as ``EffectOutcome``. Levers that must act at a particular
-LiveKit call site (raising ``StopResponse`` in ``on_user_turn_completed``, calling
-``cancel_tool_reply()`` inside ``function_tools_executed``) record the decision on the
-adapter, and that call site applies it in the same callback.
+failure — the adapter reports each as ``EffectOutcome``. A decision a LiveKit call site
+must carry out runs within the step that call site dispatched: ``cancel_tool_reply()`` on
+the ``function_tools_executed`` event being handled (``adapter.site``); the turn hook
+raises ``StopResponse`` on the ``RejectUserTurn`` its ``dispatch`` returns. No lever leaves
+a decision for another callback to find.
 
 =======================  =================================================================
 effect                   lever
@@ -81,7 +82,7 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from livekit.agents import NOT_GIVEN, llm
+from livekit.agents import NOT_GIVEN, FunctionToolsExecutedEvent, llm
 
 from turnfsm import effects as fx
 from turnfsm.spoken import spoken_prefix
@@ -258,14 +259,20 @@ def clear_user_turn(adapter: TurnAdapter, effect: fx.ClearUserTurn) -> None:
 
 
 def reject_user_turn(adapter: TurnAdapter, effect: fx.RejectUserTurn) -> None:
-    adapter.rejected_turns.add(effect.item_id)
+    """Out of the history if LiveKit already committed it; the turn hook that reported it
+    raises ``StopResponse`` on this effect, taken from the step it dispatched."""
     history = adapter.session.history
     if isinstance(message := history.get_by_id(effect.item_id), llm.ChatMessage):
         _remove_message(adapter, message)  # already committed: no hook can stop it now
 
 
 def cancel_tool_reply(adapter: TurnAdapter, effect: fx.CancelToolReply) -> None:
-    adapter.cancelled_tool_replies.add(effect.speech_id)
+    site = adapter.site
+    if not isinstance(site, FunctionToolsExecutedEvent):
+        # a round refused as it starts: its reply can only be cancelled once its tools
+        # ran, and the machine asks again then (tool_step_finished)
+        raise EffectRefused("LiveKit cancels a tool reply only in function_tools_executed")
+    site.cancel_tool_reply()
 
 
 def final_reply_without_tools(adapter: TurnAdapter, effect: fx.FinalReplyWithoutTools) -> None:
