@@ -230,7 +230,6 @@ class TurnAdapter:
         :class:`~.agent.TurnAgent`): what LiveKit commits without a synchronizer."""
         self.last_segment: dict[str, PlayedSegment] = {}
         self.played_seconds: dict[str, float] = {}
-        self.pending_drops: dict[str, fx.DropUnspokenText] = {}
         self.pending_greeting: fx.StartGreeting | None = None
         self.timers: dict[str, asyncio.TimerHandle] = {}
         self.site: object | None = None
@@ -629,8 +628,6 @@ class TurnAdapter:
             self.assistant_messages[speech_id] = item
             if item.interrupted:
                 self._restore_full_text(speech_id, item)
-            if (pending := self.pending_drops.get(speech_id)) is not None:
-                self._execute(pending, self.controller.state)
             self.dispatch(
                 ev.AssistantMessageCommitted(
                     at=self.now(),
@@ -705,7 +702,6 @@ class TurnAdapter:
             table.pop(handle.id, None)
         self.played_seconds.pop(handle.id, None)
         self.forwarded_texts.pop(handle.id, None)
-        self.pending_drops.pop(handle.id, None)
         if self._tool_step_speech == handle.id:
             self._tool_step_speech = None
 

@@ -33,7 +33,7 @@ Interrupt                ``session.interrupt(force=...)``; refused when the curr
                          scheduled yet (it is created before LiveKit schedules it)
 DropUnspokenText         the committed assistant message edited in place to the spoken
                          prefix, or emptied and removed (``agent.update_chat_ctx``,
-                         ``session.history.remove``)
+                         ``session.history.remove``); refused when LiveKit committed none
 ClearUserTurn            ``session.clear_user_turn()``
 RejectUserTurn           ``StopResponse`` from ``TurnAgent.on_user_turn_completed``, or
                          the item removed from the history
@@ -197,11 +197,17 @@ def interrupt_unscheduled_speeches(adapter: TurnAdapter) -> None:
 
 
 def drop_unspoken_text(adapter: TurnAdapter, effect: fx.DropUnspokenText) -> None:
+    apply_drop(adapter, effect, committed_message(adapter, effect))
+
+
+def committed_message(adapter: TurnAdapter, effect: fx.DropUnspokenText) -> llm.ChatMessage:
+    """The speech's assistant message, or a refusal: LiveKit has not committed one. (It
+    commits a reply's message before the reply's end; one committed while the speech
+    still plays gets its own drop, on ``assistant_message_committed``.)"""
     message = adapter.assistant_messages.get(effect.speech_id)
-    if message is None:  # nothing committed yet: apply when the message arrives
-        adapter.pending_drops[effect.speech_id] = effect
-        return
-    apply_drop(adapter, effect, message)
+    if message is None:
+        raise EffectRefused("no assistant message committed for this speech")
+    return message
 
 
 def apply_drop(
@@ -209,7 +215,6 @@ def apply_drop(
 ) -> None:
     """Make ``message`` hold only what the caller heard (edits are in place: the agent's
     context and the session history share the message object)."""
-    adapter.pending_drops.pop(effect.speech_id, None)
     heard = "" if effect.keep == "nothing" else heard_text(adapter, effect, message)
     message.content = [heard] if heard else []
     if not heard:

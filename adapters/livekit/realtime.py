@@ -621,11 +621,7 @@ class RealtimeLink:
         self.rt_session.update_options(tool_choice=self._saved_tool_choice)
 
     def _drop_unspoken_text(self, adapter: TurnAdapter, effect: fx.DropUnspokenText) -> None:
-        message = adapter.assistant_messages.get(effect.speech_id)
-        if message is None:  # nothing committed yet: applied when the message arrives
-            adapter.pending_drops[effect.speech_id] = effect
-            return
-        adapter.pending_drops.pop(effect.speech_id, None)
+        message = levers.committed_message(adapter, effect)
         heard = "" if effect.keep == "nothing" else self._heard(adapter, effect, message)
         message.content = [heard] if heard else []
         if not heard:
