@@ -5,8 +5,9 @@ Each lever takes the adapter and the effect; returning is ``done``, raising
 failure — the adapter reports each as ``EffectOutcome``. A decision a LiveKit call site
 must carry out runs within the step that call site dispatched: ``cancel_tool_reply()`` on
 the ``function_tools_executed`` event being handled (``adapter.site``); the turn hook
-raises ``StopResponse`` on the ``RejectUserTurn`` its ``dispatch`` returns. No lever leaves
-a decision for another callback to find.
+raises ``StopResponse`` on the ``RejectUserTurn`` its ``dispatch`` returns. One decision
+still waits on the adapter for a later callback: the greeting that ``TurnAgent.llm_node``
+takes (``pending_greeting``, see :func:`start_greeting`).
 
 =======================  =================================================================
 effect                   lever
