@@ -19,7 +19,14 @@ from typing import Any
 from transitions import Machine
 
 from turnfsm import TurnMachine
-from turnfsm.machine import LIVE_STATES, TurnChart, leaf_states, leaf_transitions, voice_states
+from turnfsm.machine import (
+    LIVE_STATES,
+    TurnChart,
+    handled_events,
+    leaf_states,
+    leaf_transitions,
+    voice_states,
+)
 
 from .callscript import Step, transitions_on
 
@@ -120,12 +127,8 @@ def dict_table(machine_class: type[TurnChart] = TurnMachine) -> dict[tuple[str, 
     for source, event, branch, transition in moves(machine_class):
         table[source, event, branch] = transition.target.id if transition.target else source
         table[source, event, -1] = source
-    voice_events = {
-        str(e)
-        for voice in voice_states(machine_class)
-        for t in leaf_transitions(voice)
-        for e in t.events
-    }
+    handled = handled_events(machine_class)
+    voice_events = frozenset().union(*(handled[voice.id] for voice in voice_states(machine_class)))
     for state in leaf_states(machine_class):
         if state.id in LIVE_STATES:
             for event in voice_events:

@@ -325,13 +325,8 @@ def check_context(context: TurnContext, policy: TurnPolicy) -> None:
 @functools.cache
 def _handled(machine_class: type[TurnChart], configuration: tuple[str, ...]) -> frozenset[str]:
     """The events some transition takes in this configuration (before guards)."""
-    by_state = _handled_by_state(machine_class)
+    by_state = handled_events(machine_class)
     return frozenset().union(*(by_state[state] for state in configuration))
-
-
-@functools.cache
-def _handled_by_state(machine_class: type[TurnChart]) -> dict[str, frozenset[str]]:
-    return handled_events(machine_class)
 
 
 @functools.cache

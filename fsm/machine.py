@@ -46,7 +46,8 @@ False
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Any, cast
 
 from statemachine import State, StateChart
@@ -518,13 +519,18 @@ def leaf_transitions(state: State) -> Iterator[Transition]:
         node = None if node.id == last else node.parent
 
 
-def handled_events(machine_class: type[TurnChart] = TurnMachine) -> dict[str, frozenset[str]]:
+@functools.cache
+def handled_events(
+    machine_class: type[TurnChart] = TurnMachine,
+) -> Mapping[str, frozenset[str]]:
     """For each atomic state id (the caller's voice too), the events that have at least
-    one transition from it."""
-    return {
-        state.id: frozenset(name for t in leaf_transitions(state) for name in _names(t))
-        for state in atomic_states(machine_class)
-    }
+    one transition from it. (Cached, read-only: a chart class never changes.)"""
+    return MappingProxyType(
+        {
+            state.id: frozenset(name for t in leaf_transitions(state) for name in _names(t))
+            for state in atomic_states(machine_class)
+        }
+    )
 
 
 def declared_moves(machine_class: type[TurnChart] = TurnMachine) -> set[tuple[str, str, str]]:

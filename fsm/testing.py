@@ -15,7 +15,6 @@ True
 
 from __future__ import annotations
 
-import functools
 from collections import deque
 from collections.abc import Hashable, Iterator, Sequence
 
@@ -246,13 +245,8 @@ def region_moves(
     handles (its eventless silencing by a mute, and its end with the call, belong to the
     turn's step)."""
     yield before[0], event, after[0]
-    if len(before) > 1 and event in _voice_events(machine_class)[before[1]]:
+    if len(before) > 1 and event in handled_events(machine_class)[before[1]]:
         yield before[1], event, after[-1]
-
-
-@functools.cache
-def _voice_events(machine_class: type[TurnChart]) -> dict[str, frozenset[str]]:
-    return handled_events(machine_class)
 
 
 def _named(configuration: tuple[str, ...]) -> str:
