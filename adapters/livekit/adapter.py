@@ -117,6 +117,7 @@ from .levers import LEVERS, Lever
 from .log import logger
 from .outcomes import OutcomeMonitor
 from .realtime import RealtimeLink
+from .turn_hook import UserTurnHook, reply_model
 
 _R = TypeVar("_R")
 
@@ -230,12 +231,13 @@ class TurnAdapter:
         :class:`~.agent.TurnAgent`): what LiveKit commits without a synchronizer."""
         self.last_segment: dict[str, PlayedSegment] = {}
         self.played_seconds: dict[str, float] = {}
-        self.pending_greeting: fx.StartGreeting | None = None
         self.timers: dict[str, asyncio.TimerHandle] = {}
         self.site: object | None = None
-        """The LiveKit event whose handler is running, if any: the call site the steps it
-        dispatches answer (a lever that must act on it, e.g. ``cancel_tool_reply()`` on a
-        ``FunctionToolsExecutedEvent``, does so within that step)."""
+        """The LiveKit event whose handler is running, or the agent hook being run (a
+        :class:`~.turn_hook.UserTurnHook`), if any: the call site the steps it dispatches
+        answer (a lever that must act on it, e.g. ``cancel_tool_reply()`` on a
+        ``FunctionToolsExecutedEvent``, or the greeting written into the hook's
+        ``turn_ctx``, does so within that step)."""
         self.held_turn_settings: tuple[Any, bool] | None = None
         self.closing = False
         self._segment_speeches: collections.deque[str | None] = collections.deque()
@@ -257,8 +259,6 @@ class TurnAdapter:
         self._handling = 0
         """Session handlers running now (a strict breach is raised at the outermost's end)."""
         """The outcome of the effect whose lever runs now."""
-        self.greeting_outcome: PendingOutcome | None = None
-        """The outcome of a greeting waiting for the reply that will say it."""
         self.interruptions = InterruptionWatch(self._speech_interrupted)
         self.tool_step_min_words = ToolStepMinWords(session)
         self.outcomes = OutcomeMonitor(self, strict=strict)
@@ -558,8 +558,6 @@ class TurnAdapter:
             self._install_audio_links()
             self.dispatch(ev.SessionStarted(at=self.now()))
         if event.new_state == "speaking" and (speech := self.session.current_speech):
-            # another reply plays: the greeting is not coming from it
-            self.greeting_not_coming("another reply played first", speech.id)
             self.dispatch(ev.AgentSpeechStarted(at=self.now(), speech_id=speech.id))
 
     def _install_audio_links(self) -> None:
@@ -662,7 +660,7 @@ class TurnAdapter:
         """
         full = self.forwarded_texts.get(speech_id)
         committed = " ".join((item.text_content or "").split())
-        if full is None or _uses_realtime_model(self.session):
+        if full is None or isinstance(reply_model(self.session), llm.RealtimeModel):
             return
         if " ".join(full.split()).startswith(committed) and committed != " ".join(full.split()):
             item.content = [full]
@@ -744,8 +742,14 @@ class TurnAdapter:
 
     # -- call sites used by TurnAgent ---------------------------------------------------
 
-    def user_turn_completed(self, message: llm.ChatMessage) -> None:
-        """Report a committed user turn from ``on_user_turn_completed``.
+    def user_turn_completed(
+        self, turn_ctx: llm.ChatContext, message: llm.ChatMessage
+    ) -> UserTurnHook | None:
+        """Report a committed user turn from ``on_user_turn_completed``, before LiveKit
+        replies from ``turn_ctx``. Returns the hook's call site, to be ended with
+        :meth:`user_turn_hook_ended` once the agent's own hook ran; ``None`` when this
+        turn was reported already (by the wrapper of an agent's own hook that calls
+        ``super()``).
 
         Raises:
             StopResponse: the machine rejected the turn, or it is a backchannel during a
@@ -753,44 +757,25 @@ class TurnAdapter:
                 the history.
         """
         if message.id == self._reported_turn:
-            return  # reported by the wrapper of an agent's own hook, which calls super()
+            return None
         self._reported_turn = message.id
         if self.tool_step_min_words.is_backchannel(message.text_content or ""):
             logger.debug("turnfsm: a turn under min_words during a tool step: no turn")
             raise StopResponse()
-        effects = self._guarded("on_user_turn_completed", self.dispatch)(
-            ev.UserTurnCommitted(
-                at=self.now(), text=message.text_content or "", item_id=message.id
-            )
-        )
-        rejected = fx.RejectUserTurn(item_id=message.id)
-        if effects is not None and rejected in effects:
+        hook = UserTurnHook(turn_ctx, message)
+        effects = self._guarded("on_user_turn_completed", self._commit_user_turn)(hook)
+        if effects is not None and fx.RejectUserTurn(item_id=message.id) in effects:
             raise StopResponse()
+        return hook
 
-    def greeting_not_coming(self, reason: str, speech_id: str | None = None) -> None:
-        """The reply that was to be the greeting will not say it: its start is refused
-        (the machine then says it with ``session.say``, locked)."""
-        if self.greeting_outcome is None or self.pending_greeting is None:
-            return
-        outcome, self.greeting_outcome, self.pending_greeting = self.greeting_outcome, None, None
-        outcome.speech_id = speech_id  # the speech that played instead, if any
-        self._guarded("greeting outcome", lambda _: outcome.resolve("refused", reason))(None)
+    def _commit_user_turn(self, hook: UserTurnHook) -> tuple[fx.Effect, ...]:
+        text, item_id = hook.message.text_content or "", hook.message.id
+        return self.dispatch(ev.UserTurnCommitted(at=self.now(), text=text, item_id=item_id))
 
-    def take_greeting(self) -> fx.StartGreeting | None:
-        """The greeting that the reply being generated must be, if any (taken once)."""
-        greeting, self.pending_greeting = self.pending_greeting, None
-        if greeting is not None and self.greeting_outcome is not None:
-            speech = self.session.current_speech
-            self.greeting_outcome.speech_id = speech.id if speech is not None else None
-            self.greeting_outcome.resolve("done")
-            self.greeting_outcome = None
-        return greeting
+    def user_turn_hook_ended(self, hook: UserTurnHook, error: BaseException | None) -> None:
+        """The agent's ``on_user_turn_completed`` is through (``error``: what it raised):
+        the greeting asked of its reply is reported done, or refused."""
+        self._guarded("on_user_turn_completed", lambda _: hook.ended(error))(hook)
 
     def _speech_interrupted(self, speech_id: str) -> None:
         self.dispatch(ev.AgentSpeechInterrupted(at=self.now(), speech_id=speech_id))
-
-
-def _uses_realtime_model(session: AgentSession) -> bool:
-    agent = session.current_agent
-    model = agent.llm if utils.is_given(agent.llm) and agent.llm is not None else session.llm
-    return isinstance(model, llm.RealtimeModel)

@@ -5,7 +5,8 @@
   speech that overlapped the greeting.
 * ``llm_node`` lets the reply to the callee's first words *be* the greeting: the callee's
   "Hello?" stays in the history, before the greeting, instead of being dropped as a turn
-  that completed during a locked speech.
+  that completed during a locked speech. The greeting reaches it in the reply's own chat
+  context, where the turn hook's step wrote it (:mod:`.turn_hook`).
 * ``transcription_node`` reports each speech's text as it is forwarded, so an interrupted
   reply reaches the machine in full even when a ``TranscriptSynchronizer`` made LiveKit
   commit only its synchronized prefix (``interrupted_text="keep"`` keeps the full text).
@@ -28,14 +29,15 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import AsyncIterable, AsyncIterator, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from livekit.agents import Agent, StopResponse, llm
+from livekit.agents import Agent, llm
 from livekit.agents.types import TimedString
 from livekit.agents.voice.agent import ModelSettings
 
 from .adapter import TurnAdapter, adapter_for
+from .turn_hook import requested_greeting
 
 
 class TurnAgent(Agent):
@@ -57,8 +59,8 @@ class TurnAgent(Agent):
     async def on_user_turn_completed(
         self, turn_ctx: llm.ChatContext, new_message: llm.ChatMessage
     ) -> None:
-        _report_turn(self, new_message)
-        await super().on_user_turn_completed(turn_ctx, new_message)
+        own = super().on_user_turn_completed
+        await _turn_reported_around(self, turn_ctx, new_message, own)
 
     def llm_node(
         self,
@@ -82,10 +84,26 @@ class TurnAgent(Agent):
         return _reported(adapter, speech.id, node)
 
 
-def _report_turn(agent: Agent, message: llm.ChatMessage) -> None:
+async def _turn_reported_around(
+    agent: Agent,
+    turn_ctx: llm.ChatContext,
+    message: llm.ChatMessage,
+    own: Callable[[llm.ChatContext, llm.ChatMessage], Awaitable[None]],
+) -> None:
+    """Report the committed turn (the machine may reject it: ``StopResponse``), run the
+    agent's own hook, then end the report with what the hook did: a greeting the turn's
+    step wrote into ``turn_ctx`` is done if LiveKit goes on to reply, else refused."""
     adapter = adapter_for(agent.session)
-    if adapter is not None:
-        adapter.user_turn_completed(message)
+    hook = adapter.user_turn_completed(turn_ctx, message) if adapter is not None else None
+    if adapter is None or hook is None:  # detached, or reported by an outer wrapper
+        await own(turn_ctx, message)
+        return
+    try:
+        await own(turn_ctx, message)
+    except BaseException as error:
+        adapter.user_turn_hook_ended(hook, error)
+        raise
+    adapter.user_turn_hook_ended(hook, None)
 
 
 def _turnfsm_node(
@@ -97,14 +115,14 @@ def _turnfsm_node(
     adapter = adapter_for(agent.session)
     if adapter is None:
         return None
-    greeting = adapter.take_greeting()
+    greeting = requested_greeting(chat_ctx)
     if greeting is None:
         return _no_reply() if adapter.before_greeting() else None
-    if greeting.text is not None:
-        return _text_stream(greeting.text)
-    context = chat_ctx.copy()
-    context.add_message(role="system", content=greeting.instructions or "")
-    return Agent.default.llm_node(agent, context, [], model_settings)
+    form, text = greeting
+    if form == "text":
+        return _text_stream(text)
+    # the request is a system message with the instructions: the model says the greeting
+    return Agent.default.llm_node(agent, chat_ctx, [], model_settings)
 
 
 def _greeting_first(own: Callable[..., Any]) -> Callable[..., Any]:
@@ -126,14 +144,8 @@ def _turn_reported_first(own: Callable[..., Any]) -> Callable[..., Any]:
     async def on_user_turn_completed(
         self: Agent, turn_ctx: llm.ChatContext, new_message: llm.ChatMessage
     ) -> None:
-        _report_turn(self, new_message)  # a second report (super()) is ignored
-        try:
-            await own(self, turn_ctx, new_message)
-        except StopResponse:
-            # no reply will come to say a greeting that was to answer this turn
-            if (adapter := adapter_for(self.session)) is not None:
-                adapter.greeting_not_coming("the agent's on_user_turn_completed stopped it")
-            raise
+        # the turnfsm part runs first; a second report (``super()``) is ignored
+        await _turn_reported_around(self, turn_ctx, new_message, functools.partial(own, self))
 
     return on_user_turn_completed
 

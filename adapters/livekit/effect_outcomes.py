@@ -8,11 +8,11 @@ outcome    when
 =========  ==========================================================================
 done       the lever returned, and every future it started (``adapter.track``)
            resolved; or, for a deferred outcome, the lever's call site confirmed it
-           (the greeting taken by ``TurnAgent.llm_node``)
+           (the turn hook whose reply carries the greeting let LiveKit reply)
 refused    LiveKit declined: the lever raised :class:`EffectRefused` (an interrupt of a
            speech that does not allow interruptions, a lock of an interrupted speech),
-           or a deferred outcome was refused (another reply played instead of the
-           greeting)
+           or a deferred outcome was refused (the turn hook stopped the reply that
+           was to carry the greeting)
 failed     the lever, or a future it started, raised; ``detail`` is the error's type
 =========  ==========================================================================
 

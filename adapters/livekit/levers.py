@@ -3,11 +3,11 @@
 Each lever takes the adapter and the effect; returning is ``done``, raising
 :class:`~.effect_outcomes.EffectRefused` is LiveKit's refusal, any other exception a
 failure — the adapter reports each as ``EffectOutcome``. A decision a LiveKit call site
-must carry out runs within the step that call site dispatched: ``cancel_tool_reply()`` on
-the ``function_tools_executed`` event being handled (``adapter.site``); the turn hook
-raises ``StopResponse`` on the ``RejectUserTurn`` its ``dispatch`` returns. One decision
-still waits on the adapter for a later callback: the greeting that ``TurnAgent.llm_node``
-takes (``pending_greeting``, see :func:`start_greeting`).
+must carry out runs within the step that call site dispatched (``adapter.site``):
+``cancel_tool_reply()`` on the ``function_tools_executed`` event being handled, and the
+greeting written into the ``turn_ctx`` of the ``on_user_turn_completed`` hook being run
+(:mod:`.turn_hook`); the turn hook raises ``StopResponse`` on the ``RejectUserTurn`` its
+``dispatch`` returns. No lever leaves a decision on the adapter for a later callback.
 
 =======================  =================================================================
 effect                   lever
@@ -17,11 +17,13 @@ MuteInput                :class:`~.audio.InputGate` shut (silence to the pipelin
 UnmuteInput              gate open; held frames replayed or discarded
 LockSpeech               ``speech_handle.allow_interruptions = False``; refused once the
                          speech is interrupted
-StartGreeting            the reply to the callee's turn becomes the greeting
-                         (``TurnAgent.llm_node``; done when it takes it, refused if another
-                         reply starts playing first; a preemptive reply LiveKit prepared
-                         is dropped first with ``session.interrupt()``), else ``session.say(...,
-                         allow_interruptions=False)`` / ``generate_reply(instructions=)``
+StartGreeting            the reply to the callee's turn becomes the greeting: written into
+                         the ``turn_ctx`` of the ``on_user_turn_completed`` hook that
+                         committed it, which ``TurnAgent.llm_node`` reads (done when the
+                         hook lets LiveKit reply, refused when it stops the reply; LiveKit
+                         discards its preemptive reply, the context having changed), else
+                         ``session.say(..., allow_interruptions=False)`` /
+                         ``generate_reply(instructions=)``
 HoldUserTurns            ``session.update_options(turn_detection="manual")`` and
                          ``interruption["discard_audio_if_uninterruptible"] = False`` so
                          STT hears the overlap
@@ -90,6 +92,7 @@ from turnfsm.spoken import spoken_prefix
 
 from .effect_outcomes import EffectRefused
 from .text import audio_seconds, spoken_prefix_timed
+from .turn_hook import UserTurnHook, reply_model
 
 if TYPE_CHECKING:
     from .adapter import TurnAdapter
@@ -114,33 +117,20 @@ def lock_speech(adapter: TurnAdapter, effect: fx.LockSpeech) -> None:
 
 
 def start_greeting(adapter: TurnAdapter, effect: fx.StartGreeting) -> None:
-    if effect.in_reply_to is not None and adapter.agent_hooks_active:
-        discard_preemptive_reply(adapter)
-        adapter.pending_greeting = effect
-        # done when TurnAgent.llm_node takes it; refused if another reply plays first
-        adapter.greeting_outcome = adapter.defer_outcome()
+    hook = adapter.site
+    if (
+        isinstance(hook, UserTurnHook)
+        and hook.message.id == effect.in_reply_to
+        and isinstance(reply_model(adapter.session), llm.LLM)
+    ):
+        # the reply LiveKit generates from the hook's turn_ctx says it (TurnAgent.llm_node)
+        hook.ask_greeting(effect, adapter.defer_outcome())
         return
     session = adapter.session
     if effect.text is not None:
         session.say(effect.text, allow_interruptions=False)
     else:
         session.generate_reply(instructions=effect.instructions or "", allow_interruptions=False)
-
-
-def discard_preemptive_reply(adapter: TurnAdapter) -> None:
-    """Drop the reply LiveKit prepared before the turn ended (``preemptive_generation``,
-    on by default), so the reply it generates now runs ``TurnAgent.llm_node`` and is
-    the greeting.
-
-    LiveKit reuses a preemptive reply whose ``llm_node`` already ran; the ``Interrupt``
-    that the machine emitted at its ``speech_created`` reached nothing, because LiveKit
-    registers it as the preemptive generation only after that event. Here, inside
-    ``on_user_turn_completed``, it is registered, and ``session.interrupt()`` is the
-    public call that cancels it (nothing else plays before the greeting: I8).
-    """
-    session = adapter.session
-    if session.current_speech is None:
-        adapter.track(session.interrupt(), "interrupt (preemptive reply)")
 
 
 def hold_user_turns(adapter: TurnAdapter, effect: fx.HoldUserTurns) -> None:

@@ -1,17 +1,21 @@
 """A LiveKit call site takes the machine's decision from the step it dispatched (issue
 12.3): ``TurnAdapter.dispatch`` returns the step's effects, and a lever that must act on
 the call site's own LiveKit event does so within that step; none leaves a decision on
-the adapter for a later callback."""
+the adapter for a later callback. The greeting travels in the reply's own ``turn_ctx``.
+"""
 
 from __future__ import annotations
 
 from livekit.agents import AgentSession, FunctionToolsExecutedEvent, llm
 from livekit.agents.voice.events import ToolCallStarted, ToolExecutionUpdatedEvent
+from turncalls import turn_call, wait_segment
 
 from turnfsm import TurnController, TurnPolicy
 from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.adapters.livekit import attach
+from turnfsm.adapters.livekit.turn_hook import requested_greeting
+from turnfsm.adapters.sim import LINES, CallScript, LLMRequest, ScriptedLLM, UserLine
 from turnfsm.context import TurnContext
 from turnfsm.trace import TraceStep
 
@@ -73,3 +77,54 @@ async def test_the_tool_reply_is_cancelled_on_the_event_being_handled() -> None:
     assert not hasattr(adapter, "cancelled_tool_replies")
     assert not hasattr(adapter, "rejected_turns")
     adapter.detach()
+
+
+INSTRUCTIONS = "Greet the callee as Ada from Acme Dental, in one sentence."
+MODEL_GREETING = "Hello, this is Ada from Acme Dental."
+
+
+def _greets_when_asked(request: LLMRequest) -> str:
+    return MODEL_GREETING if requested_greeting(request.chat_ctx) else "Anything else?"
+
+
+async def test_the_greeting_travels_in_the_reply_to_the_first_words() -> None:
+    """Under LiveKit's defaults (a preemptive reply to "Hello?" is prepared first): the
+    turn hook's step writes the greeting into the ``turn_ctx`` LiveKit replies from, its
+    outcome is known before LiveKit creates that reply, the model is asked once, with the
+    callee's words and the instructions, without tools, and neither the request nor a
+    reply to "Hello?" reaches the history."""
+    policy = TurnPolicy(direction="outbound", greeting_instructions=INSTRUCTIONS)
+    model = ScriptedLLM(_greets_when_asked)
+    script = CallScript([UserLine(2.0, "hello")])
+    async with turn_call(policy, script, llm=model, settings="livekit-defaults") as tc:
+        call = tc.call
+        try:
+            await wait_segment(call, 0, timeout=8, finished=True)
+        except TimeoutError:
+            raise AssertionError(tc.describe()) from None
+        context = tc.describe()
+
+        (request,) = model.requests  # the preemptive reply never reached the model
+        assert request.tool_names == [], context
+        last_two = [(m.role, m.text_content) for m in request.chat_ctx.items[-2:]]
+        assert last_two == [("user", LINES["hello"].text), ("system", INSTRUCTIONS)], context
+        assert requested_greeting(request.chat_ctx) == ("instructions", INSTRUCTIONS)
+
+        names = [s.event.name for s in tc.steps]
+        done = next(
+            i
+            for i, s in enumerate(tc.steps)
+            if isinstance(s.event, ev.EffectOutcome) and s.event.effect == "start_greeting"
+        )
+        assert tc.steps[done].event.outcome == "done", context
+        committed = names.index("user_turn_committed")
+        created = names.index("agent_speech_created", committed)
+        assert committed < done < created, context  # decided within the hook's own call
+
+        assert call.tts.texts == [MODEL_GREETING], context
+        assert call.audio_output.segments[0].interrupted is False, context
+        history = [(m.role, m.text_content) for m in call.messages()]
+        assert history == [("user", LINES["hello"].text), ("assistant", MODEL_GREETING)]
+        agent_context = tc.session.current_agent.chat_ctx
+        assert requested_greeting(agent_context) is None, context
+        assert not hasattr(tc.adapter, "pending_greeting")

@@ -1,12 +1,14 @@
 """Issue 9, point 4: a greeting that did not start is said again, locked; never a deaf call.
 
 The agent's own ``on_user_turn_completed`` stops LiveKit's reply to the callee's short
-"Hello?" (``StopResponse``), so no reply will take the greeting. The greeting's outcome
-comes back ``refused`` and the machine says the greeting with a locked ``session.say``:
-it plays whole, first, and the callee's next question is answered. Under LiveKit's
-default turn handling (the simulation's row adds nothing here: the retry is a plain
-``session.say``, and LiveKit's preemptive reply is the harder case). Checked on what the
-caller heard and on the history.
+"Hello?" (``StopResponse``, or an error: LiveKit logs it and skips the reply), so no
+reply will be the greeting. The greeting's outcome comes back ``refused`` when the hook
+ends (issue 12.3: the greeting travels in that reply's ``turn_ctx``) and the machine says
+the greeting with a locked ``session.say``: it plays whole, first, and the callee's next
+question is answered. A hook that drops the greeting's request from ``turn_ctx`` gets the
+same retry. Under LiveKit's default turn handling (the simulation's row adds nothing
+here: the retry is a plain ``session.say``, and LiveKit's preemptive reply is the harder
+case). Checked on what the caller heard and on the history.
 
 (Before issue 9 point 2 an ``llm_node`` override without ``super()`` provoked this; the
 turnfsm hooks now run in front of such overrides: tests/integration/test_agent_shapes.py.)
@@ -14,17 +16,23 @@ turnfsm hooks now run in front of such overrides: tests/integration/test_agent_s
 
 from __future__ import annotations
 
+import pytest
 from livekit.agents import StopResponse, llm
-from turncalls import GREETING, turn_call, wait_segment
+from turncalls import GREETING, TurnCall, turn_call, wait_segment
 
 from turnfsm import TurnPolicy
 from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.adapters.livekit import TurnAgent
+from turnfsm.adapters.livekit.turn_hook import requested_greeting
 from turnfsm.adapters.sim import LINES, CallScript, ScriptedLLM, UserLine
 
 ANSWER = "We open at nine."
 QUESTION_AT = 10.0
+
+
+def _short(message: llm.ChatMessage) -> bool:
+    return len((message.text_content or "").split()) < 2
 
 
 class StopsShortTurns(TurnAgent):
@@ -33,15 +41,46 @@ class StopsShortTurns(TurnAgent):
     async def on_user_turn_completed(
         self, turn_ctx: llm.ChatContext, new_message: llm.ChatMessage
     ) -> None:
-        if len((new_message.text_content or "").split()) < 2:
+        if _short(new_message):
             raise StopResponse()
 
 
-async def test_a_refused_greeting_is_said_again_locked() -> None:
+class FailsOnShortTurns(TurnAgent):
+    """A hook with a bug on short turns: LiveKit logs the error and skips the reply."""
+
+    async def on_user_turn_completed(
+        self, turn_ctx: llm.ChatContext, new_message: llm.ChatMessage
+    ) -> None:
+        if _short(new_message):
+            raise RuntimeError("no customer record for this turn")
+
+
+class ReplacesSystemMessages(TurnAgent):
+    """Puts its own system message in the reply's context in place of the others (the
+    greeting's request goes with them)."""
+
+    async def on_user_turn_completed(
+        self, turn_ctx: llm.ChatContext, new_message: llm.ChatMessage
+    ) -> None:
+        kept = [i for i in turn_ctx.items if i.type != "message" or i.role != "system"]
+        turn_ctx.items[:] = kept
+        turn_ctx.add_message(role="system", content="Today is Tuesday.")
+
+
+@pytest.mark.parametrize(
+    ("agent_class", "detail"),
+    [
+        (StopsShortTurns, "the agent's on_user_turn_completed stopped the reply"),
+        (FailsOnShortTurns, "the agent's on_user_turn_completed raised RuntimeError"),
+    ],
+)
+async def test_a_refused_greeting_is_said_again_locked(
+    agent_class: type[TurnAgent], detail: str
+) -> None:
     settings = "livekit-defaults"  # the retry is a plain session.say: no setting in play
     policy = TurnPolicy(direction="outbound", greeting=GREETING)
     script = CallScript([UserLine(2.0, "hello"), UserLine(QUESTION_AT, "question")])
-    agent = StopsShortTurns(instructions="You are on a call.")
+    agent = agent_class(instructions="You are on a call.")
     async with turn_call(
         policy, script, agent=agent, llm=ScriptedLLM([ANSWER]), settings=settings
     ) as tc:
@@ -53,20 +92,14 @@ async def test_a_refused_greeting_is_said_again_locked() -> None:
         context = tc.describe()
 
         # the greeting's start was refused; the machine said it, locked
-        outcomes = [s.event for s in tc.events("effect_outcome")]
-        greeting_outcome = next(o for o in outcomes if o.effect == fx.StartGreeting.name)
-        assert isinstance(greeting_outcome, ev.EffectOutcome)
-        assert greeting_outcome.outcome == "refused", context
+        assert _greeting_start(tc) == ("refused", detail), context
         assert tc.effects(fx.Say) == [
             fx.Say(text=GREETING, reason="greeting", allow_interruptions=False)
         ], context
 
         # what the caller heard: the whole greeting, first, then the answer
         assert call.tts.texts == [GREETING, ANSWER], context
-        greeting = call.audio_output.segments[0]
-        assert greeting.interrupted is False, context
-        assert greeting.played == greeting.pushed, context
-        assert abs(greeting.pushed - call.tts.duration_of(GREETING)) < 0.05, context
+        _assert_played_whole(tc, context)
         history = [(m.role, m.text_content) for m in call.messages()]
         assert history == [
             ("assistant", GREETING),
@@ -74,3 +107,41 @@ async def test_a_refused_greeting_is_said_again_locked() -> None:
             ("assistant", ANSWER),
         ], context
         assert tc.adapter.outcomes.counts == {}, context
+
+
+async def test_a_greeting_dropped_from_turn_ctx_is_said_locked_first() -> None:
+    """The hook let LiveKit reply, but from a context without the greeting's request:
+    that reply is the agent's own, so the greeting is refused and said first, locked."""
+    policy = TurnPolicy(direction="outbound", greeting=GREETING)
+    script = CallScript([UserLine(2.0, "hello")])
+    agent = ReplacesSystemMessages(instructions="You are on a call.")
+    llm_ = ScriptedLLM(["Hello there."])
+    async with turn_call(policy, script, agent=agent, llm=llm_, settings="livekit-defaults") as tc:
+        call = tc.call
+        try:
+            await wait_segment(call, 1, timeout=12, finished=True)
+        except TimeoutError:
+            raise AssertionError(tc.describe()) from None
+        context = tc.describe()
+        removed = "the agent's on_user_turn_completed removed it from turn_ctx"
+        assert _greeting_start(tc) == ("refused", removed), context
+        assert call.tts.texts == [GREETING, "Hello there."], context
+        _assert_played_whole(tc, context)
+        assert [requested_greeting(r.chat_ctx) for r in llm_.requests] == [None], context
+
+
+def _greeting_start(tc: TurnCall) -> tuple[str, str]:
+    """The outcome of the greeting's start, and its detail."""
+    (outcome,) = [
+        s.event
+        for s in tc.events("effect_outcome")
+        if isinstance(s.event, ev.EffectOutcome) and s.event.effect == fx.StartGreeting.name
+    ]
+    return outcome.outcome, outcome.detail
+
+
+def _assert_played_whole(tc: TurnCall, context: str) -> None:
+    greeting = tc.call.audio_output.segments[0]
+    assert greeting.interrupted is False, context
+    assert greeting.played == greeting.pushed, context
+    assert abs(greeting.pushed - tc.call.tts.duration_of(GREETING)) < 0.05, context
