@@ -20,8 +20,8 @@ LockSpeech               ``speech_handle.allow_interruptions = False``; refused 
 StartGreeting            the reply to the callee's turn becomes the greeting: written into
                          the ``turn_ctx`` of the ``on_user_turn_completed`` hook that
                          committed it, which ``TurnAgent.llm_node`` reads (done when the
-                         hook lets LiveKit reply, refused when it stops the reply; LiveKit
-                         discards its preemptive reply, the context having changed), else
+                         hook lets LiveKit reply, refused when it stops the reply; a
+                         preemptive reply is dropped with ``session.interrupt()``), else
                          ``session.say(..., allow_interruptions=False)`` /
                          ``generate_reply(instructions=)``
 HoldUserTurns            ``session.update_options(turn_detection="manual")`` and
@@ -124,6 +124,7 @@ def start_greeting(adapter: TurnAdapter, effect: fx.StartGreeting) -> None:
         and isinstance(reply_model(adapter.session), llm.LLM)
     ):
         # the reply LiveKit generates from the hook's turn_ctx says it (TurnAgent.llm_node)
+        discard_preemptive_reply(adapter)
         hook.ask_greeting(effect, adapter.defer_outcome())
         return
     session = adapter.session
@@ -131,6 +132,18 @@ def start_greeting(adapter: TurnAdapter, effect: fx.StartGreeting) -> None:
         session.say(effect.text, allow_interruptions=False)
     else:
         session.generate_reply(instructions=effect.instructions or "", allow_interruptions=False)
+
+
+def discard_preemptive_reply(adapter: TurnAdapter) -> None:
+    """Drop the reply LiveKit prepared before the turn ended (``preemptive_generation``,
+    on by default) with ``session.interrupt()``, the public call that cancels it.
+
+    LiveKit would discard it anyway, the turn context having changed, but with a warning
+    in the agent's log on every call ("preemptive generation invalidated after
+    ``on_user_turn_completed``"): the greeting replacing it is expected, not a fault.
+    """
+    if adapter.session.current_speech is None:
+        adapter.track(adapter.session.interrupt(), "interrupt (preemptive reply)")
 
 
 def hold_user_turns(adapter: TurnAdapter, effect: fx.HoldUserTurns) -> None:

@@ -10,8 +10,9 @@ and writes the greeting into that ``turn_ctx`` as a system message marked
 
 * ``TurnAgent.llm_node`` finds the request in the ``chat_ctx`` of the reply it generates
   (:func:`requested_greeting`) and makes that reply the greeting;
-* LiveKit discards a reply it prepared before the turn ended (``preemptive_generation``,
-  on by default) itself, because the turn context changed;
+* a reply LiveKit prepared before the turn ended (``preemptive_generation``, on by
+  default) cannot be reused, the turn context having changed (the lever drops it first
+  with ``session.interrupt()``, so LiveKit does not warn that it was invalidated);
 * the greeting's outcome is known when the hook ends (:meth:`UserTurnHook.ended`):
   ``done`` when LiveKit goes on to generate the reply with the request in it, ``refused``
   when the agent's own hook stopped the reply (``StopResponse``), raised (LiveKit then
