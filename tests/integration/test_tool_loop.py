@@ -137,7 +137,9 @@ async def _parallel_calls_count_once(settings: str) -> None:
 
 async def _barge_in_stops_the_loop(settings: str) -> None:
     policy = TurnPolicy(direction="inbound", first_speaker="user", max_tool_steps=3)
-    agent = LookupAgent(tool_seconds=1.5)
+    # the tool outlasts the barge-in (LiveKit may interrupt only at its end, 2.2 s after
+    # the tool started): at 1.5 s its result could start a second round first, under load
+    agent = LookupAgent(tool_seconds=3.5)
     stopped = "Okay, I will stop."
 
     def reply(request: LLMRequest) -> ScriptedReply:
