@@ -89,10 +89,12 @@ class ResumeUserTurns(Effect):
 
 @attrs.frozen
 class Interrupt(Effect):
-    """Interrupt the agent's current speech; ``force`` also stops a locked one."""
+    """Interrupt the agent's current speech; ``force`` also stops a locked one. With
+    ``speech_id``, only that speech, wherever it is (before it plays: never heard)."""
 
     name: ClassVar[str] = "interrupt"
     force: bool = False
+    speech_id: str | None = None
 
 
 @attrs.frozen

@@ -123,6 +123,11 @@ class AgentSpeechCreated(Event):
     name: ClassVar[str] = "agent_speech_created"
     speech_id: str = ""
     source: SpeechSource = "reply"
+    from_agent_code: bool = False
+    """The agent's own code asked for it, e.g. a filler said in its
+    ``on_user_turn_completed`` (the LiveKit adapter marks a speech created while that
+    hook runs, by none of turnfsm's levers): never taken for the greeting, which is
+    turnfsm's own speech or LiveKit's reply to the callee's first words."""
 
 
 @attrs.frozen

@@ -7,11 +7,14 @@ reads the machine's context, so a bug in the rules cannot hide itself from it.
 ======  ======================  ========================================================
 name    short name              what must hold
 ======  ======================  ========================================================
-I1      greeting_locked         in ``greeting`` no ``Interrupt`` is emitted; once the
+I1      greeting_locked         in ``greeting`` no ``Interrupt`` is emitted but one of a
+                                single speech that is not the greeting's; once the
                                 greeting started the input is muted (``mute_input``) or
                                 user turns are held (``keep_listening``), and the
-                                greeting's speech is locked in the step that creates it;
-                                a retried greeting is said locked, in the greeting
+                                greeting's speech (the first created in it that the
+                                agent's own code did not ask for) is locked in the step
+                                that creates it; a retried greeting is said locked, in
+                                the greeting
 I2      no_leaked_mute          input is muted only in a muting state, user turns are
                                 held only around the greeting and a realtime model's own
                                 replies are paused only in the greeting; all are released
@@ -31,6 +34,8 @@ I6      timers_balanced         a timer is started only when not running, cancel
 I7      first_words_kept        the callee's first committed words are never rejected
                                 nor cleared (the greeting answers them)
 I8      silent_until_callee     an agent speech created before the greeting is stopped
+                                (in ``greeting``: one the agent's own code asked for
+                                while the greeting's speech is still to come)
 I9      model_free_when_asked   a realtime model is asked for the greeting or the final
                                 reply only when none of its responses is active (it
                                 refuses a second), or when the wait for its
@@ -175,7 +180,13 @@ class SafetyMonitor:
         self, before: str, event: ev.Event, after: str, effects: tuple[fx.Effect, ...]
     ) -> None:
         if "greeting" in (before, after):
-            _require(not _has(effects, fx.Interrupt), "I1", f"interrupt in greeting: {effects}")
+            cuts = [
+                effect
+                for effect in effects
+                if isinstance(effect, fx.Interrupt)
+                and effect.speech_id in (None, self.greeting_speech)
+            ]
+            _require(not cuts, "I1", f"interrupt in greeting: {effects}")
         if _has(effects, fx.StartGreeting):
             self.greeting_started = True
             locked = _has(
@@ -190,7 +201,7 @@ class SafetyMonitor:
                     f"greeting said unlocked or outside the greeting: {effect}",
                 )
         if before == "greeting" and isinstance(event, ev.AgentSpeechCreated):
-            if self.greeting_speech is None:
+            if self.greeting_speech is None and not event.from_agent_code:
                 self.greeting_speech = event.speech_id
                 _require(
                     fx.LockSpeech(speech_id=event.speech_id) in effects,
@@ -271,6 +282,14 @@ class SafetyMonitor:
     ) -> None:
         if isinstance(event, ev.AgentSpeechCreated) and before in SILENT_STATES:
             _require(fx.Interrupt(force=True) in effects, "I8", "agent spoke before the callee")
+        if (
+            isinstance(event, ev.AgentSpeechCreated)
+            and before == "greeting"
+            and event.from_agent_code
+            and self.greeting_speech is None
+        ):
+            stop = fx.Interrupt(force=True, speech_id=event.speech_id)
+            _require(stop in effects, "I8", "the agent spoke before the greeting")
 
     def _check_realtime(
         self, before: str, event: ev.Event, effects: tuple[fx.Effect, ...]

@@ -223,7 +223,16 @@ def declare_chart() -> dict[str, Any]:
     agent_speech_created = (
         connecting.to(None, on="stop_early_speech")
         | awaiting_user.to(None, on="stop_early_speech")
-        | greeting.to(None, cond="greeting_speech_pending", on="lock_greeting")
+        # the agent's own speech (a filler said in its turn hook) is not the greeting and
+        # must not come before it: stopped before it plays
+        | greeting.to(
+            None,
+            cond=["greeting_speech_pending", "from_agent_code"],
+            on="stop_agent_speech_before_greeting",
+        )
+        | greeting.to(
+            None, cond="greeting_speech_pending", unless="from_agent_code", on="lock_greeting"
+        )
         | listening.to(speaking, on="note_speech")
         | conversation.to(None, on="note_speech")
     )

@@ -126,6 +126,10 @@ class TurnRules:
         return self.context.greeting_speech_id is None
 
     @guard("event")
+    def from_agent_code(self, ev: AgentSpeechCreated) -> bool:
+        return ev.from_agent_code
+
+    @guard("event")
     def is_greeting_speech(self, ev: AgentSpeechEnded) -> bool:
         return ev.speech_id == self.context.greeting_speech_id
 
@@ -349,6 +353,10 @@ class TurnRules:
             self._greeting_waits("response_done")
         else:
             self._start_greeting()
+
+    def stop_agent_speech_before_greeting(self, ev: AgentSpeechCreated) -> None:
+        """Only that speech: the greeting, created after it, must not be cut."""
+        self.emit(fx.Interrupt(force=True, speech_id=ev.speech_id))
 
     def lock_greeting(self, ev: AgentSpeechCreated) -> None:
         self.context.greeting_speech_id = ev.speech_id

@@ -70,6 +70,7 @@ def event_alphabet() -> tuple[ev.Event, ...]:
     for speech in speeches:
         alphabet += [
             ev.AgentSpeechCreated(at=EARLY, speech_id=speech, source="reply"),
+            ev.AgentSpeechCreated(at=EARLY, speech_id=speech, source="say", from_agent_code=True),
             ev.AgentSpeechEnded(at=EARLY, speech_id=speech),
             ev.AgentSpeechEnded(at=EARLY, speech_id=speech, played_seconds=1.5),
             ev.AgentSpeechEnded(at=EARLY, speech_id=speech, interrupted=True, played_seconds=1.0),

@@ -224,6 +224,9 @@ class TurnAdapter:
         done with what was said (``commit_user_turn`` need not wait for another)."""
         self._reported_turn: str | None = None
         """The last user message reported by the agent hook (reported once)."""
+        self.agent_hook: UserTurnHook | None = None
+        """The agent's own ``on_user_turn_completed`` while it runs (after turnfsm's
+        report): a speech created meanwhile is the agent's, not LiveKit's reply."""
         self.speeches: dict[str, SpeechHandle] = {}
         self.assistant_messages: dict[str, llm.ChatMessage] = {}
         self.forwarded_texts: dict[str, str] = {}
@@ -679,7 +682,17 @@ class TurnAdapter:
         if self._outcome is not None and self._outcome.speech_id is None:
             self._outcome.speech_id = handle.id  # the speech this lever created
         source: Literal["say", "reply"] = "say" if event.source == "say" else "reply"
-        self.dispatch(ev.AgentSpeechCreated(at=self.now(), speech_id=handle.id, source=source))
+        # LiveKit creates its reply to a turn after the agent's hook: a speech created
+        # within the hook, by no lever of turnfsm, is the agent's own (e.g. a filler)
+        from_agent_code = self.agent_hook is not None and self._running is None
+        self.dispatch(
+            ev.AgentSpeechCreated(
+                at=self.now(),
+                speech_id=handle.id,
+                source=source,
+                from_agent_code=from_agent_code,
+            )
+        )
 
     def _on_speech_done(self, handle: SpeechHandle) -> None:
         try:
@@ -766,6 +779,7 @@ class TurnAdapter:
         effects = self._guarded("on_user_turn_completed", self._commit_user_turn)(hook)
         if effects is not None and fx.RejectUserTurn(item_id=message.id) in effects:
             raise StopResponse()
+        self.agent_hook = hook
         return hook
 
     def _commit_user_turn(self, hook: UserTurnHook) -> tuple[fx.Effect, ...]:
@@ -775,6 +789,7 @@ class TurnAdapter:
     def user_turn_hook_ended(self, hook: UserTurnHook, error: BaseException | None) -> None:
         """The agent's ``on_user_turn_completed`` is through (``error``: what it raised):
         the greeting asked of its reply is reported done, or refused."""
+        self.agent_hook = None
         self._guarded("on_user_turn_completed", lambda _: hook.ended(error))(hook)
 
     def _speech_interrupted(self, speech_id: str) -> None:

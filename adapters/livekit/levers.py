@@ -33,7 +33,8 @@ ResumeUserTurns          previous turn detection and discard setting restored;
 Interrupt                ``session.interrupt(force=...)``; refused when the current speech
                          does not allow interruptions (LiveKit raises). Forced, also
                          ``speech_handle.interrupt(force=True)`` on every speech not
-                         scheduled yet (it is created before LiveKit schedules it)
+                         scheduled yet (it is created before LiveKit schedules it). With
+                         ``speech_id``: ``speech_handle.interrupt()`` on that one only
 DropUnspokenText         the committed assistant message edited in place to the spoken
                          prefix, or emptied and removed (``agent.update_chat_ctx``,
                          ``session.history.remove``); refused when LiveKit committed none
@@ -173,6 +174,9 @@ def resume_user_turns(adapter: TurnAdapter, effect: fx.ResumeUserTurns) -> None:
 
 
 def interrupt(adapter: TurnAdapter, effect: fx.Interrupt) -> None:
+    if effect.speech_id is not None:
+        interrupt_speech(adapter, effect.speech_id, force=effect.force)
+        return
     session = adapter.session
     speech = session.current_speech
     try:
@@ -184,6 +188,17 @@ def interrupt(adapter: TurnAdapter, effect: fx.Interrupt) -> None:
     adapter.track(done, "interrupt")
     if effect.force:
         interrupt_unscheduled_speeches(adapter)
+
+
+def interrupt_speech(adapter: TurnAdapter, speech_id: str, *, force: bool) -> None:
+    """``speech_handle.interrupt()`` on that speech alone (queued or not yet scheduled,
+    LiveKit then never plays it); refused when it is done already."""
+    handle = adapter.speeches.get(speech_id)
+    if handle is None:
+        raise LookupError(f"no speech {speech_id!r} to interrupt")
+    if handle.done():
+        raise EffectRefused("the speech is done")
+    handle.interrupt(force=force)
 
 
 def interrupt_unscheduled_speeches(adapter: TurnAdapter) -> None:

@@ -119,7 +119,8 @@ VARIANTS: dict[str, tuple[dict[str, object], ...]] = {
     "call_ended": _variants(reason=("hangup", "room_closed")),
     "user_transcript": _variants(text=TEXTS, is_final=(False, True)),
     "user_turn_committed": _variants(text=TEXTS[1:3], item_id=ITEM_IDS),
-    "agent_speech_created": _variants(**SPEECH, source=("say", "reply", "tool_reply")),
+    "agent_speech_created": _variants(**SPEECH, source=("say", "reply", "tool_reply"))
+    + _variants(**SPEECH, source=("say",), from_agent_code=(True,)),
     "agent_speech_started": _variants(**SPEECH),
     "agent_speech_ended": _variants(
         **SPEECH,

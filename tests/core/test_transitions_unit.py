@@ -166,6 +166,29 @@ def test_greeting_speech_is_locked_and_a_second_speech_waits() -> None:
     assert controller.state == "greeting"
 
 
+def test_the_agents_own_speech_before_the_greeting_is_stopped_alone() -> None:
+    """A filler the agent's code says in its turn hook is created before LiveKit's reply
+    to "Hello?": only it is stopped (nothing before the greeting), and the reply after it
+    is the greeting, locked."""
+    controller = outbound()
+    controller.handle(ev.CallAnswered(at=0.0))
+    controller.handle(ev.UserTurnCommitted(at=2.0, text="Hello?", item_id="u1"))
+    filler = ev.AgentSpeechCreated(at=2.0, speech_id="f1", source="say", from_agent_code=True)
+    assert controller.handle(filler) == (fx.Interrupt(force=True, speech_id="f1"),)
+    assert controller.handle(ev.AgentSpeechCreated(at=2.1, speech_id="g1")) == (
+        fx.LockSpeech(speech_id="g1"),
+    )
+    interrupted = ev.AgentSpeechEnded(at=2.1, speech_id="f1", interrupted=True)
+    assert controller.handle(interrupted) == (  # nothing of it heard, nothing kept
+        fx.DropUnspokenText(speech_id="f1", keep="spoken", played_seconds=0.0),
+    )
+    assert controller.state == "greeting"  # the filler's end is not the greeting's
+    later = ev.AgentSpeechCreated(at=3.0, speech_id="f2", source="say", from_agent_code=True)
+    assert controller.handle(later) == ()  # the greeting is there: it plays after it
+    assert controller.handle(ev.AgentSpeechEnded(at=6.0, speech_id="g1")) != ()
+    assert controller.state == "listening"
+
+
 def test_nothing_interrupts_the_greeting() -> None:
     controller = greeted(outbound())
     for event in (

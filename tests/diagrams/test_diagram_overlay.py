@@ -8,6 +8,12 @@ from turnfsm import Trace, TurnController, TurnPolicy
 from turnfsm import events as ev
 from turnfsm.diagram import build_diagram, to_dot, to_mermaid
 
+LOCKED_ONCE = (
+    "greeting : agent_speech_created ×1 [greeting_speech_pending, !from_agent_code]"
+    " / lock_greeting\n"
+)
+"""The greeting's speech, locked once (the label of the overlay)."""
+
 
 def _short_call() -> Trace:
     controller = TurnController(TurnPolicy(direction="outbound", greeting="Hi, it's Ada."))
@@ -56,7 +62,7 @@ def test_overlay_tells_alternatives_and_ignored_events_apart() -> None:
         controller.handle(event)
     assert controller.trace is not None
     text = to_mermaid(build_diagram(policy=controller.trace.policy, trace=controller.trace))
-    assert "greeting : agent_speech_created ×1 [greeting_speech_pending] / lock_greeting\n" in text
+    assert LOCKED_ONCE in text
     # two transitions of user_speech_started stay in listening; only the unguarded one fired
     assert "listening : user_speech_started [in_spill_over_window] / " in text
     assert "listening : user_speech_started ×1 / cancel_idle_timer\n" in text
@@ -74,7 +80,7 @@ def test_overlay_labels_and_highlights_in_mermaid() -> None:
     assert "    call --> ended : call_ended ×1 / note_end_reason\n" in text
     # bookkeeping of a compound state: a loop on its box
     assert "conversation --> conversation : user_turn_committed ×2 / note_user_turn\n" in text
-    assert "greeting : agent_speech_created ×1 [greeting_speech_pending] / lock_greeting\n" in text
+    assert LOCKED_ONCE in text
     # edges never taken stay as they are
     assert "    listening --> speaking : agent_speech_created / note_speech\n" in text
     assert "    class ringing,awaiting_user,listening,ended visited\n" in text

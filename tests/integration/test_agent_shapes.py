@@ -14,6 +14,10 @@ question and its answer), for:
   the turnfsm hooks still run first;
  (an agent whose ``on_user_turn_completed`` stops the reply to "Hello?": the greeting is
   said anyway, tests/integration/test_outcome_greeting_retry.py);
+* an agent that says a filler in ``on_user_turn_completed`` (for slow lookups): on the
+  callee's "Hello?" the filler is stopped before it plays (nothing comes before the
+  greeting) and the greeting is still LiveKit's reply, locked: the callee talking over
+  it does not cut it; later turns get their filler;
 * a plain ``Agent`` on a call where the agent speaks first (no reply to replace);
 * a handoff (``session.update_agent``) in every state of the call: ringing, awaiting the
   callee, during the greeting, listening, speaking, and a tool returning a new agent in
@@ -30,6 +34,7 @@ from livekit.agents import Agent, function_tool, llm
 from turncalls import GREETING, TurnCall, run_scenarios, turn_call, wait_segment
 
 from turnfsm import TurnPolicy
+from turnfsm import effects as fx
 from turnfsm.adapters.livekit import TurnAgent
 from turnfsm.adapters.sim import (
     LINES,
@@ -97,6 +102,18 @@ class OwnNodes(TurnAgent):
             yield ANSWER if asked else OWN_TEXT
 
         return own()
+
+
+FILLER = "One moment."
+
+
+class SaysAFiller(TurnAgent):
+    """Says a filler while each turn's reply is prepared."""
+
+    async def on_user_turn_completed(
+        self, turn_ctx: llm.ChatContext, new_message: llm.ChatMessage
+    ) -> None:
+        self.session.say(FILLER)
 
 
 class HandsOverInTool(TurnAgent):
@@ -191,6 +208,44 @@ async def test_agent_shapes() -> None:
             "plain-agent-speaks-first": _plain_agent_speaks_first(),
         }
     )
+
+
+async def test_a_filler_in_the_turn_hook_is_not_taken_for_the_greeting() -> None:
+    script = CallScript([UserLine(HELLO_AT, "hello")])
+    agent = SaysAFiller(instructions="You are on a call.")
+    async with turn_call(
+        _outbound(), script, agent=agent, llm=ScriptedLLM(_model), settings="livekit-defaults"
+    ) as tc:
+        call = tc.call
+        greeting = await wait_segment(call, 0, timeout=HELLO_AT + 6)
+        await call.sleep_until(tc.segment_start(greeting) + 1.0)
+        call.audio_input.say_now("question")  # over the greeting: held, answered after
+        try:
+            await call.wait_until(
+                lambda: ANSWER in [m.text_content for m in call.messages("assistant")],
+                timeout=LINES["question"].duration + 10,
+            )
+        except TimeoutError as error:
+            raise AssertionError(f"{error}\n{tc.describe()}") from None
+        context = tc.describe()
+
+        assert call.audio_output.segments[0] is greeting, context  # first heard
+        assert greeting.interrupted is False, context
+        assert greeting.played == greeting.pushed, context
+        assert abs(greeting.pushed - call.tts.duration_of(GREETING)) < 0.05, context
+        created = [s.event for s in tc.events("agent_speech_created")]
+        filler, reply = created[1], created[2]  # after the preemptive reply, stopped
+        assert filler.from_agent_code, context
+        assert not reply.from_agent_code, context
+        assert fx.Interrupt(force=True, speech_id=filler.speech_id) in tc.effects(fx.Interrupt)
+        assert tc.effects(fx.LockSpeech) == [fx.LockSpeech(speech_id=reply.speech_id)], context
+        assert _history(tc)[:2] == [("user", LINES["hello"].text), ("assistant", GREETING)]
+        assert _history(tc)[-3:] == [
+            ("user", QUESTION),
+            ("assistant", FILLER),
+            ("assistant", ANSWER),
+        ], context
+        assert tc.adapter.outcomes.counts == {}, context
 
 
 # -- handoffs -------------------------------------------------------------------------
