@@ -21,7 +21,7 @@ question and its answer), for:
 * a plain ``Agent`` on a call where the agent speaks first (no reply to replace);
 * a handoff (``session.update_agent``) in every state of the call: ringing, awaiting the
   callee, during the greeting, listening, speaking, and a tool returning a new agent in
-  the tool loop.
+  the tool loop; and to a plain ``Agent`` once the callee was greeted.
 """
 
 from __future__ import annotations
@@ -70,6 +70,14 @@ def _model(request: LLMRequest) -> ScriptedReply:
 
 class Second(TurnAgent):
     """The agent handed over to."""
+
+    def __init__(self) -> None:
+        super().__init__(instructions="You are the second agent.")
+
+
+class PlainSecond(Agent):
+    """A plain ``Agent`` handed over to after the greeting (turns then reach the machine
+    from the history, not from its hook)."""
 
     def __init__(self) -> None:
         super().__init__(instructions="You are the second agent.")
@@ -251,8 +259,8 @@ async def test_a_filler_in_the_turn_hook_is_not_taken_for_the_greeting() -> None
 # -- handoffs -------------------------------------------------------------------------
 
 
-async def _handoff(state: str) -> None:
-    """Hand the call to :class:`Second` once the machine is in ``state``."""
+async def _handoff(state: str, second: Callable[[], Agent] = Second) -> None:
+    """Hand the call to ``second`` once the machine is in ``state``."""
     script = CallScript([UserLine(HELLO_AT, "hello")])
     first = HandsOverInTool(instructions="You are on a call.") if state == "tool_loop" else None
     agent = first or TurnAgent(instructions="You are on a call.")
@@ -279,19 +287,19 @@ async def _handoff(state: str) -> None:
         else:
             await _greeted_then_answered(tc)
             if state in ("listening", "speaking"):
-                await _handoff_after_greeting(tc, state)
+                await _handoff_after_greeting(tc, state, second)
         if state != "ringing":
-            assert isinstance(tc.session.current_agent, Second), tc.describe()
+            assert type(tc.session.current_agent) is second, tc.describe()
 
 
-async def _handoff_after_greeting(tc: TurnCall, state: str) -> None:
+async def _handoff_after_greeting(tc: TurnCall, state: str, second: Callable[[], Agent]) -> None:
     call = tc.call
     if state == "speaking":
         call.audio_input.say_now("question")
         await call.wait_until(lambda: tc.controller.state == "speaking", timeout=8)
     else:
         await call.wait_until(lambda: tc.controller.state == "listening", timeout=4)
-    tc.session.update_agent(Second())
+    tc.session.update_agent(second())
     await call.sleep_until(call.now() + 2.0)
     call.audio_input.say_now("question")
     answers = len([m for m in call.messages("assistant") if m.text_content == ANSWER])
@@ -312,4 +320,7 @@ async def test_handoff_in_every_state() -> None:
     # every state a live call rests in: an outbound call leaves `start` in the step that
     # enters it (an inbound one waits there only until the session starts its agent)
     live = [state for state in STATES if state not in ("start", "ended")]
-    await run_scenarios({state: _handoff(state) for state in live})
+    scenarios = {state: _handoff(state) for state in live}
+    # a plain Agent after the greeting: nothing is left to replace
+    scenarios["listening, to a plain Agent"] = _handoff("listening", PlainSecond)
+    await run_scenarios(scenarios)
