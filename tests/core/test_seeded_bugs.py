@@ -115,6 +115,21 @@ class EarlySpeechLetThrough(TurnRules):
         self._add_active_speech(ev.speech_id)
 
 
+class FillerTakenForTheGreeting(TurnRules):
+    """I8: the agent's own filler, said in its turn hook, is locked as the greeting."""
+
+    def from_agent_code(self, ev: ev.AgentSpeechCreated) -> bool:
+        return False
+
+
+class FillerStoppedWithTheSession(TurnRules):
+    """I1: the filler is stopped by interrupting the session, which would cut the
+    greeting created right after it."""
+
+    def stop_agent_speech_before_greeting(self, ev: ev.AgentSpeechCreated) -> None:
+        self.emit(fx.Interrupt(force=True))
+
+
 class MachineHangUpSkipsEndCall(TurnRules):
     """I5: hanging up on an answering machine forgets the EndCall."""
 
@@ -205,6 +220,12 @@ TOOL_CAP = [
     ),
 ]
 
+FILLER = [
+    *ANSWERED,
+    ev.AgentSpeechCreated(at=1.05, speech_id="f1", source="say", from_agent_code=True),
+]
+"""The agent's own hook says a filler before LiveKit's reply to "Hello?" exists."""
+
 REALTIME_HELLO = [
     ev.RealtimeModelLinked(at=0.0, replies_to_turns=True),
     *ANSWERED,
@@ -245,6 +266,8 @@ SCENARIOS: list[tuple[type[TurnRules], list[Event], str]] = [
         "I7",
     ),
     (EarlySpeechLetThrough, [ev.AgentSpeechCreated(at=0.0, speech_id="s1")], "I8"),
+    (FillerTakenForTheGreeting, FILLER, "I8"),
+    (FillerStoppedWithTheSession, FILLER, "I1"),
     (GreetingAskedOfABusyModel, REALTIME_HELLO, "I9"),
     (ModelReplyLetThroughInTheGreeting, REALTIME_HELLO, "I10"),
 ]
