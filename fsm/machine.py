@@ -481,24 +481,27 @@ def _in_voice_region(state: State) -> bool:
 
 
 @functools.cache
+def _atomic_by_region(
+    machine_class: type[TurnChart],
+) -> tuple[tuple[State, ...], tuple[State, ...]]:
+    """The atomic states, in declaration order: the call's, and the caller's voice's.
+    (Cached: a chart class is never changed once declared.)"""
+    atomic = [state for state in _walk(machine_class.states) if not state.states]
+    return (
+        tuple(state for state in atomic if not _in_voice_region(state)),
+        tuple(state for state in atomic if _in_voice_region(state)),
+    )
+
+
 def leaf_states(machine_class: type[TurnChart] = TurnMachine) -> tuple[State, ...]:
     """The states a call can be in (the atomic ones outside the caller's voice), in
-    declaration order. (Cached: a chart class is never changed once declared.)"""
-    return tuple(
-        state
-        for state in _walk(machine_class.states)
-        if not state.states and not _in_voice_region(state)
-    )
+    declaration order."""
+    return _atomic_by_region(machine_class)[0]
 
 
-@functools.cache
 def voice_states(machine_class: type[TurnChart] = TurnMachine) -> tuple[State, ...]:
     """The states of the caller's voice, beside the turn while the call is live."""
-    return tuple(
-        state
-        for state in _walk(machine_class.states)
-        if not state.states and _in_voice_region(state)
-    )
+    return _atomic_by_region(machine_class)[1]
 
 
 def atomic_states(machine_class: type[TurnChart] = TurnMachine) -> tuple[State, ...]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from livekit.agents import AgentSession, FunctionToolsExecutedEvent, llm
 from livekit.agents.voice.events import ToolCallStarted, ToolExecutionUpdatedEvent
-from turncalls import turn_call, wait_segment
+from turncalls import turn_call
 
 from turnfsm import TurnController, TurnPolicy
 from turnfsm import effects as fx
@@ -102,10 +102,7 @@ async def test_the_greeting_travels_in_the_reply_to_the_first_words(
     script = CallScript([UserLine(2.0, "hello")])
     async with turn_call(policy, script, llm=model, settings="livekit-defaults") as tc:
         call = tc.call
-        try:
-            await wait_segment(call, 0, timeout=8, finished=True)
-        except TimeoutError:
-            raise AssertionError(tc.describe()) from None
+        await tc.segment_played(0, timeout=8)
         context = tc.describe()
 
         (request,) = model.requests  # the preemptive reply never reached the model

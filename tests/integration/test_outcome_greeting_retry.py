@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pytest
 from livekit.agents import StopResponse, llm
-from turncalls import GREETING, TurnCall, turn_call, wait_segment
+from turncalls import GREETING, TurnCall, turn_call
 
 from turnfsm import TurnPolicy
 from turnfsm import effects as fx
@@ -85,10 +85,7 @@ async def test_a_refused_greeting_is_said_again_locked(
         policy, script, agent=agent, llm=ScriptedLLM([ANSWER]), settings=settings
     ) as tc:
         call = tc.call
-        try:
-            await wait_segment(call, 1, timeout=QUESTION_AT + 6, finished=True)
-        except TimeoutError:
-            raise AssertionError(tc.describe()) from None
+        await tc.segment_played(1, timeout=QUESTION_AT + 6)
         context = tc.describe()
 
         # the greeting's start was refused; the machine said it, locked
@@ -118,10 +115,7 @@ async def test_a_greeting_dropped_from_turn_ctx_is_said_locked_first() -> None:
     llm_ = ScriptedLLM(["Hello there."])
     async with turn_call(policy, script, agent=agent, llm=llm_, settings="livekit-defaults") as tc:
         call = tc.call
-        try:
-            await wait_segment(call, 1, timeout=12, finished=True)
-        except TimeoutError:
-            raise AssertionError(tc.describe()) from None
+        await tc.segment_played(1, timeout=12)
         context = tc.describe()
         removed = "the agent's on_user_turn_completed removed it from turn_ctx"
         assert _greeting_start(tc) == ("refused", removed), context

@@ -103,6 +103,14 @@ class TurnCall:
     def now(self) -> float:
         return self.call.now()
 
+    async def segment_played(self, index: int, *, timeout: float) -> PlayoutSegment:
+        """Wait until playout segment ``index`` finished playing; on a timeout, fail with
+        the call's trace and history."""
+        try:
+            return await wait_segment(self.call, index, timeout=timeout, finished=True)
+        except TimeoutError:
+            raise AssertionError(self.describe()) from None
+
 
 @contextlib.asynccontextmanager
 async def turn_call(

@@ -746,6 +746,22 @@ async def test_greeting_truncation_and_tool_cap_across_protocol_timing(fidelity:
                 await call.aclose()
 
 
+async def _short_greeting_after_hello(
+    call: Call,
+) -> tuple[AgentSession, TurnController, PlayoutSegment]:
+    """An outbound call whose model would answer "Hello?" on its own: answered, the callee
+    says "Hello?", and the short greeting plays to its end."""
+    call.server.script.policy = scripted_model(["Auto reply nobody should hear."])
+    session, adapter, controller = await call.start(
+        TurnPolicy(direction="outbound", greeting=SHORT_GREETING)
+    )
+    adapter.dispatch(ev.CallAnswered(at=adapter.now()))
+    call.microphone.speak(0.6)
+    greeting = await call.segment_playing(0)
+    await _wait_finished(greeting)
+    return session, controller, greeting
+
+
 async def test_a_refused_greeting_create_is_asked_again() -> None:
     """The model refuses the greeting's ``response.create`` once, with the real error and
     no event id: the greeting is asked again and plays whole."""
@@ -753,14 +769,7 @@ async def test_a_refused_greeting_create_is_asked_again() -> None:
     async with RealtimeTestServer(script, fidelity=FIDELITY_MATRIX["no-latency"]) as server:
         call = Call(server)
         try:
-            script.policy = scripted_model(["Auto reply nobody should hear."])
-            session, adapter, controller = await call.start(
-                TurnPolicy(direction="outbound", greeting=SHORT_GREETING)
-            )
-            adapter.dispatch(ev.CallAnswered(at=adapter.now()))
-            call.microphone.speak(0.6)
-            greeting = await call.segment_playing(0)
-            await _wait_finished(greeting)
+            session, controller, greeting = await _short_greeting_after_hello(call)
             assistant = await _assistant_texts(session, 1)
             state = controller.state
         finally:
@@ -790,14 +799,7 @@ async def test_the_trace_shows_the_suppressed_reply_and_the_wait_for_response_do
     async with RealtimeTestServer(RealtimeScript(), fidelity=setting) as server:
         call = Call(server)
         try:
-            server.script.policy = scripted_model(["Auto reply nobody should hear."])
-            session, adapter, controller = await call.start(
-                TurnPolicy(direction="outbound", greeting=SHORT_GREETING)
-            )
-            adapter.dispatch(ev.CallAnswered(at=adapter.now()))
-            call.microphone.speak(0.6)
-            greeting = await call.segment_playing(0)
-            await _wait_finished(greeting)
+            _, controller, greeting = await _short_greeting_after_hello(call)
         finally:
             await call.aclose()
     assert controller.trace is not None
