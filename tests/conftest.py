@@ -8,11 +8,13 @@ sends its lines to the controller, which prints them all.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from turnfsm.adapters.sim.clock import VirtualClockLoop
 from turnfsm.adapters.sim.speech import add_lines
 
 from support.lines import TEST_LINES
@@ -26,6 +28,20 @@ _WORKER_LINES = "turnfsm_coverage"
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_LINES] = []
+    config.addinivalue_line(
+        "markers",
+        "wall_clock: run on an ordinary event loop, in real time (the smoke tests that show the "
+        "virtual clock matches the real one)",
+    )
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """Every async test runs on the virtual clock, unless marked ``wall_clock``."""
+    if item.get_closest_marker("wall_clock") is not None:
+        return {"wall_clock": asyncio.new_event_loop}
+    return {"virtual_clock": VirtualClockLoop}
 
 
 @pytest.fixture(scope="session")

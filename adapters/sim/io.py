@@ -400,6 +400,7 @@ class PacedAudioOutput(AudioOutput):
                 if remaining > 1e-6:
                     wake_after = remaining
                 elif segment.flushed:
+                    segment.played = segment.pushed  # what is left is rounding, not audio
                     self._finish(segment, interrupted=False, now=now)
                     continue
             self._changed.clear()
