@@ -118,25 +118,32 @@ def provider(module: str) -> str:
     raise AssertionError(f"no installed distribution provides {module}")
 
 
+def applies(requirement: Requirement, extras: Iterable[str] = ("",)) -> bool:
+    """Whether ``requirement`` is installed here, asked with ``extras``."""
+    marker = requirement.marker
+    return marker is None or any(marker.evaluate({"extra": extra}) for extra in extras)
+
+
 def closure(requirements: Iterable[str], extras: dict[str, list[str]]) -> set[str]:
     """Every distribution ``requirements`` install, ``turnfsm[x]`` read from ``extras``."""
     installed: set[str] = set()
     todo = [Requirement(text) for text in requirements]
+    todo = [requirement for requirement in todo if applies(requirement)]
     while todo:
         requirement = todo.pop()
         name = canonicalize_name(requirement.name)
+        if name in installed:
+            continue
         if name == "turnfsm":
             for extra in requirement.extras:
-                todo.extend(Requirement(text) for text in extras[extra])
-            continue
-        if name in installed:
+                own = (Requirement(text) for text in extras[extra])
+                todo.extend(needed for needed in own if applies(needed))
             continue
         installed.add(name)
         wanted = {"", *requirement.extras}
         for text in importlib.metadata.distribution(name).requires or ():
             needed = Requirement(text)
-            marker = needed.marker
-            if marker is None or any(marker.evaluate({"extra": extra}) for extra in wanted):
+            if applies(needed, wanted):
                 todo.append(needed)
     return installed
 

@@ -10,6 +10,11 @@ from there). About 8 s.
 
 from __future__ import annotations
 
+import ast
+import email.message
+import email.parser
+import importlib.util
+import re
 import shutil
 import subprocess
 import sys
@@ -18,6 +23,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import tomllib
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+import turnfsm
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -104,7 +114,95 @@ def test_the_wheel_installs_and_imports_in_a_clean_venv(
         "from turnfsm.adapters.sim.speech import LINES\n"
         "print(turnfsm.__file__)\n"
         "print(all(line.path.exists() for line in LINES.values()))\n"
+        "print(turnfsm.__version__)\n"
     )
     shown = run(python, "-c", probe, cwd=tmp_path).stdout.splitlines()
     assert shown[0].startswith(str(venv)), shown  # the installed copy, not the tree's
     assert shown[1] == "True"  # the demo's recordings came along
+    version = wheel_metadata(built)["Version"]
+    assert shown[2] == version  # turnfsm.__version__ is the distribution's
+    cli = run(python, "-m", "turnfsm", "--version", cwd=tmp_path).stdout
+    assert cli == f"turnfsm {version}\n"
+
+
+def wheel_metadata(built: Path) -> email.message.Message:
+    with zipfile.ZipFile(built) as archive:
+        (name,) = [name for name in archive.namelist() if name.endswith(".dist-info/METADATA")]
+        return email.parser.Parser().parsestr(archive.read(name).decode())
+
+
+def oldest_python(requires: SpecifierSet) -> Version:
+    return next(Version(f"3.{minor}") for minor in range(40) if f"3.{minor}" in requires)
+
+
+def test_the_wheel_names_its_links_and_classifiers(wheel: tuple[Path, str]) -> None:
+    """What an index shows beside the name: where the source, issues and changes are, and
+    which Pythons it runs on (exactly the versions Requires-Python allows, oldest first)."""
+    metadata = wheel_metadata(wheel[0])
+    links = dict(link.split(", ", 1) for link in metadata.get_all("Project-URL", []))
+    assert set(links) == {"Homepage", "Source", "Issues", "Changelog"}
+    source = links["Source"]
+    assert links["Changelog"] == f"{source}/blob/main/CHANGELOG.md"
+    assert links["Issues"] == f"{source}/issues"
+    classifiers = metadata.get_all("Classifier", [])
+    assert {"Typing :: Typed", "Programming Language :: Python :: 3 :: Only"} <= set(classifiers)
+    assert "Topic :: Communications :: Telephony" in classifiers
+    pythons = [
+        Version(classifier.rsplit(" :: ", 1)[1])
+        for classifier in classifiers
+        if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", classifier)
+    ]
+    requires = SpecifierSet(metadata["Requires-Python"])
+    assert pythons
+    assert all(str(python) in requires for python in pythons)
+    assert min(pythons) == oldest_python(requires)
+
+
+def test_the_changelog_starts_with_this_version() -> None:
+    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    newest = re.search(r"^## \[([^\]]+)\]", changelog, flags=re.M)
+    assert newest is not None, "CHANGELOG.md has no version heading"
+    assert newest.group(1) == turnfsm.__version__
+
+
+def stdlib_since() -> dict[str, Version]:
+    """Each standard-library module and the Python that brought it (typeshed's table, as
+    mypy ships it)."""
+    spec = importlib.util.find_spec("mypy")
+    assert spec is not None
+    assert spec.submodule_search_locations is not None
+    table = Path(spec.submodule_search_locations[0], "typeshed", "stdlib", "VERSIONS")
+    since = {}
+    for line in table.read_text(encoding="utf-8").splitlines():
+        entry = line.split("#")[0].strip()
+        if entry:
+            module, versions = entry.split(":")
+            since[module.strip()] = Version(versions.strip().split("-")[0])
+    return since
+
+
+def test_the_library_imports_no_module_newer_than_its_oldest_python() -> None:
+    """Requires-Python promises the oldest Python: every module-level import of the
+    library must exist there (an import under a version check is the way to differ)."""
+    requires = SpecifierSet(
+        tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+            "requires-python"
+        ]
+    )
+    oldest = oldest_python(requires)
+    since = stdlib_since()
+    too_new = set()
+    for path in [*(ROOT / "fsm").rglob("*.py"), *(ROOT / "adapters").rglob("*.py")]:
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            for name in names:
+                parts = name.split(".")
+                for length in range(1, len(parts) + 1):
+                    module = ".".join(parts[:length])
+                    if module in since and since[module] > oldest:
+                        too_new.add(f"{path.relative_to(ROOT)}: {module} ({since[module]})")
+    assert too_new == set(), f"Python {oldest} lacks them"

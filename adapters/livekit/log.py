@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from importlib.metadata import PackageNotFoundError, version
 
 from livekit.agents import Plugin
+
+from turnfsm import __version__
 
 ROOT_LOGGER = "turnfsm"
 
@@ -31,11 +32,7 @@ class TurnfsmPlugin(Plugin):
     """turnfsm in LiveKit's plugin registry: its logger's level follows the worker's."""
 
     def __init__(self) -> None:
-        try:
-            package_version = version("turnfsm")
-        except PackageNotFoundError:  # a source tree that was never installed
-            package_version = "0+unknown"
-        super().__init__("turnfsm", package_version, "turnfsm", logging.getLogger(ROOT_LOGGER))
+        super().__init__("turnfsm", __version__, "turnfsm", logging.getLogger(ROOT_LOGGER))
 
 
 if threading.current_thread() is threading.main_thread():
