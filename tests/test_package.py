@@ -1,6 +1,7 @@
 """The distribution is the library: a wheel built from the tree installs into a clean venv
 and imports, and it carries the license, the type marker and what ``make demo`` needs,
-not the test world.
+not the test world. The sdist is the repository (issue 22: examples, tests, the Makefile),
+and builds the same wheel. The metadata says the version, links and Pythons truly.
 
 Offline: the wheel is built without build isolation, installed with ``--no-deps`` and the
 clean venv borrows this venv's site-packages for turnfsm's dependencies (only a plain
@@ -19,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -57,7 +59,11 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
         shutil.copy2(ROOT / name, tree / name)
     for folder in ("fsm", "adapters"):
         shutil.copytree(ROOT / folder, tree / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    dist = tmp_path_factory.mktemp("dist")
+    return build_wheel(tree, tmp_path_factory.mktemp("dist"))
+
+
+def build_wheel(tree: Path, dist: Path) -> tuple[Path, str]:
+    """The wheel pip builds from the sources in ``tree``, offline, and the build's output."""
     build = run(
         sys.executable,
         "-m",
@@ -72,6 +78,68 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     )
     (built,) = dist.glob("turnfsm-*.whl")
     return built, build.stdout + build.stderr
+
+
+def wheel_files(built: Path) -> set[str]:
+    with zipfile.ZipFile(built) as archive:
+        return {name for name in archive.namelist() if ".dist-info/" not in name}
+
+
+NOT_SHIPPED = {".ci/run", ".gitignore"}
+"""Repository files the sdist leaves out: the CI entry and git's own."""
+
+GENERATED = re.compile(r"PKG-INFO|setup\.cfg|turnfsm\.egg-info/.*")
+"""What the sdist build adds."""
+
+
+def repository_files() -> set[str]:
+    """The files git tracks (the sdist is compared with the repository it came from)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout: the sdist is compared with the repository's files")
+    return set(filter(None, listed.stdout.split("\0")))
+
+
+@pytest.fixture(scope="module")
+def sdist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sdist built from a copy of the repository's files, unpacked. The copy also
+    holds what a developer's tree may: a ``.env`` with keys, bytecode."""
+    tree = tmp_path_factory.mktemp("checkout")
+    for name in repository_files():
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, tree / name)
+    (tree / ".env").write_text("LIVEKIT_API_SECRET=not-for-the-sdist\n")
+    (tree / "examples" / ".env").write_text("OPENAI_API_KEY=not-for-the-sdist\n")
+    (tree / "tests" / "__pycache__").mkdir(exist_ok=True)
+    (tree / "tests" / "__pycache__" / "conftest.cpython-311.pyc").write_bytes(b"")
+    dist = tmp_path_factory.mktemp("sdist")
+    build = "from setuptools import build_meta; print(build_meta.build_sdist({!r}))"
+    name = run(sys.executable, "-c", build.format(str(dist)), cwd=tree).stdout.split()[-1]
+    unpacked = tmp_path_factory.mktemp("unpacked")
+    with tarfile.open(dist / name) as archive:
+        archive.extractall(unpacked, filter="data")
+    (top,) = unpacked.iterdir()
+    return top
+
+
+def test_the_sdist_is_the_repository(sdist: Path) -> None:
+    """Examples, tests, benchmarks, diagrams, the Makefile and the changelog: what
+    ``make demo``, ``make test`` and the README's links need; never a ``.env``."""
+    shipped = {path.relative_to(sdist).as_posix() for path in sdist.rglob("*") if path.is_file()}
+    assert {name for name in shipped if not GENERATED.fullmatch(name)} == (
+        repository_files() - NOT_SHIPPED
+    )
+    assert {"examples/inbound_assistant.py", "Makefile", "CHANGELOG.md"} <= shipped
+
+
+def test_the_sdist_builds_the_same_wheel(
+    sdist: Path, wheel: tuple[Path, str], tmp_path: Path
+) -> None:
+    """What pip installs from the sdist is what it installs from the tree."""
+    from_sdist, _ = build_wheel(sdist, tmp_path)
+    assert wheel_files(from_sdist) == wheel_files(wheel[0])
 
 
 def test_the_build_prints_no_warning(wheel: tuple[Path, str]) -> None:
