@@ -96,9 +96,10 @@ def module_files() -> dict[str, tuple[str, ...]]:
     return files
 
 
-def provider(module: str) -> str:
+def provider(module: str) -> str | None:
     """The distribution that installs ``module`` (or, for ``a.b`` where ``b`` is a name in
-    module ``a``, the one that installs ``a``)."""
+    module ``a``, the one that installs ``a``); None when none does (several installing
+    under a name make it a namespace package, such as ``livekit.plugins``)."""
     parts = module.split(".")
     for length in range(len(parts), 0, -1):
         path = "/".join(parts[:length])
@@ -113,9 +114,8 @@ def provider(module: str) -> str:
             )
         }
         if owners:
-            assert len(owners) == 1, f"{module}: installed by {sorted(owners)}"
-            return owners.pop()
-    raise AssertionError(f"no installed distribution provides {module}")
+            return owners.pop() if len(owners) == 1 else None
+    return None
 
 
 def applies(requirement: Requirement, extras: Iterable[str] = ("",)) -> bool:

@@ -131,7 +131,7 @@ def test_the_sdist_is_the_repository(sdist: Path) -> None:
     assert {name for name in shipped if not GENERATED.fullmatch(name)} == (
         repository_files() - NOT_SHIPPED
     )
-    assert {"examples/inbound_assistant.py", "Makefile", "CHANGELOG.md"} <= shipped
+    assert {"examples/.env.example", "Makefile", "CHANGELOG.md"} <= shipped
 
 
 def test_the_sdist_builds_the_same_wheel(

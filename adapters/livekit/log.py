@@ -7,7 +7,7 @@ line. Transcript and policy text appear only when the controller keeps text
 (``keep_text=True``).
 
 turnfsm registers itself as a LiveKit ``Plugin`` (on the main thread, as LiveKit
-requires), so ``python agent.py start --log-level ...`` sets turnfsm's level with
+requires), so ``lk agent start --log-level ...`` sets turnfsm's level with
 LiveKit's own; its DEBUG lines (one per refused lever, late callbacks) stay out of
 production logs at LiveKit's default INFO. python-statemachine's engine log is quiet
 unless asked for (:mod:`turnfsm._engine_log`).
