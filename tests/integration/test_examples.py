@@ -50,6 +50,7 @@ from turnfsm.adapters.sim import (
 )
 from turnfsm.adapters.sim.job import ConsoleSession, run_entrypoint
 
+from support.readme import readme_embed_block
 from support.realtime_server import RealtimeScript, RealtimeTestServer
 from support.tone import ToneMicrophone
 
@@ -247,6 +248,34 @@ async def test_realtime_agent_answers_in_console_and_writes_its_trace(
     path = [(step.before, step.event.name, step.after) for step in Trace.read(written)]
     assert ("ringing", "call_answered", "awaiting_user") in path
     assert path[-1][2] == "ended"
+
+
+async def test_the_readmes_embedding_runs_under_console(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The README's embedding steps as written, run as ``console`` runs them (no SIP trunk
+    set: nothing is dialed); only its ``AgentSession(...)`` is the simulated call's."""
+    monkeypatch.delenv("SIP_OUTBOUND_TRUNK_ID", raising=False)
+    monkeypatch.chdir(tmp_path)  # its trace goes to traces/
+    source = readme_embed_block()
+    assert source.count("AgentSession(...)") == 1
+    call = SimulatedCall(CallScript([UserLine(0.3, "hello")]))
+    steps: dict[str, Any] = {
+        "server": AgentServer(),
+        "simulated_session": lambda: call.build_session(ConsoleSession),
+    }
+    source = source.replace("AgentSession(...)", "simulated_session()")
+    exec(compile(source, "README.md", "exec"), steps)  # the README's own code
+    async with run_entrypoint(steps["outbound_caller"], call):
+        adapter = adapter_for(call.session)
+        assert adapter is not None
+        await call.wait_until(
+            lambda: adapter.controller.state == "greeting" and bool(call.audio_output.segments),
+            timeout=10,
+        )
+    (written,) = (tmp_path / "traces").glob("*.jsonl")
+    path = [(step.before, step.event.name, step.after) for step in Trace.read(written)]
+    assert ("ringing", "call_answered", "awaiting_user") in path
 
 
 class SipServer:
