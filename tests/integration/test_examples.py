@@ -73,7 +73,9 @@ def load_example(name: str) -> ModuleType:
 
 @pytest.fixture(autouse=True)
 def traces(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """Offline: no LiveKit server, a dummy OpenAI key; the examples' trace folder."""
+    """Offline: no LiveKit server, a dummy OpenAI key; the examples' trace folder. A
+    developer's ``.env`` (each example loads it on import) stays out."""
+    monkeypatch.setenv("PYTHON_DOTENV_DISABLED", "1")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-used")
     monkeypatch.setenv("TRACE_DIR", str(tmp_path / "traces"))
     for name in ("LIVEKIT_URL", "LIVEKIT_API_KEY", "LIVEKIT_API_SECRET"):
