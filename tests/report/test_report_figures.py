@@ -155,6 +155,7 @@ def test_the_page_is_self_contained(page: Path) -> None:
         assert needle not in html.replace('xmlns="http://www.w3.org/2000/svg"', ""), needle
 
 
+@pytest.mark.wall_clock  # drives a real Chromium process
 async def test_the_page_renders_in_chromium(page: Path, expected: dict[str, str]) -> None:
     script = """JSON.stringify({
         text: document.body.innerText,
@@ -182,6 +183,7 @@ async def test_the_page_renders_in_chromium(page: Path, expected: dict[str, str]
     assert result["overlay"] > 400  # the diagram was laid out, not an empty box
 
 
+@pytest.mark.wall_clock  # drives a real Chromium process
 async def test_a_page_with_an_error_is_caught(tmp_path: Path) -> None:
     """The browser check can fail: a console error and a missing image are reported."""
     bad = tmp_path / "bad.html"
