@@ -107,7 +107,7 @@ class TurnController:
         self._handled = _handled(machine_class, self._configuration)
         self._monitor = SafetyMonitor(policy) if strict else None
         self._keep_text = keep_text
-        traced_policy = policy if keep_text else redact(policy)
+        traced_policy = redact(policy, keep_text=keep_text)
         self.trace: Trace | None = None
         if record:
             self.trace = (
@@ -279,9 +279,9 @@ class TurnController:
         self._monitor = monitor
 
     def _record(self, event: Event, before: str, effects: tuple[fx.Effect, ...]) -> None:
-        if not self._keep_text:
-            event = redact(event)
-            effects = tuple(redact(effect) for effect in effects)
+        keep_text = self._keep_text
+        event = redact(event, keep_text=keep_text)
+        effects = tuple(redact(effect, keep_text=keep_text) for effect in effects)
         step = TraceStep(event.at, event, before, self.state, effects)
         if self.trace_sink is not None:
             self.trace_sink.append(step)  # first: if it raises, the step never happened
