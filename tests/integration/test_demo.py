@@ -5,6 +5,11 @@ Each of the demo's scenarios runs once per settings row (all at once, about 17 s
 its strict controller (an invariant breach or a failed lever is logged, and the suite's
 ``adapter_logs_no_failure`` fails the test); the chat history it prints is checked against
 the scenario's notes.
+
+Issue 22: the ``interrupt_mid_answer`` call's metrics count its one barge-in once. Under
+LiveKit's defaults, replies LiveKit prepared early and threw away before any audio
+(preemptive generation) counted as barge-ins, drops and refused levers
+(``barge_ins 2, drops 3, drop_unspoken_text:refused 2``); they are discarded speeches.
 """
 
 from __future__ import annotations
@@ -13,8 +18,10 @@ from pathlib import Path
 
 from turncalls import SETTING_ROWS, run_scenarios
 
+from turnfsm import Trace
 from turnfsm.adapters.sim import LINES
 from turnfsm.adapters.sim.demo import GREETING, SCENARIOS, run_scenario
+from turnfsm.metrics import call_metrics
 
 
 def _history(printed: list[str]) -> list[str]:
@@ -37,6 +44,13 @@ async def _demo(name: str, settings: str, out: Path) -> None:
         answers = [line for line in history if line.startswith("assistant: We open")]
         assert len(answers) <= 1, context
         assert all(len(answer) < len("assistant: ") + 60 for answer in answers), context
+        metrics = call_metrics(Trace.read(trace))
+        context += f"\n{metrics}"
+        assert metrics.barge_ins == 1, context
+        assert metrics.drops == 1, context
+        assert metrics.lever_outcomes == {}, context
+        # LiveKit's preemptive reply to "Hello?" at least, stopped before the greeting
+        assert (metrics.discarded_speeches >= 1) == (settings == "livekit-defaults"), context
     else:
         assert history[-1] == "assistant: Your appointment is tomorrow at 9:30.", context
     assert history[0] == hello, context
