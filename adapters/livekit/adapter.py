@@ -108,6 +108,7 @@ from turnfsm import TurnController, TurnPolicy
 from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.controller import ConcurrentUseError
+from turnfsm.metrics import CallMeter, CallMetrics
 from turnfsm.trace import TraceStep, redact
 
 from .audio import InputGate, PlayedSegment, PlayoutMeter
@@ -118,6 +119,7 @@ from .levers import LEVERS, Lever
 from .log import logger
 from .outcomes import OutcomeMonitor
 from .realtime import RealtimeLink
+from .telemetry import report_call
 from .turn_hook import UserTurnHook, reply_model
 
 _R = TypeVar("_R")
@@ -272,6 +274,11 @@ class TurnAdapter:
         self.levers: dict[type[fx.Effect], Lever] = dict(LEVERS)
         self.observers: list[Callable[[TraceStep], None]] = []
         """Called with every step, before its effects run (the telemetry: telemetry.py)."""
+        self.call_meter = CallMeter(controller.policy)
+        """The call's turn metrics, fed every step (the figures of the call's summary line,
+        its meter instruments and its spans: telemetry.py)."""
+        self.call_metrics: CallMetrics | None = None
+        """The call's metrics, once the machine ended (and the call was reported)."""
         if isinstance(session.llm, llm.RealtimeModel):
             self.realtime = RealtimeLink(self)
             self.levers.update(self.realtime.levers)
@@ -398,12 +405,25 @@ class TurnAdapter:
             self._controller_failed(event, before, error)
             self._release_input()
             return ()
+        step = TraceStep(event.at, event, before, self.controller.state, effects)
+        self.call_meter.add(step)
         if self.observers:
-            self._observe(TraceStep(event.at, event, before, self.controller.state, effects))
+            self._observe(step)
         for effect in effects:
             self._execute(effect, before)
-        self.outcomes.step(before, event, self.controller.state, effects)
+        self.outcomes.step(before, event, step.after, effects)
+        if step.after == "ended" and self.call_metrics is None:
+            self._call_ended()
         return effects
+
+    def _call_ended(self) -> None:
+        """The machine ended: report the call (its summary line and meter instruments),
+        once its last effects ran and the outcome checks judged them."""
+        self.call_metrics = self.call_meter.result()
+        try:
+            report_call(self.call_metrics, dict(self.outcomes.counts))
+        except Exception as error:
+            self._report_failure("call report", error, "the call ended")
 
     def _observe(self, step: TraceStep) -> None:
         for observer in self.observers:
