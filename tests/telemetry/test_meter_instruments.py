@@ -2,9 +2,9 @@
 line per call.
 
 OpenTelemetry's global meter provider (the one LiveKit's ``lk.agents.*`` instruments use)
-is set to the SDK's, read by an in-memory metric reader (delta temporality: each read
-holds what was recorded since the last). Three real calls run side by side under LiveKit's
-default turn handling (preemptive generation on, a transcript synchronizer):
+is set to the SDK's, read by an in-memory metric reader (``otel_memory``). Three real
+calls run side by side under LiveKit's default turn handling (preemptive generation on, a
+transcript synchronizer):
 
 * ``interrupt``: the callee asks a question and cuts the long answer one second in (one
   barge-in, its unheard text trimmed); LiveKit's preemptive reply to "Hello?", which the
@@ -29,9 +29,8 @@ from typing import Any
 
 import pytest
 from livekit.agents import function_tool
-from opentelemetry import metrics as otel_metrics
-from opentelemetry.sdk.metrics import Counter, Histogram, MeterProvider
-from opentelemetry.sdk.metrics.export import AggregationTemporality, InMemoryMetricReader
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from otel_memory import measurements
 
 from turnfsm import TurnPolicy
 from turnfsm import effects as fx
@@ -43,42 +42,10 @@ from turnfsm.metrics import CallMetrics
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from turncalls import GREETING, TurnCall, run_scenarios, turn_call, wait_segment  # noqa: E402
 
-READER = InMemoryMetricReader(
-    preferred_temporality={
-        Counter: AggregationTemporality.DELTA,
-        Histogram: AggregationTemporality.DELTA,
-    }
-)
-"""The reader of the process's meter provider (OpenTelemetry takes one per process)."""
-
 LONG_ANSWER = (
     "We open at nine. On Tuesdays and Thursdays we stay open late, until seven in the "
     "evening. On Saturdays we open at ten and close at two."
 )
-
-
-PROVIDER = MeterProvider(metric_readers=[READER])
-
-
-@pytest.fixture
-def reader() -> InMemoryMetricReader:
-    """The SDK meter provider as the global one, read in memory from here on."""
-    if otel_metrics.get_meter_provider() is not PROVIDER:
-        otel_metrics.set_meter_provider(PROVIDER)
-    assert otel_metrics.get_meter_provider() is PROVIDER, "another meter provider was set"
-    READER.get_metrics_data()  # delta: forget what earlier tests recorded
-    return READER
-
-
-def measurements(reader: InMemoryMetricReader) -> dict[str, list[Any]]:
-    """Each instrument's data points, by instrument name."""
-    found: dict[str, list[Any]] = {}
-    data = reader.get_metrics_data()
-    for resource in data.resource_metrics if data is not None else ():
-        for scope in resource.scope_metrics:
-            for metric in scope.metrics:
-                found.setdefault(metric.name, []).extend(metric.data.data_points)
-    return found
 
 
 def total(points: list[Any], field: str = "value", **where: str) -> float:

@@ -26,17 +26,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from livekit.agents import AgentSession, function_tool
-from livekit.agents.telemetry import pii, set_tracer_provider, tracer
-from opentelemetry import trace as otel_trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from livekit.agents.telemetry import pii
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from turnfsm import Trace, TurnController, TurnPolicy
@@ -56,18 +54,6 @@ LONG_REPLY = (
     "at ten, please let us know if that time still works for you."
 )
 AFTER_STOP = "Okay, I stopped."
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    """LiveKit's tracer provider set to an SDK provider exporting into memory."""
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    set_tracer_provider(provider)
-    yield exporter
-    tracer.set_provider(otel_trace.get_tracer_provider())
-    provider.shutdown()
 
 
 class Call:
