@@ -69,8 +69,9 @@ class TurnController:
         strict: check every step against the safety invariants and raise
             :class:`~turnfsm.invariants.InvariantViolation` on a breach (tests, debugging).
         record: keep a :class:`~turnfsm.trace.Trace` of the call's steps.
-        keep_text: keep transcript and policy text in the trace and sink (redacted by
-            default, see :func:`turnfsm.trace.redact`).
+        keep_text: keep transcript and policy text in the trace and sink, and in what
+            the LiveKit adapter logs and puts on spans, errors included (all redacted by
+            default, by :func:`turnfsm.trace.redact`).
         max_trace_steps: the trace keeps this many last steps (``None``: all of them), so
             a long call holds bounded memory; ``trace.dropped`` counts the others.
         trace_sink: also send every step, as it happens, here (e.g. a
@@ -145,7 +146,8 @@ class TurnController:
 
     @property
     def keep_text(self) -> bool:
-        """Whether transcript text is kept (in the trace, and in the adapter's logs)."""
+        """Whether transcript and policy text is kept (in the trace, and in the adapter's
+        logs, errors and spans)."""
         return self._keep_text
 
     @property

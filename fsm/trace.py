@@ -10,7 +10,8 @@ ids, real Unicode), so whatever is read replays and draws; anything else raises
 Transcript text (what the caller said, what the agent said) and the policy's texts (the
 greeting, which often names the callee and the reason for calling; the re-prompt; the
 tool-cap fallback) are redacted when a step is recorded unless the controller was asked
-to keep them, lengths included: every such text reads ``[redacted]``.
+to keep them, lengths included: every such text reads ``[redacted]``. :func:`redact` is
+the one redaction of every channel (the LiveKit adapter's logs, errors and spans too).
 
 A long call need not be held in memory: a trace can keep only its last steps
 (:meth:`Trace.bounded`, what :class:`~turnfsm.TurnController` does by default) and a
