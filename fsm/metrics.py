@@ -106,12 +106,13 @@ class CallMetrics:
     """Agent speeches interrupted before any of their audio played, in any state: replies
     LiveKit prepared early and threw away (preemptive generation, on by default, replaces
     its reply when the caller goes on talking), a reply the machine stopped before the
-    greeting, a tool step cut before it said anything. Neither barge-ins nor, unless
-    LiveKit committed their text, drops; the drop the machine asks for such a speech, and
-    its refusal (no message to trim), are not counted."""
+    greeting, a tool step cut before it said anything. Not barge-ins."""
 
     drops: int
-    """Interrupted replies whose unspoken text was dropped from the history."""
+    """Interrupted replies whose unspoken text was dropped from the history. A speech
+    LiveKit committed no text for (one discarded before any audio, or cut within its first
+    syllable) left nothing to drop: neither the drop the machine asks for it nor that
+    lever's refusal ("no assistant message committed") is counted."""
 
     dropped_chars: int
     """Unspoken characters dropped, over the drops that could be measured."""
@@ -143,8 +144,8 @@ class CallMetrics:
 
     lever_outcomes: Mapping[str, int] = attrs.field(factory=dict)
     """Levers that did not do their effect, as ``"effect:outcome"`` (``refused`` by
-    LiveKit or ``failed``) -> count, from ``effect_outcome`` events (but for the drops
-    of discarded speeches, see :attr:`discarded_speeches`)."""
+    LiveKit or ``failed``) -> count, from ``effect_outcome`` events (but for drops with
+    nothing to drop, see :attr:`drops`)."""
 
     @property
     def greeted(self) -> bool:
@@ -257,8 +258,7 @@ class CallMeter:
     def result(self) -> CallMetrics:
         """The call's metrics so far."""
         audible = self._started | self._played
-        discarded = self._interrupted - audible
-        nothing_to_drop = discarded - self._message_chars.keys()
+        nothing_to_drop = {drop.speech_id for drop in self._drops} - self._message_chars.keys()
         drops = [drop for drop in self._drops if drop.speech_id not in nothing_to_drop]
         outcomes = Counter(
             f"{outcome.effect}:{outcome.outcome}"
@@ -300,7 +300,7 @@ class CallMeter:
             overlap_dropped=counts["overlap_dropped"],
             agent_speeches=len(self._started),
             barge_ins=len(self._barged & audible),
-            discarded_speeches=len(discarded),
+            discarded_speeches=len(self._interrupted - audible),
             drops=len(drops),
             dropped_chars=dropped_chars,
             unmeasured_drops=unmeasured,

@@ -617,10 +617,10 @@ audio of the locked greeting.</li>
 <li><b>Barge-in</b>: an agent speech the callee interrupted, while the call was live, after
 some of its audio played.</li>
 <li><b>Discarded speech</b>: an agent speech stopped before any of its audio played, such as
-a reply LiveKit prepared early and threw away (preemptive generation); not a barge-in, and
-neither its drop nor that lever's refusal is counted.</li>
+a reply LiveKit prepared early and threw away (preemptive generation); not a barge-in.</li>
 <li><b>Dropped text</b>: the part of an interrupted reply the caller never heard, removed
-from the history; a drop is unmeasured when only the played time is known.</li>
+from the history; a drop is unmeasured when only the played time is known. A speech
+LiveKit committed no text for left nothing to drop (nor is that lever's refusal counted).</li>
 <li><b>Tool-round cap</b>: the policy's <code>max_tool_steps</code> reached; one final reply
 without tools was asked for.</li>
 <li><b>90% within</b>: counted in fixed bins; past the last bin the largest value is shown.</li>

@@ -88,8 +88,9 @@ def call_figures(trace: Trace) -> dict[str, Any]:
             )
         )
     )
-    empty = unheard - set(messages)  # discarded, no text committed: nothing to drop
-    drops = [d for d in effects_of(fx.DropUnspokenText) if d.speech_id not in empty]
+    asked = effects_of(fx.DropUnspokenText)
+    empty = {d.speech_id for d in asked} - set(messages)  # no text committed: none to drop
+    drops = [d for d in asked if d.speech_id not in empty]
     dropped = unmeasured = 0
     for drop in drops:
         full = messages.get(drop.speech_id)

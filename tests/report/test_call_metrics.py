@@ -18,7 +18,7 @@ import pytest
 from turnfsm import TurnController, TurnPolicy
 from turnfsm import effects as fx
 from turnfsm import events as ev
-from turnfsm.metrics import metrics_of
+from turnfsm.metrics import CallMetrics, metrics_of
 from turnfsm.trace import TEXT_FIELDS, TraceStep
 
 FULL = "Your appointment is on Tuesday at ten in the morning."
@@ -92,6 +92,7 @@ def _outcomes(controller: TurnController, effects: tuple[fx.Effect, ...], at: fl
     for effect in effects:
         speech_id = getattr(effect, "speech_id", None)
         refused = isinstance(effect, fx.DropUnspokenText) and speech_id in ("pre", "early")
+        # as the adapter's lever: LiveKit committed no message for these
         controller.handle(
             ev.EffectOutcome(
                 at=at,
@@ -157,22 +158,43 @@ def test_speeches_discarded_before_any_audio_are_their_own_category() -> None:
     assert metrics.agent_speeches == 3
 
 
+def _reply_metrics(*events: ev.Event) -> CallMetrics:
+    """The metrics of an inbound call whose first turn is answered by ``events``, each
+    effect's outcome reported as the adapter does."""
+    policy = TurnPolicy(direction="inbound", first_speaker="user")
+    controller = TurnController(policy, strict=True, keep_text=True)
+    start = (ev.SessionStarted(at=0.0), ev.UserTurnCommitted(at=1.0, text="Hm?", item_id="u1"))
+    for event in (*start, *events):
+        _outcomes(controller, controller.handle(event), event.at)
+    assert controller.trace is not None
+    return metrics_of(policy, controller.trace.steps)
+
+
 def test_a_discarded_speech_whose_text_was_committed_is_a_drop() -> None:
     """LiveKit committed text of a speech nobody heard: trimming it from the history is a
     real drop (the whole text), though the speech was no barge-in."""
-    policy = TurnPolicy(direction="inbound", first_speaker="user")
-    controller = TurnController(policy, strict=True, keep_text=True)
-    for event in (
-        ev.SessionStarted(at=0.0),
-        ev.UserTurnCommitted(at=1.0, text="When is it?", item_id="u1"),
+    metrics = _reply_metrics(
         ev.AgentSpeechCreated(at=1.5, speech_id="s1"),
         ev.UserSpeechStarted(at=1.7),
         ev.AgentSpeechInterrupted(at=1.8, speech_id="s1"),
         ev.AssistantMessageCommitted(at=1.8, speech_id="s1", text=FULL, interrupted=True),
         ev.AgentSpeechEnded(at=1.8, speech_id="s1", interrupted=True, played_text=""),
-    ):
-        controller.handle(event)
-    assert controller.trace is not None
-    metrics = metrics_of(policy, controller.trace.steps)
+    )
     assert (metrics.barge_ins, metrics.discarded_speeches) == (0, 1)
     assert (metrics.drops, metrics.dropped_chars) == (1, len(FULL))
+    assert metrics.lever_outcomes == {}
+
+
+def test_a_reply_cut_before_livekit_committed_text_left_nothing_to_drop() -> None:
+    """A reply cut within its first syllable (seen under load: 50 ms played) is a barge-in,
+    but LiveKit committed no text for it: the drop the machine asks for is refused (no
+    message) and neither counts."""
+    metrics = _reply_metrics(
+        ev.AgentSpeechCreated(at=1.2, speech_id="early"),
+        ev.AgentSpeechStarted(at=1.5, speech_id="early"),
+        ev.AgentSpeechInterrupted(at=1.55, speech_id="early"),
+        ev.AgentSpeechEnded(at=1.6, speech_id="early", interrupted=True, played_seconds=0.05),
+    )
+    assert (metrics.barge_ins, metrics.discarded_speeches) == (1, 0)
+    assert (metrics.drops, metrics.unmeasured_drops) == (0, 0)
+    assert metrics.lever_outcomes == {}

@@ -145,11 +145,12 @@ async def test_instruments_beside_livekits_and_one_summary_line_per_call(
 
     # the calls did what they were scripted for, as the session shows
     played = calls["interrupt"].call.audio_output.segments
-    assert interrupt.barge_ins == sum(s.interrupted and s.played > 0 for s in played) == 1, context
+    cut = sum(segment.interrupted and segment.played > 0 for segment in played)
+    assert interrupt.barge_ins == cut >= 1, context  # more if a reply to "Wait," is cut too
     assert interrupt.discarded_speeches >= 1, context  # LiveKit's early reply to "Hello?"
-    assert interrupt.drops == 1, context
+    assert interrupt.drops >= 1, context
     heard = calls["interrupt"].texts("assistant")[1]
-    assert interrupt.dropped_chars == len(LONG_ANSWER) - len(heard) > 0, context
+    assert interrupt.dropped_chars >= len(LONG_ANSWER) - len(heard) > 0, context
     assert interrupt.lever_outcomes == {}, context
     requests = calls["overlap_and_tools"].call.llm.requests
     assert [r.tool_choice for r in requests].count("none") == tools.tool_caps == 1, context

@@ -272,4 +272,4 @@ async def test_no_text_leaves_by_any_channel_by_default(
     assert len(walk.reported) == 1, walk.reported
     assert walk.reported[0].tool_fallbacks == 1, walk.reported
     assert walk.reported[0].reprompts >= 1, walk.reported
-    assert walk.reported[0].barge_ins == 1, walk.reported
+    assert walk.reported[0].barge_ins >= 1, walk.reported
