@@ -69,8 +69,9 @@ class TurnController:
         strict: check every step against the safety invariants and raise
             :class:`~turnfsm.invariants.InvariantViolation` on a breach (tests, debugging).
         record: keep a :class:`~turnfsm.trace.Trace` of the call's steps.
-        keep_text: keep transcript and policy text in the trace and sink (redacted by
-            default, see :func:`turnfsm.trace.redact`).
+        keep_text: keep transcript and policy text in the trace and sink, and in what
+            the LiveKit adapter logs and puts on spans, errors included (all redacted by
+            default, by :func:`turnfsm.trace.redact`).
         max_trace_steps: the trace keeps this many last steps (``None``: all of them), so
             a long call holds bounded memory; ``trace.dropped`` counts the others.
         trace_sink: also send every step, as it happens, here (e.g. a
@@ -107,7 +108,7 @@ class TurnController:
         self._handled = _handled(machine_class, self._configuration)
         self._monitor = SafetyMonitor(policy) if strict else None
         self._keep_text = keep_text
-        traced_policy = policy if keep_text else redact(policy)
+        traced_policy = redact(policy, keep_text=keep_text)
         self.trace: Trace | None = None
         if record:
             self.trace = (
@@ -145,7 +146,8 @@ class TurnController:
 
     @property
     def keep_text(self) -> bool:
-        """Whether transcript text is kept (in the trace, and in the adapter's logs)."""
+        """Whether transcript and policy text is kept (in the trace, and in the adapter's
+        logs, errors and spans)."""
         return self._keep_text
 
     @property
@@ -279,9 +281,9 @@ class TurnController:
         self._monitor = monitor
 
     def _record(self, event: Event, before: str, effects: tuple[fx.Effect, ...]) -> None:
-        if not self._keep_text:
-            event = redact(event)
-            effects = tuple(redact(effect) for effect in effects)
+        keep_text = self._keep_text
+        event = redact(event, keep_text=keep_text)
+        effects = tuple(redact(effect, keep_text=keep_text) for effect in effects)
         step = TraceStep(event.at, event, before, self.state, effects)
         if self.trace_sink is not None:
             self.trace_sink.append(step)  # first: if it raises, the step never happened

@@ -190,6 +190,7 @@ class CallReport:
             "barge_ins": str(t["barge_ins"]),
             "barge_in_rate": _percent(t["barge_ins"], t["agent_speeches"]),
             "calls_with_barge_in": _share(w["barge_ins"], self.calls),
+            "discarded_speeches": str(t["discarded_speeches"]),
             "drops": str(t["drops"]),
             "dropped_chars": str(t["dropped_chars"]),
             "unmeasured_drops": str(t["unmeasured_drops"]),
@@ -308,6 +309,7 @@ class CallReport:
             ("Agent speeches played", "agent_speeches", ""),
             ("Barge-ins (speeches cut by the caller)", "barge_ins", "barge_in_rate"),
             ("Calls with a barge-in", "calls_with_barge_in", ""),
+            ("Speeches discarded before any audio (not barge-ins)", "discarded_speeches", ""),
             ("Interrupted replies with unspoken text dropped", "drops", ""),
             ("Unspoken characters dropped", "dropped_chars", ""),
             ("Drops not measurable from the trace", "unmeasured_drops", ""),
@@ -400,6 +402,7 @@ COUNTS: tuple[str, ...] = (
     "overlap_dropped",
     "agent_speeches",
     "barge_ins",
+    "discarded_speeches",
     "drops",
     "dropped_chars",
     "unmeasured_drops",
@@ -611,9 +614,13 @@ _GLOSSARY = """<section class="glossary"><h2>How the figures are counted</h2><ul
 <li><b>Time to greeting</b>: from the answer (or the session's start, inbound) to the first
 audio of the locked greeting.</li>
 <li><b>Overlap</b>: the callee started speaking while the greeting played.</li>
-<li><b>Barge-in</b>: an agent speech ended interrupted while the call was live.</li>
+<li><b>Barge-in</b>: an agent speech the callee interrupted, while the call was live, after
+some of its audio played.</li>
+<li><b>Discarded speech</b>: an agent speech stopped before any of its audio played, such as
+a reply LiveKit prepared early and threw away (preemptive generation); not a barge-in.</li>
 <li><b>Dropped text</b>: the part of an interrupted reply the caller never heard, removed
-from the history; a drop is unmeasured when only the played time is known.</li>
+from the history; a drop is unmeasured when only the played time is known. A speech
+LiveKit committed no text for left nothing to drop (nor is that lever's refusal counted).</li>
 <li><b>Tool-round cap</b>: the policy's <code>max_tool_steps</code> reached; one final reply
 without tools was asked for.</li>
 <li><b>90% within</b>: counted in fixed bins; past the last bin the largest value is shown.</li>

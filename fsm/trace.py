@@ -10,7 +10,8 @@ ids, real Unicode), so whatever is read replays and draws; anything else raises
 Transcript text (what the caller said, what the agent said) and the policy's texts (the
 greeting, which often names the callee and the reason for calling; the re-prompt; the
 tool-cap fallback) are redacted when a step is recorded unless the controller was asked
-to keep them, lengths included: every such text reads ``[redacted]``.
+to keep them, lengths included: every such text reads ``[redacted]``. :func:`redact` is
+the one redaction of every channel (the LiveKit adapter's logs, errors and spans too).
 
 A long call need not be held in memory: a trace can keep only its last steps
 (:meth:`Trace.bounded`, what :class:`~turnfsm.TurnController` does by default) and a
@@ -30,13 +31,14 @@ import json
 import re
 from collections.abc import Iterable, Iterator, MutableSequence
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, TypeVar, overload
 
 import attrs
 
 from . import effects as fx
 from . import events as ev
 from .fields import check_fields, show
+from .invariants import InvariantViolation
 from .machine import leaf_states
 from .policy import TurnPolicy
 
@@ -259,9 +261,47 @@ class TraceWriter:
             self.close()
 
 
-def redact(item: Any) -> Any:
-    """``item`` with its transcript or policy text fields replaced by ``[redacted]``
-    (an empty text too: nothing about a text shows; a missing one stays ``None``)."""
+class RedactedError(Exception):
+    """An exception as it leaves the process when text is not kept: its type (and, for a
+    broken invariant, the invariant's name), never its message, which may quote the call
+    (a TTS plugin's error quoting the greeting it was given, an invariant violation
+    listing the step's effects). Logged, it reads ``RuntimeError('[redacted]')``."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error_type = type(error).__name__
+        """The original exception's class name."""
+        self.invariant = error.invariant if isinstance(error, InvariantViolation) else None
+        """The invariant a violation names (``"I3"``), otherwise ``None``."""
+        super().__init__(f"{self.invariant} {REDACTED}" if self.invariant else REDACTED)
+
+    def __repr__(self) -> str:
+        return f"{self.error_type}({str(self)!r})"
+
+
+_Item = TypeVar("_Item")
+
+
+@overload
+def redact(item: BaseException, *, keep_text: bool = False) -> BaseException: ...
+
+
+@overload
+def redact(item: _Item, *, keep_text: bool = False) -> _Item: ...
+
+
+def redact(item: Any, *, keep_text: bool = False) -> Any:
+    """``item`` as it may leave the process: the one redaction every channel uses (trace
+    file and sink, pictures drawn from them, logs, span attributes, lever errors).
+
+    With ``keep_text`` it is ``item`` itself. Otherwise an event's, effect's or policy's
+    transcript and policy text fields (:data:`TEXT_FIELDS`) read ``[redacted]`` (an empty
+    text too: nothing about a text shows; a missing one stays ``None``), and an exception
+    becomes a :class:`RedactedError`. Anything else holds no text and is returned as is.
+    """
+    if keep_text:
+        return item
+    if isinstance(item, BaseException):
+        return RedactedError(item)
     names = TEXT_FIELDS.get(type(item))
     if not names:
         return item

@@ -28,8 +28,9 @@ future a lever awaits) is logged once per lever and error type, as a warning nam
 effect and the state, and the call goes on; a controller that raises releases the input
 (gate open, user turns resumed) so a bug never leaves the caller muted. Transcript text
 reaches the logs only when the controller keeps it (``keep_text``): otherwise a failed
-lever's effect is shown redacted, and a failed controller step by its error type and
-traceback, without the message.
+lever's effect is shown redacted, and every error (a lever's, a plugin's it awaited, a
+failed controller step's, also with its traceback) by its type, without its message, which
+may quote the call (:func:`turnfsm.trace.redact`).
 
 Events duplicated, out of order or late are no error:
 
@@ -107,6 +108,7 @@ from turnfsm import TurnController, TurnPolicy
 from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.controller import ConcurrentUseError
+from turnfsm.metrics import CallMeter, CallMetrics
 from turnfsm.trace import TraceStep, redact
 
 from .audio import InputGate, PlayedSegment, PlayoutMeter
@@ -117,6 +119,7 @@ from .levers import LEVERS, Lever
 from .log import logger
 from .outcomes import OutcomeMonitor
 from .realtime import RealtimeLink
+from .telemetry import report_call
 from .turn_hook import UserTurnHook, reply_model
 
 _R = TypeVar("_R")
@@ -271,6 +274,11 @@ class TurnAdapter:
         self.levers: dict[type[fx.Effect], Lever] = dict(LEVERS)
         self.observers: list[Callable[[TraceStep], None]] = []
         """Called with every step, before its effects run (the telemetry: telemetry.py)."""
+        self.call_meter = CallMeter(controller.policy)
+        """The call's turn metrics, fed every step (the figures of the call's summary line,
+        its meter instruments and its spans: telemetry.py)."""
+        self.call_metrics: CallMetrics | None = None
+        """The call's metrics, once the machine ended (and the call was reported)."""
         if isinstance(session.llm, llm.RealtimeModel):
             self.realtime = RealtimeLink(self)
             self.levers.update(self.realtime.levers)
@@ -397,12 +405,25 @@ class TurnAdapter:
             self._controller_failed(event, before, error)
             self._release_input()
             return ()
+        step = TraceStep(event.at, event, before, self.controller.state, effects)
+        self.call_meter.add(step)
         if self.observers:
-            self._observe(TraceStep(event.at, event, before, self.controller.state, effects))
+            self._observe(step)
         for effect in effects:
             self._execute(effect, before)
-        self.outcomes.step(before, event, self.controller.state, effects)
+        self.outcomes.step(before, event, step.after, effects)
+        if step.after == "ended" and self.call_metrics is None:
+            self._call_ended()
         return effects
+
+    def _call_ended(self) -> None:
+        """The machine ended: report the call (its summary line and meter instruments),
+        once its last effects ran and the outcome checks judged them."""
+        self.call_metrics = self.call_meter.result()
+        try:
+            report_call(self.call_metrics, dict(self.outcomes.counts))
+        except Exception as error:
+            self._report_failure("call report", error, "the call ended")
 
     def _observe(self, step: TraceStep) -> None:
         for observer in self.observers:
@@ -444,39 +465,34 @@ class TurnAdapter:
 
     def _describe(self, effect: fx.Effect, state: str) -> str:
         """The effect for a log line: its transcript text only if the controller keeps it."""
-        shown = effect if self.controller.keep_text else redact(effect)
-        return f"{shown!r} in {state}"
+        return f"{redact(effect, keep_text=self.controller.keep_text)!r} in {state}"
 
     def _controller_failed(self, event: ev.Event, state: str, error: Exception) -> None:
-        """Log a failing controller step. Its message may quote the call (an invariant
-        violation lists the step's effects), so it is logged only with ``keep_text``."""
-        if self.controller.keep_text:
-            logger.exception(
-                "turnfsm: controller failed on %s in %s",
-                event.name,
-                state,
-                extra={"event": event.name, "state": state, "error": type(error).__name__},
-            )
-            return
+        """Log a failing controller step with its traceback. Its message may quote the call
+        (an invariant violation lists the step's effects): it is redacted unless kept."""
+        shown = redact(error, keep_text=self.controller.keep_text)
         name = type(error).__name__
         if invariant := getattr(error, "invariant", None):
             name = f"{name} {invariant}"
         logger.error(
-            "turnfsm: controller failed on %s in %s: %s (message withheld: keep_text=False)\n%s",
+            "turnfsm: controller failed on %s in %s: %r\n%s",
             event.name,
             state,
-            name,
+            shown,
             "".join(traceback.format_tb(error.__traceback__)).rstrip(),
             extra={"event": event.name, "state": state, "error": name},
         )
 
     def _report_failure(self, where: str, error: BaseException, detail: str) -> None:
+        """Log a failure of a lever, a handler or an observer once per error type, its
+        message redacted unless text is kept (a plugin's error may quote its input)."""
+        shown = redact(error, keep_text=self.controller.keep_text)
         key = (where, type(error))
         if key in self._reported_failures:
             logger.debug(
                 "turnfsm: %s failed again: %r",
                 where,
-                error,
+                shown,
                 extra={"where": where, "error": type(error).__name__},
             )
             return
@@ -485,7 +501,7 @@ class TurnAdapter:
             "turnfsm: %s failed (%s): %r",
             where,
             detail,
-            error,
+            shown,
             extra={"where": where, "error": type(error).__name__},
         )
 

@@ -65,8 +65,34 @@ def call_figures(trace: Trace) -> dict[str, Any]:
         for s in steps
         if s.event.name == "agent_speech_ended" and s.event.played_text is not None
     }
+
+    def speeches(condition: Any) -> set[str]:
+        return {s.event.speech_id for s in steps if condition(s)}
+
+    cut = speeches(
+        lambda s: (
+            s.event.name == "agent_speech_interrupted"
+            or (s.event.name == "agent_speech_ended" and s.event.interrupted)
+        )
+    )
+    audible = speeches(lambda s: s.event.name == "agent_speech_started") | speeches(
+        lambda s: s.event.name == "agent_speech_ended" and s.event.played_seconds > 0
+    )
+    unheard = cut - audible
+    cut_live = speeches(
+        lambda s: (
+            s.before in LIVE
+            and (
+                s.event.name == "agent_speech_interrupted"
+                or (s.event.name == "agent_speech_ended" and s.event.interrupted)
+            )
+        )
+    )
+    asked = effects_of(fx.DropUnspokenText)
+    empty = {d.speech_id for d in asked} - set(messages)  # no text committed: none to drop
+    drops = [d for d in asked if d.speech_id not in empty]
     dropped = unmeasured = 0
-    for drop in effects_of(fx.DropUnspokenText):
+    for drop in drops:
         full = messages.get(drop.speech_id)
         spoken = text_length(drop.played_text) if drop.played_text is not None else None
         if drop.played_text is None:
@@ -115,18 +141,9 @@ def call_figures(trace: Trace) -> dict[str, Any]:
         "agent_speeches": len(
             {s.event.speech_id for s in steps if s.event.name == "agent_speech_started"}
         ),
-        "barge_ins": len(
-            {
-                s.event.speech_id
-                for s in steps
-                if s.before in LIVE
-                and (
-                    s.event.name == "agent_speech_interrupted"
-                    or (s.event.name == "agent_speech_ended" and s.event.interrupted)
-                )
-            }
-        ),
-        "drops": len(effects_of(fx.DropUnspokenText)),
+        "barge_ins": len(cut_live & audible),
+        "discarded_speeches": len(unheard),
+        "drops": len(drops),
         "dropped_chars": dropped,
         "unmeasured_drops": unmeasured,
         "tool_rounds": len(tool_starts) - len(refused),
@@ -146,7 +163,9 @@ def call_figures(trace: Trace) -> dict[str, Any]:
             Counter(
                 f"{s.event.effect}:{s.event.outcome}"
                 for s in steps
-                if s.event.name == "effect_outcome" and s.event.outcome != "done"
+                if s.event.name == "effect_outcome"
+                and s.event.outcome != "done"
+                and not (s.event.effect == "drop_unspoken_text" and s.event.speech_id in empty)
             )
         ),
     }
@@ -206,6 +225,7 @@ def report_figures(
         "barge_ins": str(total("barge_ins")),
         "barge_in_rate": percent(total("barge_ins"), total("agent_speeches")),
         "calls_with_barge_in": share(having("barge_ins")),
+        "discarded_speeches": str(total("discarded_speeches")),
         "drops": str(total("drops")),
         "dropped_chars": str(total("dropped_chars")),
         "unmeasured_drops": str(total("unmeasured_drops")),

@@ -5,8 +5,9 @@ LiveKit would report it (ringing, answer or not, "Hello?", the greeting with or 
 the callee talking over it, user turns, replies with tool rounds and barge-ins, silences
 that fire the idle timer, a hang-up or a timer's end). The driver reacts to the
 machine's effects like a session would: timers fire when due, re-prompts and fallbacks
-are said, an ``Interrupt`` cuts the speech that plays, ``EndCall`` ends the call. The
-controller runs strict, so every trace also keeps every invariant.
+are said, an ``Interrupt`` cuts the speech that plays, ``EndCall`` ends the call; some
+replies are prepared early and replaced before any audio, as LiveKit's preemptive
+generation does. The controller runs strict, so every trace also keeps every invariant.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ class Driver:
         self.requests: list[fx.Effect] = []
         self.active: set[str] = set()
         """Speeches created and not ended; an ``Interrupt`` cuts them all."""
+        self.committed: set[str] = set()
+        """Speeches whose assistant message was committed."""
         self.serial = 0
         self.greeting_fails = rng.random() < 0.05
         """The greeting's start fails (the machine says it again, locked)."""
@@ -62,13 +65,20 @@ class Driver:
             raise CallOver
         for effect in effects:  # each lever reports what it did, after the step
             self.send(
-                ev.EffectOutcome(at=self.t, effect=effect.name, outcome=self.outcome(effect))
+                ev.EffectOutcome(
+                    at=self.t,
+                    effect=effect.name,
+                    outcome=self.outcome(effect),
+                    speech_id=getattr(effect, "speech_id", None) or None,
+                )
             )
         return effects
 
     def outcome(self, effect: fx.Effect) -> str:
         if isinstance(effect, fx.StartGreeting) and self.greeting_fails:
             return "failed"
+        if isinstance(effect, fx.DropUnspokenText) and effect.speech_id not in self.committed:
+            return "refused"  # as the adapter's lever: no message to trim
         if isinstance(effect, fx.DropUnspokenText | fx.StartTimer) and self.rng.random() < 0.05:
             return self.rng.choice(["refused", "failed"])
         return "done"
@@ -121,7 +131,7 @@ class Driver:
         if barge_in_after is None:
             self.advance(seconds)
             if speech in self.active:
-                self.send(ev.AssistantMessageCommitted(at=self.t, speech_id=speech, text=REPLY))
+                self.commit(ev.AssistantMessageCommitted(at=self.t, speech_id=speech, text=REPLY))
                 self.end(speech, played_seconds=seconds)
             return
         self.advance(barge_in_after)
@@ -135,13 +145,17 @@ class Driver:
             self.send(ev.AgentSpeechInterrupted(at=self.t, speech_id=speech))
             message_first = self.rng.random() < 0.5  # LiveKit commits it before or after
             if message_first:
-                self.send(message)
+                self.commit(message)
             self.end(
                 speech, interrupted=True, played_seconds=barge_in_after + 0.4, played_text=heard
             )
             if not message_first:
-                self.send(message)
+                self.commit(message)
         self.user_turn(speaking=True)
+
+    def commit(self, message: ev.AssistantMessageCommitted) -> None:
+        self.committed.add(message.speech_id)
+        self.send(message)
 
     def user_turn(self, *, speaking: bool = False, seconds: float = 1.2) -> None:
         if not speaking:
@@ -235,6 +249,11 @@ def _script(call: Driver, rng: random.Random) -> None:
 
 
 def _reply(call: Driver, rng: random.Random) -> None:
+    if rng.random() < 0.2:  # a preemptive reply, replaced before it played
+        early = call.new_speech()
+        call.advance(rng.uniform(0.1, 0.5))
+        call.send(ev.AgentSpeechInterrupted(at=call.t, speech_id=early))
+        call.end(early, interrupted=True)
     speech = call.new_speech()
     for _ in range(rng.choice([0, 0, 0, 1, 2, 4])):
         call.advance(rng.uniform(0.3, 1.0))

@@ -82,6 +82,7 @@ def test_the_calls_cover_every_figure(traces: list[Trace]) -> None:
         "greeting_overlaps",
         "overlap_dropped",
         "barge_ins",
+        "discarded_speeches",
         "drops",
         "dropped_chars",
         "unmeasured_drops",
