@@ -44,7 +44,6 @@ import heapq
 import random
 import selectors
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Coroutine
@@ -173,7 +172,6 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         self._last_read = -1.0  # the first read is the instant itself
         self._timer_order = 0
         self._threads_working = 0
-        self._threads_lock = threading.Lock()
         self.random = random.Random(seed)
         super().__init__(selector=_JumpingSelector(self))
         self._clock_resolution = 1e-12  # fire only timers due now, not those due a nanosecond on
@@ -237,22 +235,19 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
     def _run_in_thread(
         self, executor: concurrent.futures.Executor, func: Callable[..., _T], *args: Any
     ) -> asyncio.Future[_T]:
-        def tracked() -> _T:
-            try:
-                return func(*args)
-            finally:
-                with self._threads_lock:
-                    self._threads_working -= 1
-                self._write_to_self()  # type: ignore[attr-defined]
+        # counted on the loop's own thread, until the loop has taken the result: a count the
+        # worker thread lowered itself would let the clock jump between its end and its result
+        self._threads_working += 1
+        future = super().run_in_executor(executor, func, *args)
+        future.add_done_callback(self._thread_job_taken)
+        return future
 
-        with self._threads_lock:
-            self._threads_working += 1
-        return super().run_in_executor(executor, tracked)
+    def _thread_job_taken(self, _future: asyncio.Future[Any]) -> None:
+        self._threads_working -= 1
 
     def threads_working(self) -> bool:
         """Whether a job of an explicit executor is running for this loop."""
-        with self._threads_lock:
-            return self._threads_working > 0
+        return self._threads_working > 0
 
 
 def run(main: Coroutine[Any, Any, _T], *, seed: int = 0, time_limit: float = 3600.0) -> _T:
