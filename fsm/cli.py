@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.metadata
 import json
 import os
 import re
@@ -39,7 +38,7 @@ from .machine import TurnChart, TurnMachine
 from .policy import TurnPolicy
 from .report import CallReport
 from .timeline import render_timeline
-from .trace import Trace, TraceFormatError
+from .trace import Trace, TraceFormatError, turnfsm_version
 
 PRESETS: dict[str, TurnPolicy] = {
     direction: TurnPolicy(
@@ -94,7 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="turnfsm", description="Draw the turn machine and recorded calls."
     )
-    parser.add_argument("--version", action="version", version=f"turnfsm {_version()}")
+    parser.add_argument("--version", action="version", version=f"turnfsm {turnfsm_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     diagram = commands.add_parser(
@@ -204,13 +203,6 @@ def _diagram_format(fmt: str | None, output: Path | None) -> str:
     if fmt is not None and SUFFIX_FORMATS[suffix] != fmt:
         raise CliError(f"--format {fmt} but {output} names {SUFFIX_FORMATS[suffix]}")
     return SUFFIX_FORMATS[suffix]
-
-
-def _version() -> str:
-    try:
-        return importlib.metadata.version("turnfsm")
-    except importlib.metadata.PackageNotFoundError:  # a source tree never installed
-        return "0+unknown"
 
 
 def _diagrams(args: argparse.Namespace) -> int:

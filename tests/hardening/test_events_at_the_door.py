@@ -21,6 +21,7 @@ from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.context import TurnContext
 from turnfsm.rules import TurnRules
+from turnfsm.trace import CallInfo
 
 OUTBOUND = TurnPolicy(direction="outbound", greeting="Hi, it's Ada.")
 
@@ -208,7 +209,7 @@ def test_a_failing_trace_sink_changes_nothing() -> None:
         def __init__(self) -> None:
             self.fail = False
 
-        def start(self, policy: TurnPolicy) -> None:
+        def start(self, policy: TurnPolicy, call: CallInfo) -> None:
             pass
 
         def append(self, step: TraceStep) -> None:
