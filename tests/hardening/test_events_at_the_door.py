@@ -98,7 +98,12 @@ BAD_VALUES: dict[str, list[object]] = {
 """Values each kind of field refuses (a ``str | None`` field takes ``None``)."""
 
 
-REQUIRED: dict[str, object] = {"speech_id": "s1", "effect": "interrupt", "outcome": "done"}
+REQUIRED: dict[str, object] = {
+    "speech_id": "s1",
+    "effect": "interrupt",
+    "outcome": "done",
+    "check": "O1",
+}
 """Good values for the fields some events require, so that one bad field is the only one."""
 
 
