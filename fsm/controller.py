@@ -45,7 +45,7 @@ from .machine import (
 )
 from .policy import TurnPolicy
 from .rules import TIMER_POLICY_FIELDS, TurnRules
-from .trace import Trace, TraceSink, TraceStep, redact
+from .trace import CallInfo, Trace, TraceSink, TraceStep, redact, turnfsm_version
 
 DEFAULT_MAX_TRACE_STEPS = 10_000
 """Steps a controller's trace keeps by default: a few MB, the last ~hour of a busy call.
@@ -77,6 +77,8 @@ class TurnController:
         trace_sink: also send every step, as it happens, here (e.g. a
             :class:`~turnfsm.trace.TraceWriter` appending to a JSON lines file); it works
             with ``record=False`` too.
+        call: which call this is (its id, start time, agent), written in the trace's
+            header so a report can name and group it.
         machine_class: the machine to run: :data:`~turnfsm.machine.TurnMachine` or a
             class from :func:`~turnfsm.machine.build_machine`.
         rules_class: the guards and actions it runs; a subclass of
@@ -92,10 +94,14 @@ class TurnController:
         keep_text: bool = False,
         max_trace_steps: int | None = DEFAULT_MAX_TRACE_STEPS,
         trace_sink: TraceSink | None = None,
+        call: CallInfo | None = None,
         machine_class: type[TurnChart] = TurnMachine,
         rules_class: type[TurnRules] = TurnRules,
     ) -> None:
+        if call is not None and not isinstance(call, CallInfo):
+            raise TypeError(f"call must be a turnfsm.trace.CallInfo, got {type(call).__name__}")
         self.policy = policy
+        self.call = call or CallInfo()
         self._rules = rules_class(policy=policy)
         self._machine_class = machine_class
         self._machine = machine_class(listeners=[self._rules])
@@ -111,14 +117,17 @@ class TurnController:
         traced_policy = redact(policy, keep_text=keep_text)
         self.trace: Trace | None = None
         if record:
+            version = turnfsm_version()
             self.trace = (
-                Trace(policy=traced_policy)
+                Trace(policy=traced_policy, call=self.call, turnfsm_version=version)
                 if max_trace_steps is None
-                else Trace.bounded(traced_policy, max_trace_steps)
+                else Trace.bounded(
+                    traced_policy, max_trace_steps, call=self.call, turnfsm_version=version
+                )
             )
         self.trace_sink = trace_sink
         if trace_sink is not None:
-            trace_sink.start(traced_policy)
+            trace_sink.start(traced_policy, self.call)
         self._owner: int | None = None
         self._busy = False
 
@@ -400,7 +409,12 @@ def replay(trace: Trace, **controller_options: object) -> Trace:
             f"the trace lost its first {trace.dropped} steps (max_trace_steps): a replay "
             "needs the whole call; record it with a trace_sink (TraceWriter)"
         )
-    options = {"keep_text": True, "max_trace_steps": None, **controller_options}
+    options = {
+        "keep_text": True,
+        "max_trace_steps": None,
+        "call": trace.call,
+        **controller_options,
+    }
     controller = TurnController(trace.policy, **options)  # type: ignore[arg-type]
     for step in trace:
         controller.handle(step.event)

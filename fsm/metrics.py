@@ -35,7 +35,7 @@ import attrs
 from . import effects as fx
 from . import events as ev
 from .policy import GreetingOverlap, TurnPolicy
-from .trace import Trace, TraceStep
+from .trace import MAX_LINE_BYTES, Trace, TraceStep
 
 BARGE_IN_STATES: frozenset[str] = frozenset({"greeting", "listening", "speaking", "tool_loop"})
 """States where an interrupted agent speech that played audio is a barge-in by the caller.
@@ -337,8 +337,12 @@ def _answers(step: TraceStep) -> bool:
 
 def _length(text: str) -> int | None:
     """The length of a transcript field, kept or redacted; ``None`` when redacted without
-    its length."""
+    its length, or with one no trace line could hold (``[redacted <5,000 digits> chars]``
+    is no length: ``int()`` refuses so many digits)."""
     match = _REDACTED.fullmatch(text)
     if match is None:
         return len(text)
-    return int(match[1]) if match[1] is not None else None
+    claimed = match[1]
+    if claimed is None or len(claimed) > len(str(MAX_LINE_BYTES)):
+        return None
+    return int(claimed) if int(claimed) <= MAX_LINE_BYTES else None

@@ -66,6 +66,7 @@ def event_alphabet() -> tuple[ev.Event, ...]:
         ev.EffectOutcome(at=EARLY, effect="start_greeting", outcome="done"),
         ev.EffectOutcome(at=EARLY, effect="say", outcome="refused"),
         ev.EffectOutcome(at=EARLY, effect="lock_speech", outcome="refused"),
+        ev.OutcomeBreached(at=EARLY, check="O2"),
     ]
     for speech in speeches:
         alphabet += [
