@@ -27,6 +27,11 @@ def text_length(text: str) -> int | None:
     return len(text)
 
 
+REPORT_ONLY_FIGURES = frozenset({"policy", "breaches"})
+"""Figures of :func:`call_figures` that the report reads from the trace and
+:class:`~turnfsm.metrics.CallMetrics` does not hold."""
+
+
 def call_figures(trace: Trace) -> dict[str, Any]:
     steps = trace.steps
     effects = [(step, effect) for step in steps for effect in step.effects]

@@ -72,6 +72,7 @@ COUNT_ROWS = """(async () => {
 })()"""
 
 
+@pytest.mark.wall_clock  # drives a real Chromium process
 async def test_the_calls_table_groups_and_links_at_1000_calls(
     traces: list[Trace], page: Path, summary_line: object
 ) -> None:
@@ -120,6 +121,7 @@ async def test_the_calls_table_groups_and_links_at_1000_calls(
     )
 
 
+@pytest.mark.wall_clock  # drives a real Chromium process
 async def test_a_linked_timeline_renders(page: Path) -> None:
     timeline = sorted((page.parent / "report-timelines").iterdir())[0]
     shown = await open_page(
