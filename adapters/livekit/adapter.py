@@ -230,6 +230,8 @@ class TurnAdapter:
         done with what was said (``commit_user_turn`` need not wait for another)."""
         self._reported_turn: str | None = None
         """The last user message reported by the agent hook (reported once)."""
+        self.warned_realtime_typed_turn = False
+        """A typed turn reached a realtime model before the greeting (warned once)."""
         self._typed_turns: set[str] = set()
         """Typed turns reported before LiveKit commits them (:mod:`.text_turns`): their
         ``conversation_item_added`` is not a second turn."""

@@ -27,8 +27,9 @@ A text-only session (no audio output) says a greeting it starts with before
 ``session.start`` returns (:func:`wait_for_text_greeting`), so the first typed turn comes
 after it, as a caller's first words would.
 
-Realtime models take typed input their own way (the model commits the user item); their
-``generate_reply`` is left as it is.
+Realtime models take typed input their own way (the model commits the user item): such
+a turn is not reported here, and where the machine waits for the callee's first words
+it gets no reply; a warning says so, once per call.
 """
 
 from __future__ import annotations
@@ -62,7 +63,10 @@ def report_text_turns(adapter: TurnAdapter) -> None:
         chat_ctx: NotGivenOr[llm.ChatContext] = NOT_GIVEN,
         **options: Any,
     ) -> Any:
-        if not utils.is_given(user_input) or not isinstance(reply_model(session), llm.LLM):
+        if not utils.is_given(user_input):
+            return generate_reply(chat_ctx=chat_ctx, **options)
+        if not isinstance(reply_model(session), llm.LLM):
+            _warn_realtime_typed_turn(adapter)
             return generate_reply(user_input=user_input, chat_ctx=chat_ctx, **options)
         message = (
             user_input
@@ -90,6 +94,23 @@ def report_text_turns(adapter: TurnAdapter) -> None:
         return handle
 
     session.generate_reply = reported_generate_reply  # type: ignore[method-assign]
+
+
+def _warn_realtime_typed_turn(adapter: TurnAdapter) -> None:
+    """A realtime model commits a typed turn itself: the machine does not hear it as the
+    callee's first words, so a greeting waiting for them is never said (no reply)."""
+    if adapter.before_greeting() and not adapter.warned_realtime_typed_turn:
+        adapter.warned_realtime_typed_turn = True
+        logger.warning(
+            "turnfsm: a typed turn (generate_reply(user_input=...), session.run) reached a "
+            "realtime model while the machine waits for the callee's first words "
+            "(state %s): typed turns are not the callee's first words with a realtime model, "
+            "so it gets no reply and the greeting waits. Test a realtime agent with spoken "
+            "input, or its replies with a policy whose agent speaks first "
+            "(first_speaker='agent')",
+            adapter.controller.state,
+            extra={"event": "user_turn_committed", "state": adapter.controller.state},
+        )
 
 
 def _refused_reply(
