@@ -71,7 +71,7 @@ def report_text_turns(adapter: TurnAdapter) -> None:
         message = (
             user_input
             if isinstance(user_input, llm.ChatMessage)
-            else llm.ChatMessage(role="user", content=[user_input])
+            else llm.ChatMessage(role="user", content=[str(user_input)])
         )
         reply_ctx = chat_ctx if utils.is_given(chat_ctx) and chat_ctx is not None else None
         base = reply_ctx if reply_ctx is not None else session.current_agent.chat_ctx
