@@ -15,7 +15,7 @@ True
 Testing your own agent's turn-taking in simulated calls (your ``TurnAgent`` and policy in
 a real ``AgentSession``, on a virtual clock) is here too: :class:`CallerLine`,
 :func:`simulate_call`, :class:`SimulatedTurnCall`, :class:`AgentSpeech`,
-:class:`ScriptedReply` and :class:`ScriptedToolCall` are
+:class:`ScriptedLLM`, :class:`ScriptedReply` and :class:`ScriptedToolCall` are
 :mod:`turnfsm.adapters.sim.testing`'s, imported on first use. They run LiveKit; this
 module does not, and importing it imports no LiveKit (``fsm/`` is pure).
 """
@@ -39,7 +39,13 @@ from .policy import TurnPolicy
 from .rules import TurnRules
 
 if TYPE_CHECKING:  # for type checkers only: at run time they come from __getattr__
-    pass
+    from .adapters.sim.testing import AgentSpeech as AgentSpeech
+    from .adapters.sim.testing import CallerLine as CallerLine
+    from .adapters.sim.testing import ScriptedLLM as ScriptedLLM
+    from .adapters.sim.testing import ScriptedReply as ScriptedReply
+    from .adapters.sim.testing import ScriptedToolCall as ScriptedToolCall
+    from .adapters.sim.testing import SimulatedTurnCall as SimulatedTurnCall
+    from .adapters.sim.testing import simulate_call as simulate_call
 
 SIMULATED_CALLS = "turnfsm.adapters.sim.testing"
 """Where the simulated-call helpers live (they run LiveKit)."""
@@ -48,6 +54,7 @@ FORWARDED: frozenset[str] = frozenset(
     {
         "AgentSpeech",
         "CallerLine",
+        "ScriptedLLM",
         "ScriptedReply",
         "ScriptedToolCall",
         "SimulatedTurnCall",

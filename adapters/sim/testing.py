@@ -63,11 +63,12 @@ from turnfsm.trace import TraceStep
 from .clock import VirtualClockLoop
 from .models import ReplyScript, ScriptedLLM, ScriptedReply, ScriptedToolCall, ScriptedTTS
 from .session import SimulatedCall
-from .speech import LINES, CallScript, UserLine
+from .speech import CallScript, SpeechLine, UserLine, spoken_line
 
 __all__ = [
     "AgentSpeech",
     "CallerLine",
+    "ScriptedLLM",
     "ScriptedReply",
     "ScriptedToolCall",
     "SimulatedTurnCall",
@@ -90,49 +91,42 @@ longer than LiveKit's end of turn after the caller's last words (VAD silence plu
 
 @dataclass(frozen=True)
 class CallerLine:
-    """One line the simulated caller says.
+    """One line the simulated caller says: speech made from the text, no recording needed
+    (:func:`~turnfsm.adapters.sim.speech.spoken_line`).
 
     Attributes:
         text: What the caller says, as the STT will transcribe it.
         at: When the caller starts saying it, in seconds of call time (the caller's audio
             starts at 0).
-        duration: How long saying it takes, in seconds; by default a natural pace for
-            its length.
+        duration: How long saying it takes, in seconds (at least 0.2); by default 14
+            characters a second.
+
+    Raises:
+        ValueError: naming the field (``CallerLine.at must be ...``).
     """
 
     text: str
     at: float
     duration: float | None = None
+    speech: SpeechLine = field(init=False, repr=False, compare=False)
+    """The line's audio and word timings."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.text, str) or not self.text.split():
-            raise ValueError(f"CallerLine.text must hold at least one word, got {self.text!r}")
-        if not isinstance(self.at, int | float) or not self.at >= 0:
+        if isinstance(self.at, bool) or not isinstance(self.at, int | float) or not self.at >= 0:
             raise ValueError(f"CallerLine.at must be a call time >= 0, got {self.at!r}")
-        if self.duration is not None and not (
-            isinstance(self.duration, int | float) and self.duration > 0
-        ):
-            raise ValueError(
-                f"CallerLine.duration must be positive seconds, got {self.duration!r}"
-            )
+        object.__setattr__(self, "speech", _spoken(self.text, self.duration, "CallerLine"))
 
     def user_line(self) -> UserLine:
         """The line as the simulated audio input plays it."""
-        return UserLine(self.at, _recorded_line_name(self))
+        return UserLine(self.at, self.speech)
 
 
-def _recorded_line_name(line: CallerLine) -> str:
-    """The recorded line that says ``line.text`` (speech made from any text comes with the
-    simulation's ``spoken_line``)."""
-    for name, recorded in LINES.items():
-        if recorded.text == line.text and line.duration in (None, recorded.duration):
-            return name
-    known = sorted(recorded.text for recorded in LINES.values())
-    raise ValueError(
-        f"no recorded line says {line.text!r}"
-        + (f" in {line.duration} s" if line.duration is not None else "")
-        + f"; the recorded lines are {known}"
-    )
+def _spoken(text: str, duration: float | None, owner: str) -> SpeechLine:
+    """``spoken_line(text, duration=duration)``; a bad argument names ``owner``'s field."""
+    try:
+        return spoken_line(text, duration=duration)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{owner}.{error}") from None
 
 
 # ----------------------------------------------------------------------------- the outcome
@@ -253,6 +247,11 @@ class SimulatedTurnCall:
             and session.current_speech is None
             and not any(not handle.done() for handle in self.adapter.speeches.values())
         )
+
+    def say(self, text: str, *, duration: float | None = None) -> None:
+        """The caller says ``text`` now (from the next audio frame, or right after the line
+        being said), e.g. in reaction to what the agent did so far."""
+        self.call.audio_input.say_now(_spoken(text, duration, "say"))
 
     # -- what happened ------------------------------------------------------------------
 

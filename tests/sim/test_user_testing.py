@@ -20,7 +20,7 @@ GREETING = "Hi, this is Ada calling from Acme Dental about your appointment tomo
 HELLO = CallerLine("Hello?", at=0.5)
 OVERLAP = CallerLine("Hi, yes, who is this? I was not expecting a call today.", at=2.5)
 QUESTION = CallerLine("What time do you open tomorrow morning?", at=8.0)
-STOP = CallerLine("Wait, stop, stop.", at=13.0)
+STOP = CallerLine("Wait, stop, stop.", at=15.0)
 LONG_ANSWER = (
     "Your appointment is tomorrow at ten with Doctor Smith, please bring your insurance "
     "card and arrive ten minutes early to fill in the forms."
@@ -40,24 +40,47 @@ def seed_bug(call: SimulatedTurnCall, effect: type[fx.Effect]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("arguments", "field"),
+    ("arguments", "message"),
     [
-        ({"text": " ", "at": 0.0}, "CallerLine.text"),
-        ({"text": "Hello?", "at": -1.0}, "CallerLine.at"),
-        ({"text": "Hello?", "at": "soon"}, "CallerLine.at"),
-        ({"text": "Hello?", "at": 0.0, "duration": 0.0}, "CallerLine.duration"),
+        ({"text": " ", "at": 0.0}, "CallerLine.text must hold at least one word"),
+        ({"text": "Hello?", "at": -1.0}, "CallerLine.at must be a call time >= 0"),
+        ({"text": "Hello?", "at": "soon"}, "CallerLine.at must be a call time >= 0"),
+        ({"text": "Hello?", "at": 0.0, "duration": 0.1}, "CallerLine.duration must be at least"),
     ],
 )
 def test_a_bad_caller_line_is_refused_naming_the_field(
-    arguments: dict[str, object], field: str
+    arguments: dict[str, object], message: str
 ) -> None:
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(ValueError, match=message):
         CallerLine(**arguments)  # type: ignore[arg-type]
 
 
-def test_a_line_no_speech_exists_for_is_refused_listing_those_that_do() -> None:
-    with pytest.raises(ValueError, match=r"no recorded line says 'Good evening\.'.*'Hello\?'"):
-        CallerLine("Good evening.", at=0.0).user_line()
+async def test_any_text_is_spoken_for_its_duration_and_transcribed() -> None:
+    """No recording: a line made from its text lasts its duration, and the STT gets it."""
+    lines = [
+        CallerLine("Hello, is this the dentist?", at=0.5, duration=1.5),
+        CallerLine("I would like to move my appointment to Friday.", at=8.0),
+    ]
+    async with simulate_call(TurnAgent(instructions="x"), outbound(), caller=lines) as call:
+        await call.run()
+        said = call.call.ledger.utterances
+        assert [u.line.text for u in said] == [line.text for line in lines]
+        first, second = (u.ended_at - u.started_at for u in said)  # type: ignore[operator]
+        assert first == pytest.approx(1.5, abs=0.02)
+        assert second == pytest.approx(len(lines[1].text) / 14, abs=0.02)
+        call.expect.greeting_played_whole()
+        assert [text for role, text in call.history if role == "user"] == [
+            line.text for line in lines
+        ]
+
+
+async def test_the_caller_can_react_to_the_call() -> None:
+    async with simulate_call(TurnAgent(instructions="x"), outbound(), caller=[HELLO]) as call:
+        await call.run()
+        call.say("Sorry, who is this?")
+        await call.run()
+        assert call.history[-2] == ("user", "Sorry, who is this?")
+        assert call.history[-1][0] == "assistant"
 
 
 async def test_the_greeting_check_passes_on_a_locked_greeting_and_fails_on_a_cut_one() -> None:
