@@ -54,11 +54,14 @@ LiveKit                                          turnfsm event
 ``user_input_transcribed``                       ``UserTranscript``
 ``TurnAgent.on_user_turn_completed``             ``UserTurnCommitted`` (without ``TurnAgent``:
                                                  ``conversation_item_added``, role user)
+``generate_reply(user_input=...)`` (a typed       ``UserTurnCommitted``, before the reply is
+turn: ``session.run``, RoomIO's text input)      created (:mod:`.text_turns`)
 ``speech_created``                               ``AgentSpeechCreated``
 speech handle interrupted (``speech_handle.``   ``AgentSpeechInterrupted`` (before its
 ``wait_if_not_interrupted``)                     ``AgentSpeechEnded``)
 speech handle done                               ``AgentSpeechEnded`` (played seconds from
-                                                 :class:`~.audio.PlayoutMeter`)
+                                                 :class:`~.audio.PlayoutMeter`; a text-only
+                                                 session's, from the text sent)
 ``conversation_item_added``, role assistant      ``AssistantMessageCommitted`` (an interrupted
                                                  reply in full: the text
                                                  ``TurnAgent.transcription_node`` forwarded,
@@ -120,6 +123,8 @@ from .log import logger
 from .outcomes import OutcomeMonitor
 from .realtime import RealtimeLink
 from .telemetry import report_call
+from .text import estimated_seconds
+from .text_turns import report_text_turns, stop_reporting_text_turns
 from .turn_hook import UserTurnHook, reply_model
 
 _R = TypeVar("_R")
@@ -161,6 +166,7 @@ def attach(
     adapter = TurnAdapter(session, controller, end_call=end_call, strict=strict)
     adapter.subscribe()
     guard_start(adapter)  # the agent and room are checked when the session starts
+    report_text_turns(adapter)  # session.run(user_input=...): typed turns are turns too
     options = session.options
     options.max_tool_steps = max(options.max_tool_steps, controller.policy.max_tool_steps)
     return adapter
@@ -227,6 +233,11 @@ class TurnAdapter:
         done with what was said (``commit_user_turn`` need not wait for another)."""
         self._reported_turn: str | None = None
         """The last user message reported by the agent hook (reported once)."""
+        self.warned_realtime_typed_turn = False
+        """A typed turn reached a realtime model before the greeting (warned once)."""
+        self._typed_turns: set[str] = set()
+        """Typed turns reported before LiveKit commits them (:mod:`.text_turns`): their
+        ``conversation_item_added`` is not a second turn."""
         self.agent_hook: UserTurnHook | None = None
         """The agent's own ``on_user_turn_completed`` while it runs (after turnfsm's
         report): a speech created meanwhile is the agent's, not LiveKit's reply."""
@@ -312,6 +323,7 @@ class TurnAdapter:
             self.session.off(name, handler)  # type: ignore[arg-type]
         self._handlers.clear()
         unguard_start(self.session)
+        stop_reporting_text_turns(self.session)
         for handle in self.timers.values():
             handle.cancel()
         self.timers.clear()
@@ -559,6 +571,19 @@ class TurnAdapter:
 
         future.add_done_callback(done)
 
+    @property
+    def text_only(self) -> bool:
+        """The session has no audio, in nor out: the caller types and reads (LiveKit's
+        text testing, ``session.run(user_input=...)``). There is no audio to mute, and a
+        speech reaches the caller as the text it sends."""
+        session = self.session
+        return (
+            self.gate is None
+            and self.meter is None
+            and session.input.audio is None
+            and session.output.audio is None
+        )
+
     def require_gate(self) -> InputGate:
         """The input gate, or an error naming why it is missing."""
         if self.gate is None:
@@ -635,6 +660,8 @@ class TurnAdapter:
             return
         if item.role == "user" and self.realtime is not None and self.realtime.owns_user_turns:
             self.realtime.user_item(item)  # server turn detection: no TurnAgent hook runs
+        elif item.role == "user" and item.id in self._typed_turns:
+            self._typed_turns.discard(item.id)  # reported as it was typed
         elif item.role == "user" and not self.agent_hooks_active:
             self.dispatch(
                 ev.UserTurnCommitted(at=self.now(), text=item.text_content or "", item_id=item.id)
@@ -714,13 +741,17 @@ class TurnAdapter:
         try:
             self.interruptions.settle(handle)  # reported before its end
             segment = self.last_segment.get(handle.id)
+            played_seconds = self.played_seconds.get(handle.id, 0.0)
+            played_text = segment.synchronized_transcript if segment else None
+            if self.text_only:
+                played_text, played_seconds = self._text_sent(handle.id)
             self.dispatch(
                 ev.AgentSpeechEnded(
                     at=self.now(),
                     speech_id=handle.id,
                     interrupted=handle.interrupted,
-                    played_seconds=self.played_seconds.get(handle.id, 0.0),
-                    played_text=segment.synchronized_transcript if segment else None,
+                    played_seconds=played_seconds,
+                    played_text=played_text,
                 )
             )
         except Exception as error:
@@ -731,6 +762,15 @@ class TurnAdapter:
         self.forwarded_texts.pop(handle.id, None)
         if self._tool_step_speech == handle.id:
             self._tool_step_speech = None
+
+    def _text_sent(self, speech_id: str) -> tuple[str | None, float]:
+        """What a text-only session's caller got of a speech: the text it sent (no audio
+        plays), and how long it takes to say at LiveKit's standard rate (so a reply that
+        said something is never taken for a silent one)."""
+        sent = self.forwarded_texts.get(speech_id)
+        if sent is None and (message := self.assistant_messages.get(speech_id)) is not None:
+            sent = message.text_content
+        return sent, estimated_seconds(sent) if sent else 0.0
 
     def _current_speech_id(self) -> str:
         speech = self.session.current_speech
@@ -797,6 +837,16 @@ class TurnAdapter:
             raise StopResponse()
         self.agent_hook = hook
         return hook
+
+    def text_turn(self, hook: UserTurnHook) -> tuple[fx.Effect, ...]:
+        """Report a typed user turn (``generate_reply(user_input=...)``: no
+        ``on_user_turn_completed`` runs for it) before LiveKit replies from
+        ``hook.turn_ctx``; end it with :meth:`user_turn_hook_ended` once the reply was
+        asked for. Returns the step's effects (``()`` if it failed: logged)."""
+        self._reported_turn = hook.message.id
+        self._typed_turns.add(hook.message.id)
+        effects = self._guarded("generate_reply", self._commit_user_turn)(hook)
+        return effects if effects is not None else ()
 
     def _commit_user_turn(self, hook: UserTurnHook) -> tuple[fx.Effect, ...]:
         text, item_id = hook.message.text_content or "", hook.message.id

@@ -1,7 +1,8 @@
 """Offline simulated calls: recorded speech, real-time audio IO and scripted models.
 
 Everything here runs a *real* LiveKit ``AgentSession`` offline: the callee's lines are
-recorded WAVs played in real time, the agent's audio is played out in wall-clock time,
+recorded WAVs, or speech made from text and a duration (:func:`spoken_line`), played in
+real time, the agent's audio is played out in wall-clock time,
 and the models are scripted. Used by the integration tests and by ``make demo``.
 """
 
@@ -40,6 +41,7 @@ try:
         Utterance,
         WordTiming,
         get_line,
+        spoken_line,
     )
 except ImportError as error:
     raise_if_extra_missing(
@@ -79,4 +81,5 @@ __all__ = [
     "WordTiming",
     "get_line",
     "load_silero_vad",
+    "spoken_line",
 ]
