@@ -7,6 +7,7 @@ and the call never started. Now a long name is shortened with a hash of the whol
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from pathlib import Path
 
@@ -23,6 +24,16 @@ POLICY = TurnPolicy(direction="outbound", greeting="Hi, this is Ada.")
 
 def _record(room_name: str, folder: Path) -> Trace:
     """A short call of a job in room ``room_name``, traced by the job's writer."""
+    # a session takes the thread's loop when made; none is set once another test's loop closed
+    asyncio.set_event_loop(loop := asyncio.new_event_loop())
+    try:
+        return _record_in_loop(room_name, folder)
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
+
+
+def _record_in_loop(room_name: str, folder: Path) -> Trace:
     room = create_mock_room()
     room.name = room_name
     with fake_job_context(room=room, job_id="AJ_x7Qp2") as ctx:
