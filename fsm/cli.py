@@ -480,10 +480,24 @@ def _check_policy(spec: str) -> TurnPolicy:
 
 
 def _import(spec: str, option: str) -> Any:
+    """What ``spec`` (``module:attr``) names in the user's code. Whatever importing it
+    does wrong is the user's to fix (a syntax error, an exception, an exit), never a
+    check that passed having checked nothing."""
     module_name, _, attr = spec.partition(":")
     try:
-        return getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError, ValueError) as error:
+        module = importlib.import_module(module_name)
+    except SystemExit as exit_:
+        raise CliError(
+            f"{option}: importing {module_name!r} exited (SystemExit: {exit_.code}): "
+            "nothing was checked"
+        ) from None
+    except Exception as error:  # the user's module: SyntaxError, ImportError, its own raise
+        raise CliError(
+            f"{option}: cannot import {spec!r}: {type(error).__name__}: {error}"
+        ) from None
+    try:
+        return getattr(module, attr)
+    except AttributeError as error:
         raise CliError(f"{option}: cannot import {spec!r}: {error}") from None
 
 

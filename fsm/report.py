@@ -124,7 +124,7 @@ class Distribution:
 
     @property
     def total(self) -> float:
-        return math.fsum(self.values)
+        return sum(self.values)  # not fsum: it raises when times near the largest float add up
 
     @property
     def mean(self) -> float | None:
