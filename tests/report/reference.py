@@ -104,10 +104,6 @@ def call_figures(trace: Trace) -> dict[str, Any]:
         1 for s in steps if s.event.name == "user_speech_started" and s.before == "greeting"
     )
     return {
-        "policy": json.dumps(trace.policy.to_dict(), sort_keys=True),
-        "breaches": dict(
-            Counter(s.event.check for s in steps if s.event.name == "outcome_breached")
-        ),
         "direction": trace.policy.direction,
         "end_reason": ends[0].reason if ends else None,
         "duration": steps[-1].at - steps[0].at if steps else 0.0,
@@ -153,6 +149,16 @@ def call_figures(trace: Trace) -> dict[str, Any]:
                 for s in steps
                 if s.event.name == "effect_outcome" and s.event.outcome != "done"
             )
+        ),
+    }
+
+
+def row_figures(trace: Trace) -> dict[str, Any]:
+    """What the report keeps of a call beside its metrics: its policy, its breaches."""
+    return {
+        "policy": json.dumps(trace.policy.to_dict(), sort_keys=True),
+        "breaches": dict(
+            Counter(s.event.check for s in trace.steps if s.event.name == "outcome_breached")
         ),
     }
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from browser import open_page
-from reference import call_figures, report_figures
+from reference import call_figures, report_figures, row_figures
 from simcalls import simulated_traces
 
 from turnfsm import Trace, TurnController
@@ -50,7 +50,7 @@ def page(trace_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def expected(traces: list[Trace]) -> dict[str, str]:
-    return report_figures([call_figures(t) for t in traces])
+    return report_figures([{**call_figures(t), **row_figures(t)} for t in traces])
 
 
 class Figures(HTMLParser):
@@ -105,8 +105,6 @@ def test_each_call_metric_equals_the_trace(traces: list[Trace]) -> None:
     for number, trace in enumerate(traces):
         metrics = call_metrics(trace)
         for name, value in call_figures(trace).items():
-            if name in ("policy", "breaches"):  # the report's, not CallMetrics'
-                continue
             got = getattr(metrics, name)
             got = list(got) if isinstance(got, tuple) else got
             got = dict(got) if name == "state_seconds" else got
