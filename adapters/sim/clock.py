@@ -37,7 +37,8 @@ Four things make a LiveKit session deterministic on it:
   next timer, as real time would pass while the task spins.
 
 A loop that has nothing scheduled and no thread working for it can never wake up again: instead of
-hanging, it raises :class:`SimulationDeadlock`.
+hanging, it raises :class:`SimulationDeadlock`. So does a busy-wait that spins for
+:data:`BUSY_SPIN_LIMIT` turns with no timer to jump to.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 __all__ = [
+    "BUSY_SPIN_LIMIT",
     "BUSY_TURNS",
     "SimulationDeadlock",
     "SimulationTimeLimit",
@@ -79,6 +81,10 @@ BUSY_TURNS = 2_000
 """Turns of the loop at one instant, each with work ready, after which it is taken for a
 busy-wait and the clock jumps to the next timer. The suite's calls take at most about 300
 at one instant without polling (measured over the realtime, integration and sim tests)."""
+
+BUSY_SPIN_LIMIT = 50 * BUSY_TURNS
+"""Turns of a busy-wait at one instant with no timer to jump to after which the loop declares a
+deadlock instead of spinning forever."""
 
 _IDLE_WAIT = 30.0
 """Wall seconds an idle loop waits for a thread to wake it before it declares a deadlock."""
@@ -213,9 +219,18 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         if self._now != self._busy_at:
             self._busy_at, self._busy_turns = self._now, 0
         self._busy_turns += 1
-        if self._busy_turns >= BUSY_TURNS:
+        if self._busy_turns % BUSY_TURNS:
+            return
+        scheduled: list[asyncio.TimerHandle] = self._scheduled  # type: ignore[attr-defined]
+        if scheduled or self.threads_working():
             self._busy_turns = 0
             self.jump_to_next_timer()
+        elif self._busy_turns >= BUSY_SPIN_LIMIT:
+            # no timer to jump to and no thread working: the poll waits for what nothing does
+            raise SimulationDeadlock(
+                f"a task busy-waits ({self._busy_turns} turns of the loop at one instant) with "
+                "no timer scheduled and no thread working: nothing can end its wait"
+            )
 
     def elapsed(self) -> float:
         """Virtual seconds since the loop was made."""
