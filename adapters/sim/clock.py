@@ -47,6 +47,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 import heapq
+import math
 import random
 import selectors
 import sys
@@ -195,7 +196,7 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         self._threads_working = 0
         self.random = random.Random(seed)
         super().__init__(selector=_JumpingSelector(self))
-        self._clock_resolution = 1e-12  # fire only timers due now, not those due a nanosecond on
+        self._clock_resolution = math.ulp(self._now)  # see _move_to
         install_virtual_wall_clock()
 
     # the clock
@@ -207,11 +208,18 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         would sleep): adding the wait to the clock instead would drift by a rounding per jump."""
         scheduled: list[asyncio.TimerHandle] = self._scheduled  # type: ignore[attr-defined]
         if scheduled and scheduled[0].when() > self._now:
-            self._now = scheduled[0].when()
+            self._move_to(scheduled[0].when())
         if self.elapsed() > self._time_limit:
             raise SimulationTimeLimit(
                 f"the simulation ran past its time limit of {self._time_limit:g} virtual seconds"
             )
+
+    def _move_to(self, instant: float) -> None:
+        # asyncio fires the timers due before now + resolution: one float step past now fires
+        # exactly those due now. A fixed step would vanish below a float's precision late in a
+        # long simulation (1e-12 does past about 2.4 hours) and the timer due now never fire.
+        self._now = instant
+        self._clock_resolution = math.ulp(instant)
 
     def count_busy_turn(self) -> None:
         """Counts a turn of the loop with work ready; after `BUSY_TURNS` at one instant, the
