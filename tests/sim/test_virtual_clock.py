@@ -192,3 +192,14 @@ def test_the_loop_is_a_selector_loop_users_can_make_themselves() -> None:
         assert loop.elapsed() == 2
     finally:
         loop.close()
+
+
+async def test_an_async_test_runs_on_the_virtual_clock() -> None:
+    assert isinstance(asyncio.get_running_loop(), VirtualClockLoop)
+
+
+@pytest.mark.wall_clock
+async def test_a_wall_clock_test_runs_on_an_ordinary_loop() -> None:
+    """The mark must be on the test when pytest-asyncio parametrizes it, at collection: a mark
+    added later (``pytest_collection_modifyitems``) changes nothing, silently."""
+    assert not isinstance(asyncio.get_running_loop(), VirtualClockLoop)
