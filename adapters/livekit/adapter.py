@@ -19,9 +19,10 @@ LiveKit's decision: a speech handle that LiveKit (or a lever) really interrupted
 reported as ``AgentSpeechInterrupted`` (:mod:`.interruption`), never the raw VAD start.
 Beside the machine's effect invariants, :class:`~.outcomes.OutcomeMonitor` checks what
 the session did (audio before and of the greeting, replies to an overlap, committed text
-against played audio, tool rounds, the input); ``attach(..., strict=True)`` raises a
-breach, otherwise it is one warning per check and call, counted in
-``adapter.outcomes.counts``.
+against played audio, tool rounds, the input, and that the machine's state agrees with
+the session's: O7); ``attach(..., strict=True)`` raises a breach, otherwise it is one
+warning per check and call, counted in ``adapter.outcomes.counts`` (and listed in
+``adapter.outcomes.breaches``).
 
 Nothing escapes into LiveKit's emitter: a translation or lever that raises (or the
 future a lever awaits) is logged once per lever and error type, as a warning naming the
@@ -309,6 +310,7 @@ class TurnAdapter:
         self.timers.clear()
         self._release_input()
         self.interruptions.close()
+        self.outcomes.agreement.close()
         if self.realtime is not None:  # realtime: restore options, stop listening
             self.realtime.release()
         for task in self._tasks:
@@ -316,6 +318,16 @@ class TurnAdapter:
         self._tasks.clear()
         if _ADAPTERS.get(self.session) is self:
             del _ADAPTERS[self.session]
+
+    @property
+    def attached(self) -> bool:
+        """Session events reach the adapter (from :func:`attach` until :meth:`detach`)."""
+        return bool(self._handlers)
+
+    @property
+    def dispatching(self) -> bool:
+        """A run-to-completion step runs now (an event dispatched meanwhile waits for it)."""
+        return self._dispatching
 
     @property
     def agent_hooks_active(self) -> bool:
@@ -375,6 +387,7 @@ class TurnAdapter:
                 "turnfsm: %s after detach ignored", event.name, extra={"event": event.name}
             )
             return ()
+        self.outcomes.agreement.activity()
         self._queue.append(event)
         if self._dispatching:
             return ()
@@ -385,6 +398,7 @@ class TurnAdapter:
                 self._step(self._queue.popleft())
         finally:
             self._dispatching = False
+        self.outcomes.agreement.step_through()
         if not self._handling:  # strict: a breach the step revealed (in a handler: at its end)
             self.outcomes.raise_pending()
         return effects
@@ -502,11 +516,16 @@ class TurnAdapter:
             except Exception as error:
                 self._report_failure("release input", error, "restoring turn detection")
 
-    def _guarded(self, name: str, handler: Callable[[Any], _R]) -> Callable[[Any], _R | None]:
+    def _guarded(
+        self, name: str, handler: Callable[[Any], _R], *, session_event: bool = True
+    ) -> Callable[[Any], _R | None]:
         """``handler`` as a LiveKit callback: its failure is logged, never raised into the
-        session (``None`` then); its event is the one its steps answer (:attr:`site`)."""
+        session (``None`` then); its event is the one its steps answer (:attr:`site`).
+        A ``session_event`` keeps the session from being quiet (O7)."""
 
         def guarded(event: Any) -> _R | None:
+            if session_event and self._handlers:
+                self.outcomes.agreement.activity()
             self._handling += 1
             site, self.site = self.site, event
             try:
@@ -523,6 +542,11 @@ class TurnAdapter:
                 return None
 
         return guarded
+
+    def guarded_call(self, name: str, call: Callable[[], object]) -> None:
+        """Run ``call`` as a LiveKit callback would be (:meth:`_guarded`): its failure, or
+        a strict outcome breach, is logged and never raised into the event loop."""
+        self._guarded(name, lambda _: call(), session_event=False)(None)
 
     def track(self, awaitable: Awaitable[Any], what: str) -> None:
         """Keep a lever's future alive and log its failure instead of losing it (as a
@@ -562,6 +586,7 @@ class TurnAdapter:
             self.dispatch(ev.SessionStarted(at=self.now()))
         if event.new_state == "speaking" and (speech := self.session.current_speech):
             self.dispatch(ev.AgentSpeechStarted(at=self.now(), speech_id=speech.id))
+        self.outcomes.agreement.agent_state_changed(event.new_state)
 
     def _install_audio_links(self) -> None:
         session = self.session
@@ -602,6 +627,7 @@ class TurnAdapter:
             self.dispatch(ev.UserSpeechStarted(at=self.now()))
         elif event.old_state == "speaking":
             self.dispatch(ev.UserSpeechEnded(at=self.now()))
+        self.outcomes.agreement.user_state_changed(event.old_state, event.new_state)
 
     def _on_user_input_transcribed(self, event: UserInputTranscribedEvent) -> None:
         if event.is_final:
@@ -673,6 +699,7 @@ class TurnAdapter:
         self.forwarded_texts[speech_id] = self.forwarded_texts.get(speech_id, "") + delta
 
     def _on_speech_created(self, event: SpeechCreatedEvent) -> None:
+        self.outcomes.agreement.speech_created(event.speech_handle)
         if self.realtime is not None and self.realtime.intercept_speech(event):
             return  # realtime: a server reply cancelled before it plays (see realtime.py)
         handle = event.speech_handle
@@ -721,7 +748,10 @@ class TurnAdapter:
         return speech.id if speech is not None else ""
 
     def _on_tool_execution_updated(self, event: ToolExecutionUpdatedEvent) -> None:
-        if event.update.type != "tool_call_started" or self._tool_step_speech is not None:
+        if event.update.type != "tool_call_started":
+            return
+        self.outcomes.agreement.tool_step(running=True)
+        if self._tool_step_speech is not None:
             return
         self._tool_step_speech = speech_id = self._current_speech_id()
         if self.agent_hooks_active:  # its turn hook judges the turns of the step
@@ -730,6 +760,7 @@ class TurnAdapter:
 
     def _on_function_tools_executed(self, event: FunctionToolsExecutedEvent) -> None:
         calls = max(1, len(event.function_calls))
+        self.outcomes.agreement.tool_step(running=False)
         self.tool_step_min_words.step_finished()
         speech_id = self._tool_step_speech
         if speech_id is None:

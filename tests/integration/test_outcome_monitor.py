@@ -19,6 +19,8 @@ O5     ``cancel_tool_reply`` does nothing: LiveKit runs a tool round past the   
        cap
 O6     ``unmute_input`` does nothing: the input stays muted after the greeting  outbound,
                                                                                 mute_input
+O7     ``say`` forgets to report its speech's end: the machine waits in         inbound,
+       ``speaking`` after the idle re-prompt played (no second re-prompt)       idle_timeout
 =====  ======================================================================  ===========
 
 The monitors run as in production (not strict): each check that fired logged exactly one
@@ -60,6 +62,12 @@ def _does_nothing(adapter: TurnAdapter, effect: fx.Effect) -> None:
 
 def _unmute_discarding_held_audio(adapter: TurnAdapter, effect: fx.UnmuteInput) -> None:
     adapter.require_gate().unmute(replay_held_audio=False)
+
+
+def _say_forgetting_its_end(adapter: TurnAdapter, effect: fx.Say) -> None:
+    """``session.say``, but the machine never hears its speech's end."""
+    handle = adapter.session.say(effect.text)
+    handle.remove_done_callback(adapter._on_speech_done)  # registered on speech_created
 
 
 def _break(tc: TurnCall, levers: dict[type[fx.Effect], Callable[..., None]]) -> None:
@@ -180,6 +188,25 @@ async def _o6_left_muted(strict: bool = False) -> dict[str, int]:
         return dict(tc.adapter.outcomes.counts)
 
 
+async def _o7_speech_end_never_reported() -> dict[str, int]:
+    policy = TurnPolicy(direction="inbound", first_speaker="user", idle_timeout=2.0)
+    llm = ScriptedLLM(["We open at nine."])
+    script = CallScript([UserLine(0.3, "question")])
+    async with turn_call(policy, script, llm=llm, **LIVEKIT_DEFAULTS) as tc:
+        _break(tc, {fx.Say: _say_forgetting_its_end})
+        call = tc.call
+        await wait_segment(call, 1, timeout=LINES["question"].duration + 8, finished=True)
+        await call.sleep_until(call.now() + 4.0)  # a second re-prompt would come after 2 s
+        context = tc.describe()
+        assert call.tts.texts == ["We open at nine.", policy.idle_message], context
+        assert tc.controller.state == "speaking", context  # waiting for the re-prompt's end
+        assert call.session.agent_state == "listening", context
+        (breach,) = tc.adapter.outcomes.agreement_breaches  # one, however long it lasts
+        assert "speaking while LiveKit has no speech nor tool step" in str(breach), context
+        assert "at quiet" in str(breach), context
+        return dict(tc.adapter.outcomes.counts)
+
+
 CASES = {
     "O1": _o1_audio_before_greeting,
     "O2": _o2_greeting_cut,
@@ -187,6 +214,7 @@ CASES = {
     "O4": _o4_unheard_words_kept,
     "O5": _o5_round_past_cap,
     "O6": _o6_left_muted,
+    "O7": _o7_speech_end_never_reported,
 }
 
 
