@@ -54,6 +54,11 @@ LiveKit                                          turnfsm event
 ``user_input_transcribed``                       ``UserTranscript``
 ``TurnAgent.on_user_turn_completed``             ``UserTurnCommitted`` (without ``TurnAgent``:
                                                  ``conversation_item_added``, role user)
+no reply to it: ``StopResponse`` (under          ``UserTurnDeclined``, naming the reply
+``min_words`` over a tool step, rejected by the  LiveKit prepared for the turn
+machine) or the agent's own hook raised          (``preemptive_generation``) and leaves
+                                                 parked: the one speech not scheduled
+``agent_false_interruption``                     ``UserTurnDeclined`` (``false_interruption``)
 ``speech_created``                               ``AgentSpeechCreated``
 speech handle interrupted (``speech_handle.``   ``AgentSpeechInterrupted`` (before its
 ``wait_if_not_interrupted``)                     ``AgentSpeechEnded``)
@@ -93,6 +98,7 @@ from typing import Any, Literal, TypeVar
 from livekit.agents import AgentSession, StopResponse, llm, utils
 from livekit.agents.voice import SpeechHandle
 from livekit.agents.voice.events import (
+    AgentFalseInterruptionEvent,
     AgentStateChangedEvent,
     CloseEvent,
     ConversationItemAddedEvent,
@@ -290,6 +296,7 @@ class TurnAdapter:
             "conversation_item_added": self._on_conversation_item_added,
             "speech_created": self._on_speech_created,
             "function_tools_executed": self._on_function_tools_executed,
+            "agent_false_interruption": self._on_agent_false_interruption,
             "tool_execution_updated": self._on_tool_execution_updated,
             "error": self._on_error,
             "close": self._on_close,
@@ -769,6 +776,9 @@ class TurnAdapter:
         self._tool_step_speech = None
         self.dispatch(ev.ToolStepFinished(at=self.now(), speech_id=speech_id, calls=calls))
 
+    def _on_agent_false_interruption(self, event: AgentFalseInterruptionEvent) -> None:
+        self._turn_declined("false_interruption")
+
     def _on_error(self, event: ErrorEvent) -> None:
         error = event.error
         self.dispatch(
@@ -805,10 +815,12 @@ class TurnAdapter:
         self._reported_turn = message.id
         if self.tool_step_min_words.is_backchannel(message.text_content or ""):
             logger.debug("turnfsm: a turn under min_words during a tool step: no turn")
+            self._turn_declined("min_words", message.id)
             raise StopResponse()
         hook = UserTurnHook(turn_ctx, message)
         effects = self._guarded("on_user_turn_completed", self._commit_user_turn)(hook)
         if effects is not None and fx.RejectUserTurn(item_id=message.id) in effects:
+            self._turn_declined("rejected", message.id)
             raise StopResponse()
         self.agent_hook = hook
         return hook
@@ -822,6 +834,25 @@ class TurnAdapter:
         the greeting asked of its reply is reported done, or refused."""
         self.agent_hook = None
         self._guarded("on_user_turn_completed", lambda _: hook.ended(error))(hook)
+        if isinstance(error, Exception):  # LiveKit does not reply (StopResponse, or a failure)
+            self._turn_declined("stopped_by_agent", hook.message.id)
+
+    def _turn_declined(self, reason: ev.TurnDeclineReason, item_id: str = "") -> None:
+        """LiveKit will not answer the caller: the machine hears it, with the reply LiveKit
+        prepared for the turn, which it leaves parked (the one speech not scheduled:
+        LiveKit schedules every other as it creates it)."""
+        prepared = [
+            handle.id
+            for handle in self.speeches.values()
+            if not handle.done() and not handle.scheduled
+        ]
+        declined = ev.UserTurnDeclined(
+            at=self.now(),
+            reason=reason,
+            item_id=item_id,
+            prepared_speech_id=prepared[-1] if prepared else "",
+        )
+        self._guarded("user turn declined", self.dispatch)(declined)
 
     def _speech_interrupted(self, speech_id: str) -> None:
         self.dispatch(ev.AgentSpeechInterrupted(at=self.now(), speech_id=speech_id))
