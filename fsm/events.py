@@ -43,6 +43,9 @@ TurnDeclineReason = Literal["min_words", "false_interruption", "rejected", "stop
 tool step, a false interruption (LiveKit resumed the agent), rejected by the machine, or
 stopped by the agent's own ``on_user_turn_completed``."""
 
+OutcomeCheck = Literal["O1", "O2", "O3", "O4", "O5", "O6", "O7"]
+"""The outcome monitor's checks (``turnfsm.adapters.livekit.outcomes.OUTCOME_CHECKS``)."""
+
 
 def _seconds(value: object) -> object:
     """An integer number of seconds as a float; anything else is left to the checks."""
@@ -246,6 +249,16 @@ class EffectOutcome(Event):
 
 
 @attrs.frozen
+class OutcomeBreached(Event):
+    """What the session did broke a guarantee (the LiveKit adapter's outcome monitor: O1
+    agent audio before the greeting ... O6 the input left muted). Traced only, so that a
+    report names the calls that broke one; the machine's decisions do not change."""
+
+    name: ClassVar[str] = "outcome_breached"
+    check: OutcomeCheck
+
+
+@attrs.frozen
 class SessionError(Event):
     """The session reported an error; an unrecoverable one ends the call."""
 
@@ -319,6 +332,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     SessionError,
     AgentSpeechInterrupted,
     EffectOutcome,
+    OutcomeBreached,
     RealtimeModelLinked,
     ModelReplyStarted,
     ModelResponseCreated,

@@ -34,8 +34,9 @@ O7      state_agrees                    the machine's configuration agrees with 
                                         goes quiet
 ======  ==============================  ==================================================
 
-A breach is counted in :attr:`OutcomeMonitor.counts` and kept in
-:attr:`OutcomeMonitor.breaches` (a finished call is judged by them, e.g.
+A breach is counted in :attr:`OutcomeMonitor.counts` and traced, as an
+``OutcomeBreached`` event naming the check, so ``turnfsm report`` names the calls that
+broke one; :attr:`OutcomeMonitor.breaches` keeps them for a finished call (e.g.
 :attr:`OutcomeMonitor.agreement_breaches`). In production it is logged once per check and
 call, as a warning naming the check (no transcript text); with ``strict`` it is raised as
 :class:`OutcomeBreach` at the end of the adapter's current run-to-completion step, never
@@ -63,7 +64,7 @@ if TYPE_CHECKING:
     from .adapter import TurnAdapter
 
 
-OUTCOME_CHECKS: dict[str, str] = {
+OUTCOME_CHECKS: dict[ev.OutcomeCheck, str] = {
     "O1": "no_audio_before_greeting",
     "O2": "greeting_played_whole",
     "O3": "no_reply_to_overlap_fragment",
@@ -73,7 +74,7 @@ OUTCOME_CHECKS: dict[str, str] = {
     "O7": "state_agrees",
 }
 
-STATE_AGREEMENT = "O7"
+STATE_AGREEMENT: ev.OutcomeCheck = "O7"
 """The state-agreement check's name (:class:`StateAgreement`)."""
 
 PRE_GREETING_STATES = frozenset({"ringing", "awaiting_user", "greeting"})
@@ -100,7 +101,7 @@ TALKING_STATES = frozenset({"speaking", "tool_loop"})
 class OutcomeBreach(AssertionError):
     """The session did something a guarantee rules out."""
 
-    def __init__(self, check: str, message: str) -> None:
+    def __init__(self, check: ev.OutcomeCheck, message: str) -> None:
         super().__init__(f"{check} {OUTCOME_CHECKS[check]}: {message}")
         self.check = check
 
@@ -147,11 +148,13 @@ class OutcomeMonitor:
 
     # -- reporting ----------------------------------------------------------------------
 
-    def breach(self, check: str, message: str) -> None:
-        """Record a breach: warn once per check, or raise it (strict) at the step's end."""
+    def breach(self, check: ev.OutcomeCheck, message: str) -> None:
+        """Record a breach: trace it, warn once per check, or raise it (strict) at the
+        step's end."""
         error = OutcomeBreach(check, message)
         self.counts[check] += 1
         self.breaches.append(error)
+        self.adapter.trace_only(ev.OutcomeBreached(at=self.adapter.now(), check=check))
         if self.strict:
             self._unraised.append(error)
         elif self.counts[check] == 1:
@@ -168,7 +171,10 @@ class OutcomeMonitor:
     def step(
         self, before: str, event: ev.Event, after: str, effects: tuple[fx.Effect, ...]
     ) -> None:
-        """After a step's effects ran."""
+        """After a step's effects ran (not the monitor's own breaches: judging those
+        would breach again, without end)."""
+        if isinstance(event, ev.OutcomeBreached):
+            return
         self._judge_greeting_cut(event, after)
         self._note_greeting(before, event, after, effects)
         self._check_overlap(before, event, after, effects)
