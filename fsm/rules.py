@@ -566,8 +566,10 @@ class TurnRules:
         ctx, speech_id = self.context, ev.prepared_speech_id
         ctx.active_speeches = ctx.active_speeches - {speech_id}
         ctx.dropped_speeches = ctx.dropped_speeches - {speech_id}
-        if ctx.final_speech_id == speech_id:  # taken for the final reply: that one is to come
-            ctx.final_speech_id, ctx.final_reply_pending = None, True
+        if ctx.final_speech_id == speech_id:
+            # taken for the capped step's final reply: that one is still to come, unless a
+            # later user turn started a new round of tools
+            ctx.final_speech_id, ctx.final_reply_pending = None, ctx.capped
         self.emit(fx.Interrupt(force=True, speech_id=speech_id))
 
     def allow_tools_after_final_reply(self, ev: AgentSpeechEnded) -> None:

@@ -204,12 +204,13 @@ async def _o6_left_muted(strict: bool = False) -> dict[str, int]:
         return _breaches(tc)
 
 
-async def _o7_speech_end_never_reported() -> dict[str, int]:
+async def _o7_speech_end_never_reported(strict: bool = False) -> dict[str, int]:
     policy = TurnPolicy(direction="inbound", first_speaker="user", idle_timeout=2.0)
     llm = ScriptedLLM(["We open at nine."])
     script = CallScript([UserLine(0.3, "question")])
     async with turn_call(policy, script, llm=llm, **LIVEKIT_DEFAULTS) as tc:
         _break(tc, {fx.Say: _say_forgetting_its_end})
+        tc.adapter.outcomes.strict = strict
         call = tc.call
         await wait_segment(call, 1, timeout=LINES["question"].duration + 8, finished=True)
         await call.sleep_until(call.now() + 4.0)  # a second re-prompt would come after 2 s
@@ -256,13 +257,17 @@ async def test_each_outcome_check_fires(caplog: pytest.LogCaptureFixture) -> Non
     caplog.clear()  # the warnings this test provoked are not failures of the adapter
 
 
-async def test_strict_monitor_raises(caplog: pytest.LogCaptureFixture) -> None:
-    counts = await _o6_left_muted(strict=True)
-    assert counts.get("O6", 0) >= 1, counts
+@pytest.mark.parametrize(("check", "name"), [("O6", "input_released"), ("O7", "state_agrees")])
+async def test_strict_monitor_raises(
+    check: str, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    strict_cases = {"O6": _o6_left_muted, "O7": _o7_speech_end_never_reported}
+    counts = await strict_cases[check](strict=True)
+    assert counts.get(check, 0) >= 1, counts
     raised = [
         r.getMessage()
         for r in caplog.get_records("call")
-        if "OutcomeBreach" in r.getMessage() and "O6 input_released" in r.getMessage()
+        if "OutcomeBreach" in r.getMessage() and f"{check} {name}" in r.getMessage()
     ]
     assert raised, [r.getMessage() for r in caplog.get_records("call")]
     caplog.clear()

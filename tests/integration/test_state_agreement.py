@@ -2,9 +2,9 @@
 nothing pending in the machine.
 
 The caller asks a question whose answer needs a 3 s tool; 1 s into the tool they say
-"Uh-huh." and then nothing. With ``min_words=2`` LiveKit declines that one-word turn: no
+"Mhm." and then nothing. With ``min_words=2`` LiveKit declines that one-word turn: no
 history item, no reply, and the tool's reply plays whole. Under LiveKit's default turn
-handling LiveKit has also prepared a reply to "Uh-huh." (``preemptive_generation``), which
+handling LiveKit has also prepared a reply to "Mhm." (``preemptive_generation``), which
 it leaves parked: never scheduled, never played, never ended. The machine hears of the
 declined turn (``user_turn_declined``), stops that reply and stops waiting for it, so it
 is back in ``listening`` when the tool's reply ends, and with ``idle_timeout=3`` the idle
@@ -40,10 +40,13 @@ from turnfsm.adapters.sim import (
     ScriptedReply,
     ScriptedToolCall,
     UserLine,
+    spoken_line,
 )
 
 QUESTION = LINES["question"].text
 RESULT = "Your appointment is on Tuesday at ten."
+MHM = spoken_line("Mhm.", duration=0.6)
+"""One word: under ``min_words=2`` LiveKit declines it as a turn over a tool step."""
 TOOL_SECONDS = 3.0
 IDLE = 3.0
 
@@ -93,7 +96,7 @@ async def test_a_declined_backchannel_leaves_no_phantom_speaking(settings: str) 
         call = tc.call
         await call.wait_until(lambda: bool(agent.started), timeout=LINES["question"].duration + 4)
         await call.sleep_until(tc.call_time(agent.started[0]) + 1.0)
-        call.audio_input.say_now("uh_huh")
+        call.audio_input.say_now(MHM)
         reply = await tc.segment_played(0, timeout=TOOL_SECONDS + 4)
         reprompt = await tc.segment_played(1, timeout=IDLE + 3)
         context = tc.describe()
@@ -105,7 +108,7 @@ async def test_a_declined_backchannel_leaves_no_phantom_speaking(settings: str) 
             assert abs(segment.pushed - call.tts.duration_of(text)) < 0.1, context
         reply_end = tc.segment_start(reply) + reply.played
         assert IDLE <= tc.segment_start(reprompt) - reply_end < IDLE + 0.5, context
-        # the history: "Uh-huh." was no turn, nothing answered it
+        # the history: "Mhm." was no turn, nothing answered it
         assert tc.texts("user") == [QUESTION], context
         assert tc.texts("assistant") == [RESULT, policy.idle_message], context
         # the machine heard the declined turn and stopped what LiveKit prepared for it
