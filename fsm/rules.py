@@ -144,13 +144,15 @@ class TurnRules:
 
     @guard("event")
     def prepared_reply_in_flight(self, ev: UserTurnDeclined) -> bool:
-        """The reply is one the machine waits for (a speech that runs a tool step is
-        scheduled: never one LiveKit leaves prepared)."""
+        """The reply is one the machine waits for and that never played: not a speech that
+        runs a tool step, nor one whose message LiveKit committed (its unspoken text
+        dropped): both were scheduled, never left prepared."""
         speech_id, ctx = ev.prepared_speech_id, self.context
         return (
             bool(speech_id)
             and speech_id in ctx.active_speeches
-            and speech_id != (ctx.tool_speech_id)
+            and speech_id != ctx.tool_speech_id
+            and speech_id not in ctx.dropped_speeches
         )
 
     @guard("event")
@@ -565,7 +567,6 @@ class TurnRules:
         waited for, as LiveKit never ends it on its own."""
         ctx, speech_id = self.context, ev.prepared_speech_id
         ctx.active_speeches = ctx.active_speeches - {speech_id}
-        ctx.dropped_speeches = ctx.dropped_speeches - {speech_id}
         if ctx.final_speech_id == speech_id:
             # taken for the capped step's final reply: that one is still to come, unless a
             # later user turn started a new round of tools

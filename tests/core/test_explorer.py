@@ -31,6 +31,19 @@ from turnfsm.testing import ExplorationReport, explore
 from support.cores import cores_for_one_test
 
 QUICK: dict[str, TurnPolicy] = {  # the costliest first: two processes share the work
+    "outbound-user-keep-answer": TurnPolicy(
+        direction="outbound",
+        first_speaker="user",
+        greeting="Hi, this is Ada.",
+        greeting_lock="keep_listening",
+        greeting_overlap="answer_whole",
+        interrupted_text="spoken",
+        mute_input_during_tools=False,
+        idle_timeout=5,
+        idle_max_reprompts=1,
+        max_call_duration=60,
+        max_tool_steps=1,
+    ),
     "inbound-user-keep-drop": TurnPolicy(
         direction="inbound",
         first_speaker="user",
@@ -43,16 +56,14 @@ QUICK: dict[str, TurnPolicy] = {  # the costliest first: two processes share the
         max_call_duration=60,
         max_tool_steps=1,
     ),
-    "outbound-user-keep-answer": TurnPolicy(
+    "outbound-agent-mute-drop": TurnPolicy(
         direction="outbound",
-        first_speaker="user",
-        greeting="Hi, this is Ada.",
-        greeting_lock="keep_listening",
-        greeting_overlap="answer_whole",
-        interrupted_text="spoken",
-        mute_input_during_tools=False,
-        idle_timeout=5,
-        idle_max_reprompts=1,
+        first_speaker="agent",
+        greeting_instructions="Introduce yourself",
+        greeting_lock="mute_input",
+        greeting_overlap="drop",
+        interrupted_text="drop",
+        mute_input_during_tools=True,
         max_call_duration=60,
         max_tool_steps=1,
     ),
@@ -67,17 +78,6 @@ QUICK: dict[str, TurnPolicy] = {  # the costliest first: two processes share the
         on_answering_machine="continue",
         max_call_duration=60,
         max_tool_steps=3,
-    ),
-    "outbound-agent-mute-drop": TurnPolicy(
-        direction="outbound",
-        first_speaker="agent",
-        greeting_instructions="Introduce yourself",
-        greeting_lock="mute_input",
-        greeting_overlap="drop",
-        interrupted_text="drop",
-        mute_input_during_tools=True,
-        max_call_duration=60,
-        max_tool_steps=1,
     ),
     "inbound-user-no-greeting": TurnPolicy(  # the only way into listening at the start
         direction="inbound",

@@ -277,6 +277,18 @@ def test_a_declined_turn_without_a_prepared_reply_changes_nothing(prepared: str)
     assert (controller.state, controller.context.active_speeches) == ("tool_loop", {"s1"})
 
 
+def test_a_declined_turn_leaves_a_reply_livekit_committed_alone() -> None:
+    """A reply whose message LiveKit committed (interrupted: its unspoken text dropped)
+    was scheduled and played: never one LiveKit leaves prepared. The machine still waits
+    for its end."""
+    controller = speaking(interrupted_text="spoken")
+    cut = ev.AssistantMessageCommitted(at=2.0, speech_id="s1", text="Your bal", interrupted=True)
+    assert controller.handle(cut) != ()  # its unspoken text dropped
+    declined = ev.UserTurnDeclined(at=2.1, reason="min_words", prepared_speech_id="s1")
+    assert controller.handle(declined) == ()
+    assert (controller.state, controller.context.active_speeches) == ("speaking", {"s1"})
+
+
 def test_nothing_interrupts_the_greeting() -> None:
     controller = greeted(outbound())
     for event in (
