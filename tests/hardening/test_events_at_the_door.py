@@ -290,7 +290,7 @@ def test_a_negative_tool_round_count_cannot_lift_the_cap() -> None:
         (
             TurnContext(active_speeches=frozenset({"s1"})),
             ValueError,
-            "active_speeches must be empty in 'listening', got ['s1']",
+            "active_speeches must be empty in 'listening' after a greeting, got ['s1']",
         ),
     ],
 )
