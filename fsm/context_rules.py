@@ -236,6 +236,13 @@ def _check_state(context: TurnContext, policy: TurnPolicy, configuration: tuple[
         raise ValueError("TurnContext.end_reason must say why the call ended")
     if state in ("speaking", "tool_loop") and not context.active_speeches:
         raise ValueError(f"TurnContext.active_speeches must hold the speech of {state!r}")
+    # a speech in flight after the greeting is the agent's turn (issue 24); without one, a
+    # speech stopped before the call began may still be on its way out in 'listening'
+    if state == "listening" and context.active_speeches and policy.has_greeting:
+        raise ValueError(
+            f"TurnContext.active_speeches must be empty in 'listening' after a greeting, "
+            f"got {sorted(context.active_speeches)}"
+        )
     if state != "ended":
         for name in ("tool_speech_id", "final_after_speech"):
             speech = getattr(context, name)

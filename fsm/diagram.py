@@ -551,9 +551,38 @@ def _overview_model(diagram: Diagram) -> DiagramGraph:
         DiagramTransition(
             source=source, targets=[target], event="<br/>".join(map(mermaid_text, events))
         )
-        for (source, target), events in seen.items()
+        for (source, target), events in _into_boxes(diagram, boxes, seen).items()
     ]
     return _model(diagram, transitions, with_actions=False, boxes=boxes)
+
+
+def _into_boxes(
+    diagram: Diagram, boxes: set[str], seen: dict[tuple[str, str], list[str]]
+) -> dict[tuple[str, str], list[str]]:
+    """Edges from outside a box into two or more of its states drawn as one edge to the
+    box, their events merged (the full diagrams tell which state each leads to)."""
+
+    def box_of(state: str) -> str | None:
+        while state in diagram.parents:
+            state = diagram.parents[state]
+            if state in boxes:
+                return state
+        return None
+
+    into: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for source, target in seen:
+        box = box_of(target)
+        if box is not None and source != box and box_of(source) != box:
+            into.setdefault((source, box), []).append((source, target))
+    merged: dict[tuple[str, str], list[str]] = {}
+    for edge, events in seen.items():
+        group = next((key for key, edges in into.items() if edge in edges), None)
+        if group is None or len(into[group]) < 2:
+            merged[edge] = events
+            continue
+        names = merged.setdefault(group, [])
+        names += [name for name in events if name not in names]
+    return merged
 
 
 def _leaves(diagram: Diagram) -> set[str]:

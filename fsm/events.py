@@ -38,7 +38,12 @@ AnsweringMachineResult = Literal["human", "machine"]
 EffectOutcomeKind = Literal["done", "refused", "failed"]
 """What a lever did with an effect: ``done``, ``refused`` by LiveKit, or ``failed`` (raised)."""
 
-OutcomeCheck = Literal["O1", "O2", "O3", "O4", "O5", "O6"]
+TurnDeclineReason = Literal["min_words", "false_interruption", "rejected", "stopped_by_agent"]
+"""Why the caller's speech got no reply: shorter than the session's ``min_words`` over a
+tool step, a false interruption (LiveKit resumed the agent), rejected by the machine, or
+stopped by the agent's own ``on_user_turn_completed``."""
+
+OutcomeCheck = Literal["O1", "O2", "O3", "O4", "O5", "O6", "O7"]
 """The outcome monitor's checks (``turnfsm.adapters.livekit.outcomes.OUTCOME_CHECKS``)."""
 
 
@@ -117,6 +122,20 @@ class UserTurnCommitted(Event):
     name: ClassVar[str] = "user_turn_committed"
     text: str = ""
     item_id: str = ""
+
+
+@attrs.frozen
+class UserTurnDeclined(Event):
+    """LiveKit will not answer what the caller just said (see ``reason``): no reply comes,
+    the turn is not in the history."""
+
+    name: ClassVar[str] = "user_turn_declined"
+    reason: TurnDeclineReason = "min_words"
+    item_id: str = ""
+    """The declined turn's chat item, when LiveKit made one."""
+    prepared_speech_id: str = ""
+    """The reply LiveKit prepared before the turn ended (``preemptive_generation``) and
+    leaves parked: created, never scheduled, so never played nor ended. Empty if none."""
 
 
 @attrs.frozen
@@ -301,6 +320,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     UserSpeechEnded,
     UserTranscript,
     UserTurnCommitted,
+    UserTurnDeclined,
     AgentSpeechCreated,
     AgentSpeechStarted,
     AgentSpeechEnded,

@@ -233,12 +233,32 @@ def declare_chart() -> dict[str, Any]:
         | greeting.to(
             None, cond="greeting_speech_pending", unless="from_agent_code", on="lock_greeting"
         )
+        # any other speech (the agent's own reply after a refused greeting was said again,
+        # a filler once the greeting's speech exists) plays after the greeting: noted, so the
+        # conversation starts in the agent's turn
+        | greeting.to(None, on="note_speech")
         | listening.to(speaking, on="note_speech")
         | conversation.to(None, on="note_speech")
     )
 
-    # Leaving the greeting: each lock and overlap policy releases the caller its own way.
-    greeting_ended = {"cond": "is_greeting_speech", "on": "note_speech_end"}
+    def leave_greeting(
+        cond: list[str],
+        before: str | list[str],
+        states: tuple[State, State, State] = (greeting, listening, speaking),
+    ) -> Any:
+        """The greeting's speech ended: each lock and overlap policy releases the caller
+        its own way (``before``), then it is the caller's turn, or the agent's while a
+        speech made in the greeting is still in flight (the overlap then ends as when a
+        reply starts in ``listening``: its exit actions)."""
+        source, callers_turn, agents_turn = states
+        cond = ["is_greeting_speech", *cond]
+        return source.to(
+            agents_turn,
+            cond=[*cond, "another_speech_in_flight"],
+            before=before,
+            on=["note_speech_end", "close_spill_over_window", "stop_discarding_overlap"],
+        ) | source.to(callers_turn, cond=cond, before=before, on="note_speech_end")
+
     speech_ended = [
         "note_speech_end",
         "wait_for_final_reply_after_tool_speech",
@@ -246,35 +266,29 @@ def declare_chart() -> dict[str, Any]:
         "say_tool_fallback_if_final_reply_silent",
     ]
     agent_speech_ended = (
-        greeting.to(
-            listening,
-            cond=["is_greeting_speech", "mutes_greeting", "answers_whole_overlap"],
-            before="unmute_replaying_held_audio",
-            on="note_speech_end",
+        leave_greeting(["mutes_greeting", "answers_whole_overlap"], "unmute_replaying_held_audio")
+        | leave_greeting(
+            ["mutes_greeting"], ["unmute_dropping_held_audio", "open_spill_over_window"]
         )
-        | greeting.to(
-            listening,
-            cond=["is_greeting_speech", "mutes_greeting"],
-            before=["unmute_dropping_held_audio", "open_spill_over_window"],
-            on="note_speech_end",
+        | leave_greeting(
+            ["answers_whole_overlap"], "resume_user_turns_committing_a_finished_overlap"
         )
-        | greeting.to(
-            listening,
-            cond=["is_greeting_speech", "answers_whole_overlap"],
-            before="resume_user_turns_committing_a_finished_overlap",
-            on="note_speech_end",
-        )
-        | greeting.to(
-            listening,
-            cond=["is_greeting_speech", "caller_is_speaking"],
-            before="discard_overlap_when_the_caller_stops",
-            on="note_speech_end",
-        )
-        | greeting.to(listening, before="clear_and_resume_user_turns", **greeting_ended)
+        | leave_greeting(["caller_is_speaking"], "discard_overlap_when_the_caller_stops")
+        | leave_greeting([], "clear_and_resume_user_turns")
         | speaking.to(listening, cond="is_last_active_speech", on=speech_ended)
         | tool_loop.to(listening, cond="is_last_active_speech", on=speech_ended)
         | call_wide(on=speech_ended)
     )
+
+    # LiveKit will not answer the caller (its min_words over a tool step, a false
+    # interruption, a rejected or stopped turn): the reply it prepared for the turn, which
+    # it never plays nor ends, is stopped and forgotten as if it had ended
+    user_turn_declined = listening.from_(
+        speaking,
+        tool_loop,
+        cond=["prepared_reply_in_flight", "only_the_prepared_reply_in_flight"],
+        on="forget_prepared_reply",
+    ) | conversation.to(None, cond="prepared_reply_in_flight", on="forget_prepared_reply")
 
     assistant_message_committed = greeting.to(
         None, cond="needs_drop", on="drop_unspoken_text"
@@ -425,7 +439,7 @@ def declare_chart() -> dict[str, Any]:
 
     del in_call, connecting, start, ringing, turn, awaiting_user, greeting, conversation
     del listening, speaking, tool_loop, caller_silent, caller_speaking
-    del greeting_ended, speech_ended, call_wide
+    del leave_greeting, speech_ended, call_wide
     return dict(locals())
 
 
@@ -613,6 +627,23 @@ IGNORED: dict[tuple[str, str], str] = {
         for event in ("user_speech_started", "user_speech_ended")
     },
     ("start", "user_turn_committed"): "before the session starts no turn is committed",
+    **{
+        (state, "user_turn_declined"): reason
+        for state, reason in (
+            ("start", "before the session starts no turn is committed"),
+            ("ringing", "before the answer nobody is on the line"),
+            (
+                "awaiting_user",
+                "a speech before the greeting is stopped as it is created (I8): no prepared"
+                " reply is left",
+            ),
+            (
+                "greeting",
+                "the reply prepared for the first words is dropped as the greeting starts;"
+                " LiveKit prepares none while the greeting plays",
+            ),
+        )
+    },
     ("ringing", "timer_fired"): "timers start with the answer: a late or stale expiry",
     ("start", "timer_fired"): "timers start with the call: a stale expiry",
     **{

@@ -32,6 +32,7 @@ from .events import (
     ToolStepFinished,
     ToolStepStarted,
     UserTurnCommitted,
+    UserTurnDeclined,
 )
 from .policy import TurnPolicy
 
@@ -136,6 +137,27 @@ class TurnRules:
     @guard("event")
     def is_last_active_speech(self, ev: AgentSpeechEnded) -> bool:
         return self.context.active_speeches <= {ev.speech_id}
+
+    @guard("event")
+    def another_speech_in_flight(self, ev: AgentSpeechEnded) -> bool:
+        return bool(self.context.active_speeches - {ev.speech_id})
+
+    @guard("event")
+    def prepared_reply_in_flight(self, ev: UserTurnDeclined) -> bool:
+        """The reply is one the machine waits for and that never played: not a speech that
+        runs a tool step, nor one whose message LiveKit committed (its unspoken text
+        dropped): both were scheduled, never left prepared."""
+        speech_id, ctx = ev.prepared_speech_id, self.context
+        return (
+            bool(speech_id)
+            and speech_id in ctx.active_speeches
+            and speech_id != ctx.tool_speech_id
+            and speech_id not in ctx.dropped_speeches
+        )
+
+    @guard("event")
+    def only_the_prepared_reply_in_flight(self, ev: UserTurnDeclined) -> bool:
+        return self.context.active_speeches <= {ev.prepared_speech_id}
 
     @guard("event")
     def needs_drop(self, ev: AssistantMessageCommitted) -> bool:
@@ -539,6 +561,18 @@ class TurnRules:
             ctx.tool_speech_id = None
         ctx.dropped_speeches = ctx.dropped_speeches - {ev.speech_id}
 
+    def forget_prepared_reply(self, ev: UserTurnDeclined) -> None:
+        """The reply LiveKit prepared for a turn it declined: stopped (forced: it never
+        played, and LiveKit gives it its session's ``allow_interruptions``), and no longer
+        waited for, as LiveKit never ends it on its own."""
+        ctx, speech_id = self.context, ev.prepared_speech_id
+        ctx.active_speeches = ctx.active_speeches - {speech_id}
+        if ctx.final_speech_id == speech_id:
+            # taken for the capped step's final reply: that one is still to come, unless a
+            # later user turn started a new round of tools
+            ctx.final_speech_id, ctx.final_reply_pending = None, ctx.capped
+        self.emit(fx.Interrupt(force=True, speech_id=speech_id))
+
     def allow_tools_after_final_reply(self, ev: AgentSpeechEnded) -> None:
         if ev.speech_id == self.context.final_speech_id:
             self._allow_tools()
@@ -571,8 +605,12 @@ class TurnRules:
         )
 
     def reprompt(self) -> None:
+        """Say the re-prompt, and time the silence again: the speech it creates moves the
+        machine on (cancelling the timer); if none comes (the say refused or failed) the
+        timer still re-prompts or hangs up."""
         self.context.reprompts += 1
         self.emit(fx.Say(text=self.policy.idle_message, reason="reprompt"))
+        self._start_timer("idle")
 
     # -- tools --------------------------------------------------------------------------
 

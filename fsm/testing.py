@@ -3,8 +3,9 @@
 :func:`explore` visits every configuration reachable from a policy's start — the
 state, the context (counters and flags) and the safety monitor's shadow — and feeds
 every event of :func:`event_alphabet` to each, checking every invariant on every
-step. The alphabet is finite (two speeches, two user turns, each timer, early and
-late times), and the policy bounds the counters, so the search ends.
+step, and the watchdogs (:data:`WATCHDOGS`) in every configuration. The alphabet is
+finite (two speeches, two user turns, each timer, early and late times), and the policy
+bounds the counters, so the search ends.
 
 >>> report = explore(TurnPolicy(direction="outbound", greeting="Hi", max_tool_steps=1))
 >>> report.violations
@@ -29,13 +30,14 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from . import effects as fx
 from . import events as ev
 from .context import TurnContext
 from .context_rules import check_context, state_rules_apply
 from .controller import TurnController
 from .effects import REALTIME_TIMERS, TIMER_NAMES, TimerName
 from .invariants import InvariantViolation, SafetyMonitor
-from .machine import LIVE_STATES, TurnChart, TurnMachine, handled_events
+from .machine import CONVERSATION_STATES, LIVE_STATES, TurnChart, TurnMachine, handled_events
 from .policy import TurnPolicy
 from .rules import TurnRules
 
@@ -80,6 +82,26 @@ EARLY = 1.0
 LATE = 100.0
 """Event times: the spill-over window is open at ``EARLY`` and closed at ``LATE``."""
 
+WATCHDOGS: dict[str, str] = {
+    "W1": "max_duration_fires",
+    "W2": "idle_timer_comes_back",
+}
+"""The timers no stuck state may silence, checked in every configuration :func:`explore`
+reaches (:func:`watchdog_problem`):
+
+W1 (``max_call_duration`` set) in every live configuration the ``max_duration`` timer
+runs, and its expiry ends the call there.
+
+W2 (``idle_timeout`` set) in every configuration of the conversation the ``idle`` timer
+runs and its expiry re-prompts or hangs up; or the machine waits for what is in flight —
+the agent's speeches it tracks, the caller's voice — and once each of those speeches
+ended and the caller fell silent, it is back in ``listening`` with the timer running.
+
+What the machine waits for is really in flight: the LiveKit adapter's state-agreement
+check (O7) holds ``speaking``/``tool_loop`` to a speech or tool step LiveKit has in
+flight, and ``caller_speaking`` to LiveKit's user speaking. So a call whose session is
+quiet is in ``listening`` with the caller silent, where the idle timer runs."""
+
 
 def event_alphabet() -> tuple[ev.Event, ...]:
     """A finite set of concrete events covering every event type and branch."""
@@ -95,6 +117,7 @@ def event_alphabet() -> tuple[ev.Event, ...]:
         ev.UserTranscript(at=EARLY, text="hello", is_final=True),
         ev.UserTurnCommitted(at=EARLY, text="hello", item_id="u1"),
         ev.UserTurnCommitted(at=EARLY, text="again", item_id="u2"),
+        ev.UserTurnDeclined(at=EARLY, reason="false_interruption"),
         ev.AnsweringMachineDetected(at=EARLY, result="human"),
         ev.AnsweringMachineDetected(at=EARLY, result="machine"),
         ev.SessionError(at=EARLY, message="boom", recoverable=True),
@@ -123,6 +146,7 @@ def event_alphabet() -> tuple[ev.Event, ...]:
             ev.AgentSpeechEnded(at=EARLY, speech_id=speech, played_seconds=1.5),
             ev.AgentSpeechEnded(at=EARLY, speech_id=speech, interrupted=True, played_seconds=1.0),
             ev.AgentSpeechInterrupted(at=EARLY, speech_id=speech),
+            ev.UserTurnDeclined(at=EARLY, reason="min_words", prepared_speech_id=speech),
             ev.AssistantMessageCommitted(at=EARLY, speech_id=speech, text="hi", interrupted=True),
             ev.ToolStepStarted(at=EARLY, speech_id=speech, calls=1),
             ev.ToolStepFinished(at=EARLY, speech_id=speech),
@@ -186,10 +210,13 @@ class ExplorationReport:
     """(source, event, target) moves taken in each region (the state's, the caller's
     voice's), self loops included."""
     violations: list[str]
-    """One line per breach: the invariant, the configuration and the event."""
+    """One line per breach: the invariant (or watchdog), the configuration and the event
+    that reached it."""
     paths: tuple[tuple[ev.Event, ...], ...] = ()
     """For each violation, in the same order, a shortest event path from the start that
     ends with the breaking event (breadth-first: no shorter path breaks it there)."""
+    watched: int = 0
+    """Configurations in which a watchdog applied (its timer is set by the policy)."""
 
 
 def fresh_context(state: str, policy: TurnPolicy) -> TurnContext:
@@ -265,6 +292,7 @@ def explore(
         reached(queue[0][0], queue[0][1].copy())
     violations: list[str] = []
     paths: list[tuple[ev.Event, ...]] = []
+    watched = 0
     while queue:
         configuration, context, monitor = queue.popleft()
         state = configuration[0]
@@ -297,6 +325,11 @@ def explore(
                 if len(seen) > max_configurations:
                     raise RuntimeError(f"more than {max_configurations} configurations")
                 queue.append((after[0], after[1].copy(), after[2]))
+                watched += _watched(policy, after[0])
+                problem = watchdog_problem(controller, after[0], after[1].copy())
+                if problem is not None:  # a path to the configuration, ending with the event
+                    violations.append(f"{problem} [reached on {event!r}]")
+                    paths.append(_path_to(seen, key))
     return ExplorationReport(
         configurations=len(seen),
         steps=steps,
@@ -304,6 +337,52 @@ def explore(
         transitions=frozenset(moves),
         violations=violations,
         paths=tuple(paths),
+        watched=watched,
+    )
+
+
+def watchdog_problem(
+    controller: TurnController, configuration: tuple[str, ...], context: TurnContext
+) -> str | None:
+    """What keeps a watchdog (:data:`WATCHDOGS`) from firing in ``configuration``, if
+    anything; the controller is left in some configuration (the explorer resumes it)."""
+    policy, state = controller.policy, configuration[0]
+    where = " + ".join(configuration)
+    if policy.max_call_duration is not None and state in LIVE_STATES:
+        if "max_duration" not in context.timers:
+            return f"W1 max_duration_fires: the timer is not running in {where}"
+        controller._resume(configuration, context.copy())
+        controller.handle(ev.TimerFired(at=LATE, timer="max_duration"))
+        if controller.state != "ended":
+            return f"W1 max_duration_fires: its expiry leaves {where} in {controller.state}"
+    if policy.idle_timeout is None or state not in CONVERSATION_STATES:
+        return None
+    controller._resume(configuration, context.copy())
+    if "idle" in context.timers:
+        effects = controller.handle(ev.TimerFired(at=LATE, timer="idle"))
+        reprompted = any(isinstance(e, fx.Say) and e.reason == "reprompt" for e in effects)
+        if reprompted or controller.state == "ended":
+            return None
+        return f"W2 idle_timer_comes_back: its expiry does nothing in {where}"
+    # what the machine waits for ends: every speech it tracks, then the caller's voice
+    for speech_id in sorted(context.active_speeches):
+        controller.handle(ev.AgentSpeechEnded(at=LATE, speech_id=speech_id, played_seconds=1.0))
+    if controller.configuration[-1] == "caller_speaking":
+        controller.handle(ev.UserSpeechEnded(at=LATE))
+    back = controller.state == "listening" and "idle" in controller.context.timers
+    if back or controller.state == "ended":
+        return None
+    return (
+        f"W2 idle_timer_comes_back: not running in {where}, nor once what it waits for "
+        f"ended ({' + '.join(controller.configuration)})"
+    )
+
+
+def _watched(policy: TurnPolicy, configuration: tuple[str, ...]) -> int:
+    state = configuration[0]
+    return int(
+        (policy.max_call_duration is not None and state in LIVE_STATES)
+        or (policy.idle_timeout is not None and state in CONVERSATION_STATES)
     )
 
 

@@ -19,9 +19,10 @@ LiveKit's decision: a speech handle that LiveKit (or a lever) really interrupted
 reported as ``AgentSpeechInterrupted`` (:mod:`.interruption`), never the raw VAD start.
 Beside the machine's effect invariants, :class:`~.outcomes.OutcomeMonitor` checks what
 the session did (audio before and of the greeting, replies to an overlap, committed text
-against played audio, tool rounds, the input); ``attach(..., strict=True)`` raises a
-breach, otherwise it is one warning per check and call, counted in
-``adapter.outcomes.counts``.
+against played audio, tool rounds, the input, and that the machine's state agrees with
+the session's: O7); ``attach(..., strict=True)`` raises a breach, otherwise it is one
+warning per check and call, counted in ``adapter.outcomes.counts`` (and listed in
+``adapter.outcomes.breaches``).
 
 Nothing escapes into LiveKit's emitter: a translation or lever that raises (or the
 future a lever awaits) is logged once per lever and error type, as a warning naming the
@@ -56,6 +57,11 @@ LiveKit                                          turnfsm event
                                                  ``conversation_item_added``, role user)
 ``generate_reply(user_input=...)`` (a typed       ``UserTurnCommitted``, before the reply is
 turn: ``session.run``, RoomIO's text input)      created (:mod:`.text_turns`)
+no reply to it: ``StopResponse`` (under          ``UserTurnDeclined``, naming the reply
+``min_words`` over a tool step, rejected by the  LiveKit prepared for the turn
+machine) or the agent's own hook raised          (``preemptive_generation``) and leaves
+                                                 parked: the one speech not scheduled
+``agent_false_interruption``                     ``UserTurnDeclined`` (``false_interruption``)
 ``speech_created``                               ``AgentSpeechCreated``
 speech handle interrupted (``speech_handle.``   ``AgentSpeechInterrupted`` (before its
 ``wait_if_not_interrupted``)                     ``AgentSpeechEnded``)
@@ -96,6 +102,7 @@ from typing import Any, Literal, TypeVar
 from livekit.agents import AgentSession, StopResponse, llm, utils
 from livekit.agents.voice import SpeechHandle
 from livekit.agents.voice.events import (
+    AgentFalseInterruptionEvent,
     AgentStateChangedEvent,
     CloseEvent,
     ConversationItemAddedEvent,
@@ -308,6 +315,7 @@ class TurnAdapter:
             "conversation_item_added": self._on_conversation_item_added,
             "speech_created": self._on_speech_created,
             "function_tools_executed": self._on_function_tools_executed,
+            "agent_false_interruption": self._on_agent_false_interruption,
             "tool_execution_updated": self._on_tool_execution_updated,
             "error": self._on_error,
             "close": self._on_close,
@@ -329,6 +337,7 @@ class TurnAdapter:
         self.timers.clear()
         self._release_input()
         self.interruptions.close()
+        self.outcomes.agreement.close()
         if self.realtime is not None:  # realtime: restore options, stop listening
             self.realtime.release()
         for task in self._tasks:
@@ -336,6 +345,16 @@ class TurnAdapter:
         self._tasks.clear()
         if _ADAPTERS.get(self.session) is self:
             del _ADAPTERS[self.session]
+
+    @property
+    def attached(self) -> bool:
+        """Session events reach the adapter (from :func:`attach` until :meth:`detach`)."""
+        return bool(self._handlers)
+
+    @property
+    def dispatching(self) -> bool:
+        """A run-to-completion step runs now (an event dispatched meanwhile waits for it)."""
+        return self._dispatching
 
     @property
     def agent_hooks_active(self) -> bool:
@@ -395,6 +414,7 @@ class TurnAdapter:
                 "turnfsm: %s after detach ignored", event.name, extra={"event": event.name}
             )
             return ()
+        self.outcomes.agreement.activity()
         self._queue.append(event)
         if self._dispatching:
             return ()
@@ -405,6 +425,7 @@ class TurnAdapter:
                 self._step(self._queue.popleft())
         finally:
             self._dispatching = False
+        self.outcomes.agreement.step_through()
         if not self._handling:  # strict: a breach the step revealed (in a handler: at its end)
             self.outcomes.raise_pending()
         return effects
@@ -540,11 +561,16 @@ class TurnAdapter:
             except Exception as error:
                 self._report_failure("release input", error, "restoring turn detection")
 
-    def _guarded(self, name: str, handler: Callable[[Any], _R]) -> Callable[[Any], _R | None]:
+    def _guarded(
+        self, name: str, handler: Callable[[Any], _R], *, session_event: bool = True
+    ) -> Callable[[Any], _R | None]:
         """``handler`` as a LiveKit callback: its failure is logged, never raised into the
-        session (``None`` then); its event is the one its steps answer (:attr:`site`)."""
+        session (``None`` then); its event is the one its steps answer (:attr:`site`).
+        A ``session_event`` keeps the session from being quiet (O7)."""
 
         def guarded(event: Any) -> _R | None:
+            if session_event and self._handlers:
+                self.outcomes.agreement.activity()
             self._handling += 1
             site, self.site = self.site, event
             try:
@@ -561,6 +587,11 @@ class TurnAdapter:
                 return None
 
         return guarded
+
+    def guarded_call(self, name: str, call: Callable[[], object]) -> None:
+        """Run ``call`` as a LiveKit callback would be (:meth:`_guarded`): its failure, or
+        a strict outcome breach, is logged and never raised into the event loop."""
+        self._guarded(name, lambda _: call(), session_event=False)(None)
 
     def track(self, awaitable: Awaitable[Any], what: str) -> None:
         """Keep a lever's future alive and log its failure instead of losing it (as a
@@ -613,6 +644,7 @@ class TurnAdapter:
             self.dispatch(ev.SessionStarted(at=self.now()))
         if event.new_state == "speaking" and (speech := self.session.current_speech):
             self.dispatch(ev.AgentSpeechStarted(at=self.now(), speech_id=speech.id))
+        self.outcomes.agreement.agent_state_changed(event.new_state)
 
     def _install_audio_links(self) -> None:
         session = self.session
@@ -653,6 +685,7 @@ class TurnAdapter:
             self.dispatch(ev.UserSpeechStarted(at=self.now()))
         elif event.old_state == "speaking":
             self.dispatch(ev.UserSpeechEnded(at=self.now()))
+        self.outcomes.agreement.user_state_changed(event.old_state, event.new_state)
 
     def _on_user_input_transcribed(self, event: UserInputTranscribedEvent) -> None:
         if event.is_final:
@@ -726,6 +759,7 @@ class TurnAdapter:
         self.forwarded_texts[speech_id] = self.forwarded_texts.get(speech_id, "") + delta
 
     def _on_speech_created(self, event: SpeechCreatedEvent) -> None:
+        self.outcomes.agreement.speech_created(event.speech_handle)
         if self.realtime is not None and self.realtime.intercept_speech(event):
             return  # realtime: a server reply cancelled before it plays (see realtime.py)
         handle = event.speech_handle
@@ -787,7 +821,10 @@ class TurnAdapter:
         return speech.id if speech is not None else ""
 
     def _on_tool_execution_updated(self, event: ToolExecutionUpdatedEvent) -> None:
-        if event.update.type != "tool_call_started" or self._tool_step_speech is not None:
+        if event.update.type != "tool_call_started":
+            return
+        self.outcomes.agreement.tool_step(running=True)
+        if self._tool_step_speech is not None:
             return
         self._tool_step_speech = speech_id = self._current_speech_id()
         if self.agent_hooks_active:  # its turn hook judges the turns of the step
@@ -796,6 +833,7 @@ class TurnAdapter:
 
     def _on_function_tools_executed(self, event: FunctionToolsExecutedEvent) -> None:
         calls = max(1, len(event.function_calls))
+        self.outcomes.agreement.tool_step(running=False)
         self.tool_step_min_words.step_finished()
         speech_id = self._tool_step_speech
         if speech_id is None:
@@ -803,6 +841,9 @@ class TurnAdapter:
             self.dispatch(ev.ToolStepStarted(at=self.now(), speech_id=speech_id, calls=calls))
         self._tool_step_speech = None
         self.dispatch(ev.ToolStepFinished(at=self.now(), speech_id=speech_id, calls=calls))
+
+    def _on_agent_false_interruption(self, event: AgentFalseInterruptionEvent) -> None:
+        self._turn_declined("false_interruption")
 
     def _on_error(self, event: ErrorEvent) -> None:
         error = event.error
@@ -840,10 +881,12 @@ class TurnAdapter:
         self._reported_turn = message.id
         if self.tool_step_min_words.is_backchannel(message.text_content or ""):
             logger.debug("turnfsm: a turn under min_words during a tool step: no turn")
+            self._turn_declined("min_words", message.id)
             raise StopResponse()
         hook = UserTurnHook(turn_ctx, message)
         effects = self._guarded("on_user_turn_completed", self._commit_user_turn)(hook)
         if effects is not None and fx.RejectUserTurn(item_id=message.id) in effects:
+            self._turn_declined("rejected", message.id)
             raise StopResponse()
         self.agent_hook = hook
         return hook
@@ -867,6 +910,25 @@ class TurnAdapter:
         the greeting asked of its reply is reported done, or refused."""
         self.agent_hook = None
         self._guarded("on_user_turn_completed", lambda _: hook.ended(error))(hook)
+        if isinstance(error, Exception):  # LiveKit does not reply (StopResponse, or a failure)
+            self._turn_declined("stopped_by_agent", hook.message.id)
+
+    def _turn_declined(self, reason: ev.TurnDeclineReason, item_id: str = "") -> None:
+        """LiveKit will not answer the caller: the machine hears it, with the reply LiveKit
+        prepared for the turn, which it leaves parked (the one speech not scheduled:
+        LiveKit schedules every other as it creates it)."""
+        prepared = [
+            handle.id
+            for handle in self.speeches.values()
+            if not handle.done() and not handle.scheduled
+        ]
+        declined = ev.UserTurnDeclined(
+            at=self.now(),
+            reason=reason,
+            item_id=item_id,
+            prepared_speech_id=prepared[-1] if prepared else "",
+        )
+        self._guarded("user turn declined", self.dispatch)(declined)
 
     def _speech_interrupted(self, speech_id: str) -> None:
         self.dispatch(ev.AgentSpeechInterrupted(at=self.now(), speech_id=speech_id))

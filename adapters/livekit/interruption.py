@@ -88,7 +88,8 @@ class ToolStepMinWords:
     LiveKit answers) the step's speech is made uninterruptible for the step, so LiveKit
     leaves it alone, and each turn committed meanwhile is judged as LiveKit judges one over
     a playing reply: shorter than ``min_words`` (LiveKit's own word split) it is no turn —
-    no history item, no reply; otherwise the step's speech is interrupted
+    no history item, no reply, and the machine hears it as ``UserTurnDeclined``
+    (``min_words``); otherwise the step's speech is interrupted
     (``speech_handle.interrupt()``), as LiveKit would have done. The speech's own setting
     is restored when the step ends, before the tool's reply. One cost: audio barge-in on
     text the reply speaks *before* its tool call waits for the end of that turn.

@@ -27,24 +27,34 @@ O5      tool_rounds_capped              LiveKit runs at most ``max_tool_steps`` 
 O6      input_released                  the input gate is open and user turns are not
                                         held in every state that does not mute or hold
                                         them, and when the call ends
+O7      state_agrees                    the machine's configuration agrees with what the
+                                        session shows (:class:`StateAgreement`): at every
+                                        ``agent_state_changed`` and
+                                        ``user_state_changed``, and whenever the session
+                                        goes quiet
 ======  ==============================  ==================================================
 
 A breach is counted in :attr:`OutcomeMonitor.counts` and traced, as an
 ``OutcomeBreached`` event naming the check, so ``turnfsm report`` names the calls that
-broke one. In production it is logged once per check and call, as a warning naming the
-check (no transcript text); with ``strict`` it is raised as :class:`OutcomeBreach` at the
-end of the adapter's current run-to-completion step, never inside LiveKit's audio chain.
+broke one; :attr:`OutcomeMonitor.breaches` keeps them for a finished call (e.g.
+:attr:`OutcomeMonitor.agreement_breaches`). In production it is logged once per check and
+call, as a warning naming the check (no transcript text); with ``strict`` it is raised as
+:class:`OutcomeBreach` at the end of the adapter's current run-to-completion step, never
+inside LiveKit's audio chain.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 from typing import TYPE_CHECKING
 
 from livekit.agents import llm
+from livekit.agents.voice import SpeechHandle
 
 from turnfsm import effects as fx
 from turnfsm import events as ev
+from turnfsm.machine import LIVE_STATES
 
 from .audio import PlayedSegment
 from .levers import heard_text
@@ -61,7 +71,11 @@ OUTCOME_CHECKS: dict[ev.OutcomeCheck, str] = {
     "O4": "committed_text_heard",
     "O5": "tool_rounds_capped",
     "O6": "input_released",
+    "O7": "state_agrees",
 }
+
+STATE_AGREEMENT: ev.OutcomeCheck = "O7"
+"""The state-agreement check's name (:class:`StateAgreement`)."""
 
 PRE_GREETING_STATES = frozenset({"ringing", "awaiting_user", "greeting"})
 _REPORTS_OF_A_CUT = (
@@ -75,6 +89,13 @@ UNHEARD_WORDS_TOLERATED = 1
 """A word cut in the middle may count as heard by one measure and not by the other."""
 PLAYED_SECONDS_TOLERATED = 0.05
 """Playout positions are reported to about a frame."""
+QUIET_SECONDS = 1.0
+"""The session has gone quiet once no LiveKit event reached the adapter and the machine took
+no step for this long, on the event loop's clock: O7 is checked then."""
+TRANSCRIPT_WAIT = 2.0
+"""How long LiveKit may wait for the final transcript of a turn whose speech ended
+(``commit_user_turn``'s default ``transcript_timeout``)."""
+TALKING_STATES = frozenset({"speaking", "tool_loop"})
 
 
 class OutcomeBreach(AssertionError):
@@ -116,6 +137,14 @@ class OutcomeMonitor:
         self._full_texts: dict[str, str] = {}
         # O5: tool rounds LiveKit ran since the last user turn
         self._tool_rounds = 0
+        # O7: the machine's configuration against the session's
+        self.agreement = StateAgreement(self)
+
+    @property
+    def agreement_breaches(self) -> list[OutcomeBreach]:
+        """The state-agreement breaches (O7) so far: for a finished call, whether the
+        machine ever disagreed with the session."""
+        return [breach for breach in self.breaches if breach.check == STATE_AGREEMENT]
 
     # -- reporting ----------------------------------------------------------------------
 
@@ -342,6 +371,189 @@ class OutcomeMonitor:
             self.breach("O6", f"the input is muted in {after}")
         if adapter.held_turn_settings is not None and after not in holding:
             self.breach("O6", f"user turns are held in {after}")
+
+
+class StateAgreement:
+    """O7: the machine's configuration is one the session can be in.
+
+    What the session shows is observed here, beside the adapter's translation and
+    independently of the levers: LiveKit's own speech handles (from ``speech_created``
+    until their done callbacks ran), its tool steps (``tool_execution_updated`` to
+    ``function_tools_executed``), and the agent's and user's states as the session
+    announced them (``agent_state_changed``, ``user_state_changed``: LiveKit emits one
+    whenever ``session.agent_state`` / ``session.user_state`` changes). What must hold:
+
+    * ``speaking`` / ``tool_loop`` only while LiveKit has a speech or a tool step in
+      flight: a speech scheduled and not done, or a tool step running. A reply LiveKit
+      prepared before the turn ended (``preemptive_generation``: created, never
+      scheduled) is in flight only while its turn may still be answered: the user is
+      speaking, the agent's turn hook runs, or the turn's end may still be pending
+      (LiveKit's ``endpointing["max_delay"]`` plus :data:`TRANSCRIPT_WAIT` after the user
+      stopped). After that LiveKit leaves it parked, never played nor ended;
+    * ``listening`` only while LiveKit's agent plays nothing and no speech is scheduled
+      (one being interrupted is on its way out);
+    * ``caller_speaking`` only while LiveKit's user is ``speaking``.
+
+    Checked at every ``agent_state_changed`` and ``user_state_changed`` (once the adapter
+    handled the event, and its run-to-completion step is through), and whenever the
+    session goes quiet: :data:`QUIET_SECONDS` of loop time after the last session event or
+    machine step, and once more when a prepared reply's turn can no longer be pending.
+    Not before the call is live nor after it ends; the greeting and the wait for the
+    callee's words are left to O1, O2 and the machine's timers. A disagreement is one
+    breach until the two agree again.
+    """
+
+    def __init__(self, monitor: OutcomeMonitor) -> None:
+        self.monitor = monitor
+        self.adapter = monitor.adapter
+        self._speeches: dict[str, SpeechHandle] = {}
+        """LiveKit's speeches whose done callbacks have not run yet."""
+        self._tool_step_running = False
+        self._agent_state = "initializing"
+        self._user_state = "listening"
+        self._user_stopped_at: float | None = None
+        self._last_activity = 0.0
+        self._quiet_timer: asyncio.TimerHandle | None = None
+        self._window_timer: asyncio.TimerHandle | None = None
+        self._pending: str | None = None
+        """A check asked for while the adapter's step runs: made once it is through."""
+        self._disagreement: str | None = None
+
+    # -- what the session shows -----------------------------------------------------------
+
+    def speech_created(self, handle: SpeechHandle) -> None:
+        self._speeches[handle.id] = handle
+        handle.add_done_callback(self._speech_done)
+
+    def _speech_done(self, handle: SpeechHandle) -> None:
+        self._speeches.pop(handle.id, None)
+
+    def tool_step(self, *, running: bool) -> None:
+        self._tool_step_running = running
+
+    def agent_state_changed(self, new_state: str) -> None:
+        self._agent_state = new_state
+        self.checkpoint("agent_state_changed")
+
+    def user_state_changed(self, old_state: str, new_state: str) -> None:
+        self._user_state = new_state
+        if old_state == "speaking":
+            self._user_stopped_at = self._now()
+        self.checkpoint("user_state_changed")
+
+    # -- when it is checked -------------------------------------------------------------
+
+    def activity(self) -> None:
+        """A session event reached the adapter, or the machine took a step."""
+        loop = asyncio.get_running_loop()
+        self._last_activity = loop.time()
+        if self._quiet_timer is None:
+            self._quiet_timer = loop.call_later(QUIET_SECONDS, self._quiet)
+
+    def checkpoint(self, where: str) -> None:
+        """Check now, or once the adapter's step is through."""
+        if self.adapter.dispatching:
+            self._pending = where  # the machine has not seen the event yet
+        else:
+            self.check(where)
+
+    def step_through(self) -> None:
+        """The adapter's run-to-completion step is through."""
+        where, self._pending = self._pending, None
+        if where is not None:
+            self.check(where)
+
+    def _quiet(self) -> None:
+        self._quiet_timer = None
+        loop = asyncio.get_running_loop()
+        remaining = self._last_activity + QUIET_SECONDS - loop.time()
+        if remaining > 1e-6:
+            self._quiet_timer = loop.call_later(remaining, self._quiet)
+            return
+        self.adapter.guarded_call("state agreement", lambda: self.check("quiet"))
+
+    def _window_closed(self) -> None:
+        self._window_timer = None
+        self.adapter.guarded_call("state agreement", lambda: self.check("quiet"))
+
+    def close(self) -> None:
+        """Stop checking (the adapter detached)."""
+        for timer in (self._quiet_timer, self._window_timer):
+            if timer is not None:
+                timer.cancel()
+        self._quiet_timer = self._window_timer = None
+
+    # -- the check ----------------------------------------------------------------------
+
+    def check(self, where: str) -> None:
+        adapter = self.adapter
+        configuration = adapter.controller.configuration
+        state = configuration[0]
+        if adapter.closing or not adapter.attached or state not in LIVE_STATES:
+            return
+        agent, user = self._agent_state, self._user_state
+        problems = []
+        if state in TALKING_STATES and not self._in_flight():
+            problems.append(f"{state} while LiveKit has no speech nor tool step in flight")
+        if state == "listening" and (agent == "speaking" or self._scheduled()):
+            problems.append("listening while LiveKit has a speech scheduled or playing")
+        if "caller_speaking" in configuration and user != "speaking":
+            problems.append("caller_speaking while LiveKit's user is not speaking")
+        if not problems:
+            self._disagreement = None
+            return
+        disagreement = "; ".join(problems)
+        if disagreement == self._disagreement:
+            return  # the same disagreement, still: one breach
+        self._disagreement = disagreement
+        self.monitor.breach(
+            STATE_AGREEMENT,
+            f"{disagreement} (at {where}: machine {' + '.join(configuration)}, LiveKit agent "
+            f"{agent}, user {user}, speeches {self._describe_speeches()})",
+        )
+
+    def _in_flight(self) -> bool:
+        if self._tool_step_running:
+            return True
+        handles = self._speeches.values()
+        return any(handle.scheduled for handle in handles) or (
+            bool(handles) and self._turn_may_be_answered()
+        )
+
+    def _scheduled(self) -> bool:
+        return any(
+            handle.scheduled and not handle.done() and not handle.interrupted
+            for handle in self._speeches.values()
+        )
+
+    def _turn_may_be_answered(self) -> bool:
+        """A prepared reply may still be adopted: the user's turn is not over yet."""
+        if self._user_state == "speaking" or self.adapter.agent_hook is not None:
+            return True
+        if self._user_stopped_at is None:
+            return False
+        endpointing = self.adapter.session.options.endpointing
+        closes = self._user_stopped_at + float(endpointing["max_delay"]) + TRANSCRIPT_WAIT
+        wait = closes - self._now()
+        if wait <= 0:
+            return False
+        if self._window_timer is None:  # check again once it is over
+            loop = asyncio.get_running_loop()
+            self._window_timer = loop.call_later(wait, self._window_closed)
+        return True
+
+    def _describe_speeches(self) -> str:
+        return str(
+            {
+                speech_id: "done"
+                if handle.done()
+                else ("scheduled" if handle.scheduled else "prepared")
+                for speech_id, handle in self._speeches.items()
+            }
+        )
+
+    def _now(self) -> float:
+        return asyncio.get_running_loop().time()
 
 
 def _words(text: str) -> list[str]:

@@ -283,7 +283,7 @@ class SimulatedTurnCall:
 
     @property
     def breaches(self) -> list[OutcomeBreach]:
-        """The outcome monitor's breaches (O1-O6, :mod:`turnfsm.adapters.livekit.outcomes`)."""
+        """The outcome monitor's breaches (O1-O7, :mod:`turnfsm.adapters.livekit.outcomes`)."""
         return list(self.adapter.outcomes.breaches)
 
     @property
@@ -480,7 +480,7 @@ class Expect:
         self._no_breach_of("O5")
 
     def no_breach(self) -> None:
-        """No outcome check (O1-O6) was breached and turnfsm logged no failure (a lever
+        """No outcome check (O1-O7) was breached and turnfsm logged no failure (a lever
         that raised, a controller step that failed)."""
         self._no_breach_of(*sorted({b.check for b in self._call.breaches}))
         logged = [f"{r.levelname}: {r.getMessage()}" for r in self._call.logged]

@@ -5,8 +5,13 @@ first_speaker, greeting_lock, greeting_overlap, interrupted_text and
 mute_input_during_tools (and every timer and ending option), and one outbound call on a
 realtime model (its own replies, responses and their waits: ``explore(realtime=True)``);
 ``make test-deep`` explores
-the product of the binary options (32 policies). Policies are explored in parallel, one
-process per core (per core each pytest-xdist worker has).
+the product of the binary options (32 policies), and the CLI's presets in full. Policies
+are explored in parallel, one process per core (per core each pytest-xdist worker has).
+
+Every exploration also checks the watchdogs (``turnfsm.testing.WATCHDOGS``) in every
+configuration it reaches: every quick policy sets ``max_call_duration`` (W1, which adds
+no configuration: the timer runs from the answer to the end), two set ``idle_timeout``
+(W2); the presets set both.
 """
 
 from __future__ import annotations
@@ -19,12 +24,26 @@ from concurrent.futures import ProcessPoolExecutor
 import pytest
 
 from turnfsm import TurnPolicy
+from turnfsm.cli import PRESETS
 from turnfsm.machine import STATES, declared_moves
 from turnfsm.testing import ExplorationReport, explore
 
 from support.cores import cores_for_one_test
 
 QUICK: dict[str, TurnPolicy] = {  # the costliest first: two processes share the work
+    "outbound-user-keep-answer": TurnPolicy(
+        direction="outbound",
+        first_speaker="user",
+        greeting="Hi, this is Ada.",
+        greeting_lock="keep_listening",
+        greeting_overlap="answer_whole",
+        interrupted_text="spoken",
+        mute_input_during_tools=False,
+        idle_timeout=5,
+        idle_max_reprompts=1,
+        max_call_duration=60,
+        max_tool_steps=1,
+    ),
     "inbound-user-keep-drop": TurnPolicy(
         direction="inbound",
         first_speaker="user",
@@ -37,16 +56,15 @@ QUICK: dict[str, TurnPolicy] = {  # the costliest first: two processes share the
         max_call_duration=60,
         max_tool_steps=1,
     ),
-    "outbound-user-keep-answer": TurnPolicy(
+    "outbound-agent-mute-drop": TurnPolicy(
         direction="outbound",
-        first_speaker="user",
-        greeting="Hi, this is Ada.",
-        greeting_lock="keep_listening",
-        greeting_overlap="answer_whole",
-        interrupted_text="spoken",
-        mute_input_during_tools=False,
-        idle_timeout=5,
-        idle_max_reprompts=1,
+        first_speaker="agent",
+        greeting_instructions="Introduce yourself",
+        greeting_lock="mute_input",
+        greeting_overlap="drop",
+        interrupted_text="drop",
+        mute_input_during_tools=True,
+        max_call_duration=60,
         max_tool_steps=1,
     ),
     "inbound-agent-mute-answer": TurnPolicy(
@@ -58,22 +76,16 @@ QUICK: dict[str, TurnPolicy] = {  # the costliest first: two processes share the
         interrupted_text="keep",
         mute_input_during_tools=False,
         on_answering_machine="continue",
+        max_call_duration=60,
         max_tool_steps=3,
-    ),
-    "outbound-agent-mute-drop": TurnPolicy(
-        direction="outbound",
-        first_speaker="agent",
-        greeting_instructions="Introduce yourself",
-        greeting_lock="mute_input",
-        greeting_overlap="drop",
-        interrupted_text="drop",
-        mute_input_during_tools=True,
-        max_tool_steps=1,
     ),
     "inbound-user-no-greeting": TurnPolicy(  # the only way into listening at the start
         direction="inbound",
         first_speaker="user",
         interrupted_text="keep",
+        idle_timeout=5,
+        idle_max_reprompts=1,
+        max_call_duration=60,
         max_tool_steps=1,
     ),
 }
@@ -133,9 +145,11 @@ def expected_states(policy: TurnPolicy) -> set[str]:
 
 
 def check(policy: TurnPolicy, report: ExplorationReport) -> None:
-    assert report.violations == []
+    assert report.violations == []  # neither an invariant nor a watchdog (W1, W2)
     assert report.states == expected_states(policy)
     assert report.configurations > 100
+    if policy.max_call_duration is not None:  # every live configuration is watched
+        assert report.watched > report.configurations / 2
     undeclared = {move for move in report.transitions if move[0] != move[2]} - DECLARED
     assert not undeclared, f"state changes the machine does not declare: {undeclared}"
 
@@ -161,8 +175,8 @@ def test_quick_policies_cover_every_option_value() -> None:
     policies = QUICK.values()
     assert {p.on_await_user_timeout for p in policies} == {"greet", "hang_up"}
     assert {p.on_answering_machine for p in policies} == {"hang_up", "continue"}
-    assert any(p.idle_timeout for p in policies)
-    assert any(p.max_call_duration for p in policies)
+    assert sum(1 for p in policies if p.idle_timeout) == 2  # W2 checked in two
+    assert all(p.max_call_duration for p in policies)  # W1 checked in every one
 
 
 @pytest.mark.parametrize("name", [*QUICK, *REALTIME])
@@ -203,3 +217,23 @@ def test_explore_every_binary_option_combination(summary_line: Callable[[str], N
         f"explore deep: {len(policies)} policies, {configurations} configurations, "
         f"{steps} checked steps, 0 violations ({time.perf_counter() - start:.0f} s)"
     )
+
+
+@pytest.mark.deep
+def test_watchdogs_hold_in_every_reachable_configuration_of_every_preset(
+    summary_line: Callable[[str], None],
+) -> None:
+    """The CLI's presets turn every timer on: in every configuration they reach, the
+    maximum duration ends the call and the idle timer runs, or comes back once what the
+    machine waits for ended (W1, W2)."""
+    start = time.perf_counter()
+    results = explore_all(list(PRESETS.values()))
+    for (name, policy), (report, _) in zip(PRESETS.items(), results, strict=True):
+        assert policy.idle_timeout is not None
+        assert policy.max_call_duration is not None
+        check(policy, report)
+        summary_line(
+            f"explore preset {name}: {report.configurations} configurations, "
+            f"{report.watched} watched, 0 violations"
+        )
+    summary_line(f"explore presets: {time.perf_counter() - start:.0f} s")

@@ -21,7 +21,7 @@ from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.events import AnsweringMachineDetected, Event, ToolStepFinished, UserTurnCommitted
 from turnfsm.rules import TurnRules
-from turnfsm.testing import explore
+from turnfsm.testing import WATCHDOGS, explore, watchdog_problem
 
 from support.cores import cores_for_one_test
 
@@ -156,6 +156,23 @@ class ModelReplyLetThroughInTheGreeting(TurnRules):
 
     def suppress_model_reply(self, ev: ev.ModelReplyStarted) -> None:
         return
+
+
+class RepromptNotTimed(TurnRules):
+    """W2: the re-prompt does not time the silence again (the machine before issue 24):
+    a say that never speaks leaves the call in ``listening`` with no timer, for good."""
+
+    def reprompt(self) -> None:
+        self.context.reprompts += 1
+        self.emit(fx.Say(text=self.policy.idle_message, reason="reprompt"))
+
+
+class MaxDurationLostInTheGreeting(TurnRules):
+    """W1: the greeting stops the call's maximum-duration timer."""
+
+    def begin_greeting(self) -> None:
+        super().begin_greeting()
+        self._cancel_timer("max_duration")
 
 
 # -- the explorer --------------------------------------------------------------------------
@@ -315,3 +332,56 @@ def test_hypothesis_state_machine_catches_the_tool_cap_bug() -> None:
     with pytest.raises(InvariantViolation) as breach:
         run_state_machine_as_test(BrokenCalls, settings=quick)
     assert breach.value.invariant == "I3"
+
+
+# -- the watchdogs (the explorer checks them in every configuration it reaches) ------------
+
+TIMED = TurnPolicy(
+    direction="outbound", greeting="Hi", idle_timeout=5, idle_max_reprompts=1, max_call_duration=60
+)
+REPROMPTED = [*GREETED, ev.TimerFired(at=7.0, timer="idle")]
+"""The greeting is over and the caller stayed silent: the idle timer re-prompts."""
+
+WATCHDOG_SCENARIOS: list[tuple[type[TurnRules], list[Event], str]] = [
+    (RepromptNotTimed, REPROMPTED, "W2"),
+    (MaxDurationLostInTheGreeting, GREETED, "W1"),
+]
+
+
+@pytest.mark.parametrize(
+    ("bug", "events", "watchdog"),
+    WATCHDOG_SCENARIOS,
+    ids=[bug.__name__ for bug, _, _ in WATCHDOG_SCENARIOS],
+)
+def test_watchdog_check_catches_the_seeded_bug(
+    bug: type[TurnRules], events: list[Event], watchdog: str
+) -> None:
+    def reached(rules_class: type[TurnRules]) -> tuple[TurnController, tuple[str, ...]]:
+        controller = TurnController(TIMED, rules_class=rules_class)
+        for event in events:
+            controller.handle(event)
+        return controller, controller.configuration
+
+    sound, where = reached(TurnRules)
+    # the same call with the real rules: the timer fires there
+    assert watchdog_problem(sound, where, sound.context.copy()) is None
+    broken, broken_where = reached(bug)
+    assert broken_where == where  # the bug is in what the configuration holds
+    problem = watchdog_problem(broken, where, broken.context.copy())
+    assert problem is not None
+    assert problem.split()[0] == watchdog, problem
+
+
+def test_every_watchdog_has_a_seeded_bug() -> None:
+    assert {watchdog for _, _, watchdog in WATCHDOG_SCENARIOS} == set(WATCHDOGS)
+
+
+def test_explorer_finds_the_untimed_reprompt() -> None:
+    """The whole search finds it too, with a shortest path to the stuck configuration."""
+    policy = TurnPolicy(
+        direction="inbound", first_speaker="user", interrupted_text="keep", idle_timeout=5
+    )
+    report = explore(policy, rules_class=RepromptNotTimed)
+    assert {violation.split()[0] for violation in report.violations} == {"W2"}
+    assert report.paths[0] == (ev.SessionStarted(at=1.0), ev.TimerFired(at=1.0, timer="idle"))
+    assert explore(policy).violations == []

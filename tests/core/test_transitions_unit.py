@@ -186,7 +186,107 @@ def test_the_agents_own_speech_before_the_greeting_is_stopped_alone() -> None:
     later = ev.AgentSpeechCreated(at=3.0, speech_id="f2", source="say", from_agent_code=True)
     assert controller.handle(later) == ()  # the greeting is there: it plays after it
     assert controller.handle(ev.AgentSpeechEnded(at=6.0, speech_id="g1")) != ()
+    assert controller.state == "speaking"  # the filler's turn, right after the greeting
+    assert controller.handle(ev.AgentSpeechEnded(at=7.0, speech_id="f2", played_seconds=1)) == ()
     assert controller.state == "listening"
+
+
+@pytest.mark.parametrize(
+    ("lock", "overlap"),
+    [
+        ("mute_input", "answer_whole"),
+        ("mute_input", "drop"),
+        ("keep_listening", "answer_whole"),
+        ("keep_listening", "drop"),
+    ],
+)
+@pytest.mark.parametrize("caller_speaking", [False, True])
+def test_a_speech_made_in_the_greeting_is_the_agents_turn_after_it(
+    lock: str, overlap: str, caller_speaking: bool
+) -> None:
+    """The agent's own reply to "Hello?" after its refused greeting was said again (or a
+    filler) waits behind the greeting: when the greeting ends it is the agent's turn, not
+    the caller's, and the caller is released as when a reply starts in ``listening``."""
+    controller = outbound(greeting_lock=lock, greeting_overlap=overlap, idle_timeout=5)
+    controller.handle(ev.CallAnswered(at=0.0))
+    controller.handle(ev.UserTurnCommitted(at=2.0, text="Hello?", item_id="u1"))
+    controller.handle(ev.AgentSpeechCreated(at=2.1, speech_id="g1", source="say"))
+    assert controller.handle(ev.AgentSpeechCreated(at=2.2, speech_id="r1")) == ()
+    if caller_speaking:
+        controller.handle(ev.UserSpeechStarted(at=3.0))
+    effects = controller.handle(ev.AgentSpeechEnded(at=6.0, speech_id="g1", played_seconds=4))
+    assert controller.state == "speaking"
+    assert controller.context.active_speeches == {"r1"}
+    # the input is released, user turns resumed: nothing held into the agent's turn (I2)
+    ctx = controller.context
+    assert (ctx.input_muted, ctx.turns_held, ctx.discarding_overlap) == (False, False, False)
+    assert not any(isinstance(e, fx.StartTimer) for e in effects)  # no idle: the agent talks
+    controller.handle(ev.UserSpeechEnded(at=7.0))
+    assert controller.handle(ev.AgentSpeechEnded(at=8.0, speech_id="r1", played_seconds=2)) == (
+        fx.StartTimer(timer="idle", seconds=5),
+    )
+    assert controller.state == "listening"
+
+
+def test_a_declined_turn_forgets_the_reply_livekit_prepared_for_it() -> None:
+    """LiveKit declined the caller's turn (a backchannel under min_words over a tool
+    step): the reply it prepared for it is parked for good. The machine stops it and no
+    longer waits for it: the tool step goes on, and the end of its speech is the end of
+    the agent's turn."""
+    controller = speaking(idle_timeout=3)
+    controller.handle(ev.ToolStepStarted(at=3.0, speech_id="s1"))
+    assert controller.handle(ev.AgentSpeechCreated(at=4.0, speech_id="p1")) == ()
+    declined = ev.UserTurnDeclined(at=4.5, reason="min_words", prepared_speech_id="p1")
+    assert controller.handle(declined) == (fx.Interrupt(force=True, speech_id="p1"),)
+    assert (controller.state, controller.context.active_speeches) == ("tool_loop", {"s1"})
+    controller.handle(ev.ToolStepFinished(at=6.0, speech_id="s1"))
+    assert controller.handle(ev.AgentSpeechEnded(at=9.0, speech_id="s1", played_seconds=2)) == (
+        fx.StartTimer(timer="idle", seconds=3),
+    )
+    assert controller.state == "listening"
+    # LiveKit ends the stopped reply later: nothing waits for it any more
+    late = ev.AgentSpeechEnded(at=9.1, speech_id="p1", interrupted=True)
+    assert controller.handle(late) == (
+        fx.DropUnspokenText(speech_id="p1", keep="spoken", played_seconds=0.0),
+    )
+    assert controller.state == "listening"
+
+
+def test_a_declined_turn_whose_reply_was_the_only_one_is_the_callers_turn_again() -> None:
+    controller = listening(idle_timeout=3)
+    controller.handle(ev.AgentSpeechCreated(at=1.0, speech_id="p1"))
+    assert controller.state == "speaking"
+    declined = ev.UserTurnDeclined(at=1.5, reason="stopped_by_agent", prepared_speech_id="p1")
+    assert controller.handle(declined) == (
+        fx.Interrupt(force=True, speech_id="p1"),
+        fx.StartTimer(timer="idle", seconds=3),
+    )
+    assert controller.state == "listening"
+
+
+@pytest.mark.parametrize("prepared", ["", "unknown", "s1"])
+def test_a_declined_turn_without_a_prepared_reply_changes_nothing(prepared: str) -> None:
+    """No reply prepared, one the machine never saw, or the speech running the tool step
+    (scheduled: never one LiveKit leaves prepared)."""
+    controller = speaking()
+    controller.handle(ev.ToolStepStarted(at=3.0, speech_id="s1"))
+    declined = ev.UserTurnDeclined(
+        at=4.0, reason="false_interruption", prepared_speech_id=prepared
+    )
+    assert controller.handle(declined) == ()
+    assert (controller.state, controller.context.active_speeches) == ("tool_loop", {"s1"})
+
+
+def test_a_declined_turn_leaves_a_reply_livekit_committed_alone() -> None:
+    """A reply whose message LiveKit committed (interrupted: its unspoken text dropped)
+    was scheduled and played: never one LiveKit leaves prepared. The machine still waits
+    for its end."""
+    controller = speaking(interrupted_text="spoken")
+    cut = ev.AssistantMessageCommitted(at=2.0, speech_id="s1", text="Your bal", interrupted=True)
+    assert controller.handle(cut) != ()  # its unspoken text dropped
+    declined = ev.UserTurnDeclined(at=2.1, reason="min_words", prepared_speech_id="s1")
+    assert controller.handle(declined) == ()
+    assert (controller.state, controller.context.active_speeches) == ("speaking", {"s1"})
 
 
 def test_nothing_interrupts_the_greeting() -> None:
@@ -759,9 +859,12 @@ def test_idle_reprompts_then_hangs_up() -> None:
         at += 5
         assert controller.handle(ev.TimerFired(at=at, timer="idle")) == (
             fx.Say(text="Still there?", reason="reprompt"),
+            fx.StartTimer(timer="idle", seconds=5),  # should no speech come of the say
         )
         assert controller.context.reprompts == number
-        assert controller.handle(ev.AgentSpeechCreated(at=at, speech_id=f"r{number}")) == ()
+        assert controller.handle(ev.AgentSpeechCreated(at=at, speech_id=f"r{number}")) == (
+            fx.CancelTimer(timer="idle"),
+        )
         assert controller.handle(
             ev.AgentSpeechEnded(at=at + 1, speech_id=f"r{number}", played_seconds=1)
         ) == (fx.StartTimer(timer="idle", seconds=5),)

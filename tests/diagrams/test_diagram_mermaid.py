@@ -172,6 +172,10 @@ def test_overview_draws_states_and_state_changes_by_event_only() -> None:
     # a compound state with moves of its own is a box, its moves drawn once
     assert "    state conversation {\n" in text
     assert "    conversation --> ended : timer_fired\n" in text
+    # the greeting's end leads into two of its states (listening, speaking): one edge to it
+    assert "    greeting --> conversation : agent_speech_ended\n" in text
+    assert "greeting --> listening" not in text
+    assert "greeting --> speaking" not in text
     # internal and bookkeeping transitions are detail, not overview
     assert "note_user_turn" not in text
     assert "conversation --> conversation" not in text

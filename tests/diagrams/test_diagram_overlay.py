@@ -54,8 +54,9 @@ def test_overlay_tells_alternatives_and_ignored_events_apart() -> None:
         ev.CallAnswered(at=1.0),
         ev.UserTurnCommitted(at=2.0, text="Hello?", item_id="u1"),
         ev.AgentSpeechCreated(at=2.1, speech_id="g", source="say"),
-        ev.AgentSpeechCreated(at=2.2, speech_id="x"),  # ignored: the greeting is pending
+        ev.AgentSpeechCreated(at=2.2, speech_id="x"),  # plays after the greeting
         ev.AgentSpeechEnded(at=4.0, speech_id="g"),
+        ev.AgentSpeechEnded(at=4.5, speech_id="x", played_seconds=0.5),
         ev.UserSpeechStarted(at=5.0),
         ev.UserSpeechEnded(at=6.0),
     ):

@@ -286,6 +286,12 @@ def test_a_negative_tool_round_count_cannot_lift_the_cap() -> None:
         (TurnContext(dropped_speeches=frozenset({"s1"})), ValueError, "must be active"),
         (TurnContext(greeting_speech_id="g1"), ValueError, "'g1' is not an active speech"),
         (TurnContext(final_speech_id="s9"), ValueError, "'s9' is not an active speech"),
+        # a speech in flight is the agent's turn (issue 24: O7 holds listening to that)
+        (
+            TurnContext(active_speeches=frozenset({"s1"})),
+            ValueError,
+            "active_speeches must be empty in 'listening' after a greeting, got ['s1']",
+        ),
     ],
 )
 def test_restore_refuses_a_context_no_call_can_be_in(

@@ -122,6 +122,10 @@ async def test_a_greeting_dropped_from_turn_ctx_is_said_locked_first() -> None:
         assert call.tts.texts == [GREETING, "Hello there."], context
         _assert_played_whole(tc, context)
         assert [requested_greeting(r.chat_ctx) for r in llm_.requests] == [None], context
+        # that reply waits behind the greeting: the agent's turn when the greeting ends
+        # (not the caller's, while LiveKit plays it: O7)
+        greeting_end = [s for s in tc.events("agent_speech_ended") if s.before == "greeting"]
+        assert [s.after for s in greeting_end] == ["speaking"], context
 
 
 def _greeting_start(tc: TurnCall) -> tuple[str, str]:

@@ -19,6 +19,8 @@ O5     ``cancel_tool_reply`` does nothing: LiveKit runs a tool round past the   
        cap
 O6     ``unmute_input`` does nothing: the input stays muted after the greeting  outbound,
                                                                                 mute_input
+O7     ``say`` forgets to report its speech's end: the machine waits in         inbound,
+       ``speaking`` after the idle re-prompt played (no second re-prompt)       idle_timeout
 =====  ======================================================================  ===========
 
 The monitors run as in production (not strict): each check that fired logged exactly one
@@ -76,6 +78,12 @@ def _does_nothing(adapter: TurnAdapter, effect: fx.Effect) -> None:
 
 def _unmute_discarding_held_audio(adapter: TurnAdapter, effect: fx.UnmuteInput) -> None:
     adapter.require_gate().unmute(replay_held_audio=False)
+
+
+def _say_forgetting_its_end(adapter: TurnAdapter, effect: fx.Say) -> None:
+    """``session.say``, but the machine never hears its speech's end."""
+    handle = adapter.session.say(effect.text)
+    handle.remove_done_callback(adapter._on_speech_done)  # registered on speech_created
 
 
 def _break(tc: TurnCall, levers: dict[type[fx.Effect], Callable[..., None]]) -> None:
@@ -196,6 +204,26 @@ async def _o6_left_muted(strict: bool = False) -> dict[str, int]:
         return _breaches(tc)
 
 
+async def _o7_speech_end_never_reported(strict: bool = False) -> dict[str, int]:
+    policy = TurnPolicy(direction="inbound", first_speaker="user", idle_timeout=2.0)
+    llm = ScriptedLLM(["We open at nine."])
+    script = CallScript([UserLine(0.3, "question")])
+    async with turn_call(policy, script, llm=llm, **LIVEKIT_DEFAULTS) as tc:
+        _break(tc, {fx.Say: _say_forgetting_its_end})
+        tc.adapter.outcomes.strict = strict
+        call = tc.call
+        await wait_segment(call, 1, timeout=LINES["question"].duration + 8, finished=True)
+        await call.sleep_until(call.now() + 4.0)  # a second re-prompt would come after 2 s
+        context = tc.describe()
+        assert call.tts.texts == ["We open at nine.", policy.idle_message], context
+        assert tc.controller.state == "speaking", context  # waiting for the re-prompt's end
+        assert call.session.agent_state == "listening", context
+        (breach,) = tc.adapter.outcomes.agreement_breaches  # one, however long it lasts
+        assert "speaking while LiveKit has no speech nor tool step" in str(breach), context
+        assert "at quiet" in str(breach), context
+        return dict(tc.adapter.outcomes.counts)
+
+
 CASES = {
     "O1": _o1_audio_before_greeting,
     "O2": _o2_greeting_cut,
@@ -203,6 +231,7 @@ CASES = {
     "O4": _o4_unheard_words_kept,
     "O5": _o5_round_past_cap,
     "O6": _o6_left_muted,
+    "O7": _o7_speech_end_never_reported,
 }
 
 
@@ -228,13 +257,17 @@ async def test_each_outcome_check_fires(caplog: pytest.LogCaptureFixture) -> Non
     caplog.clear()  # the warnings this test provoked are not failures of the adapter
 
 
-async def test_strict_monitor_raises(caplog: pytest.LogCaptureFixture) -> None:
-    counts = await _o6_left_muted(strict=True)
-    assert counts.get("O6", 0) >= 1, counts
+@pytest.mark.parametrize(("check", "name"), [("O6", "input_released"), ("O7", "state_agrees")])
+async def test_strict_monitor_raises(
+    check: str, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    strict_cases = {"O6": _o6_left_muted, "O7": _o7_speech_end_never_reported}
+    counts = await strict_cases[check](strict=True)
+    assert counts.get(check, 0) >= 1, counts
     raised = [
         r.getMessage()
         for r in caplog.get_records("call")
-        if "OutcomeBreach" in r.getMessage() and "O6 input_released" in r.getMessage()
+        if "OutcomeBreach" in r.getMessage() and f"{check} {name}" in r.getMessage()
     ]
     assert raised, [r.getMessage() for r in caplog.get_records("call")]
     caplog.clear()

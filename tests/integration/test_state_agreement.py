@@ -1,0 +1,191 @@
+"""Issue 24: the machine agrees with the session (O7), and a turn LiveKit declines leaves
+nothing pending in the machine.
+
+The caller asks a question whose answer needs a 3 s tool; 1 s into the tool they say
+"Mhm." and then nothing. With ``min_words=2`` LiveKit declines that one-word turn: no
+history item, no reply, and the tool's reply plays whole. Under LiveKit's default turn
+handling LiveKit has also prepared a reply to "Mhm." (``preemptive_generation``), which
+it leaves parked: never scheduled, never played, never ended. The machine hears of the
+declined turn (``user_turn_declined``), stops that reply and stops waiting for it, so it
+is back in ``listening`` when the tool's reply ends, and with ``idle_timeout=3`` the idle
+re-prompt plays 3 s later. Before the fix it waited for the parked reply: ``speaking``
+from the end of the tool's reply to the end of the call, while LiveKit's agent listened,
+and no re-prompt (O7 caught it: ``speaking`` with no speech in flight).
+
+The same holds when the agent's own ``on_user_turn_completed`` stops the reply to a
+backchannel (``StopResponse``) after an answer: LiveKit leaves the reply it prepared
+parked there too.
+
+Every call runs strict: an O7 breach fails the test (the adapter logs it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from livekit.agents import StopResponse, function_tool, llm
+from livekit.agents.voice.events import AgentFalseInterruptionEvent
+from turncalls import SETTING_ROWS, TurnCall, turn_call
+
+from turnfsm import TurnPolicy
+from turnfsm import effects as fx
+from turnfsm import events as ev
+from turnfsm.adapters.livekit import TurnAgent
+from turnfsm.adapters.sim import (
+    LINES,
+    CallScript,
+    LLMRequest,
+    ScriptedLLM,
+    ScriptedReply,
+    ScriptedToolCall,
+    UserLine,
+    spoken_line,
+)
+
+QUESTION = LINES["question"].text
+RESULT = "Your appointment is on Tuesday at ten."
+MHM = spoken_line("Mhm.", duration=0.6)
+"""One word: under ``min_words=2`` LiveKit declines it as a turn over a tool step."""
+TOOL_SECONDS = 3.0
+IDLE = 3.0
+
+
+class LookupAgent(TurnAgent):
+    def __init__(self) -> None:
+        super().__init__(instructions="Look things up.")
+        self.started: list[float] = []
+
+    @function_tool
+    async def lookup(self) -> str:
+        """Look up the customer's appointment."""
+        self.started.append(asyncio.get_running_loop().time())
+        await asyncio.sleep(TOOL_SECONDS)
+        return "Tuesday at ten."
+
+
+def _reply(request: LLMRequest) -> ScriptedReply:
+    if request.chat_ctx.items[-1].type == "function_call_output":  # the tool's reply
+        return ScriptedReply(text=RESULT)
+    if request.last_user_text == QUESTION:
+        return ScriptedReply(tool_calls=(ScriptedToolCall("lookup"),))
+    return ScriptedReply(text="Okay.")
+
+
+def _declined(tc: TurnCall) -> ev.UserTurnDeclined:
+    (step,) = tc.events("user_turn_declined")
+    assert isinstance(step.event, ev.UserTurnDeclined)
+    assert step.before == "tool_loop", tc.describe()
+    return step.event
+
+
+@pytest.mark.parametrize("settings", SETTING_ROWS)
+async def test_a_declined_backchannel_leaves_no_phantom_speaking(settings: str) -> None:
+    policy = TurnPolicy(
+        direction="inbound", first_speaker="user", idle_timeout=IDLE, max_tool_steps=3
+    )
+    agent = LookupAgent()
+    async with turn_call(
+        policy,
+        CallScript([UserLine(0.3, "question")]),
+        agent=agent,
+        llm=ScriptedLLM(_reply),
+        turn_handling={"interruption": {"min_words": 2}},
+        settings=settings,
+    ) as tc:
+        call = tc.call
+        await call.wait_until(lambda: bool(agent.started), timeout=LINES["question"].duration + 4)
+        await call.sleep_until(tc.call_time(agent.started[0]) + 1.0)
+        call.audio_input.say_now(MHM)
+        reply = await tc.segment_played(0, timeout=TOOL_SECONDS + 4)
+        reprompt = await tc.segment_played(1, timeout=IDLE + 3)
+        context = tc.describe()
+        # what the caller heard: the tool's reply whole, then the re-prompt, IDLE s later
+        assert call.tts.texts == [RESULT, policy.idle_message], context
+        for segment, text in ((reply, RESULT), (reprompt, policy.idle_message)):
+            assert segment.interrupted is False, context
+            assert segment.played == segment.pushed, context
+            assert abs(segment.pushed - call.tts.duration_of(text)) < 0.1, context
+        reply_end = tc.segment_start(reply) + reply.played
+        assert IDLE <= tc.segment_start(reprompt) - reply_end < IDLE + 0.5, context
+        # the history: "Mhm." was no turn, nothing answered it
+        assert tc.texts("user") == [QUESTION], context
+        assert tc.texts("assistant") == [RESULT, policy.idle_message], context
+        # the machine heard the declined turn and stopped what LiveKit prepared for it
+        declined = _declined(tc)
+        assert declined.reason == "min_words", context
+        prepared = declined.prepared_speech_id
+        if settings == "livekit-defaults":  # preemptive generation prepared a reply
+            assert prepared, context
+            stop = fx.Interrupt(force=True, speech_id=prepared)
+            assert stop in tc.events("user_turn_declined")[0].effects, context
+        else:
+            assert prepared == "", context
+        assert len(call.audio_output.segments) == 2, context
+        # listening from the end of the tool's reply on: the re-prompt is the idle timer's
+        tool_speech = tc.events("tool_step_started")[0].event.speech_id
+        (reply_ended,) = [
+            s for s in tc.events("agent_speech_ended") if s.event.speech_id == tool_speech
+        ]
+        assert (reply_ended.before, reply_ended.after) == ("speaking", "listening"), context
+        idle = [s for s in tc.events("timer_fired") if s.event.timer == "idle"]
+        assert [s.before for s in idle] == ["listening"], context
+        assert tc.adapter.outcomes.agreement_breaches == [], context
+
+
+class IgnoresBackchannels(TurnAgent):
+    """Answers questions; "Uh-huh." gets no reply (the agent's own hook stops it)."""
+
+    async def on_user_turn_completed(
+        self, turn_ctx: llm.ChatContext, new_message: llm.ChatMessage
+    ) -> None:
+        if new_message.text_content == LINES["uh_huh"].text:
+            raise StopResponse()
+
+
+@pytest.mark.parametrize("settings", SETTING_ROWS)
+async def test_a_backchannel_the_agent_stops_leaves_no_phantom_speaking(settings: str) -> None:
+    policy = TurnPolicy(direction="inbound", first_speaker="user", idle_timeout=IDLE)
+    agent = IgnoresBackchannels(instructions="You answer questions.")
+    async with turn_call(
+        policy,
+        CallScript([UserLine(0.3, "question")]),
+        agent=agent,
+        llm=ScriptedLLM(["We open at nine."]),
+        settings=settings,
+    ) as tc:
+        call = tc.call
+        answer = await tc.segment_played(0, timeout=LINES["question"].duration + 4)
+        await call.sleep_until(tc.segment_start(answer) + answer.played + 0.5)
+        call.audio_input.say_now("uh_huh")
+        reprompt = await tc.segment_played(1, timeout=LINES["uh_huh"].duration + IDLE + 3)
+        context = tc.describe()
+        assert call.tts.texts == ["We open at nine.", policy.idle_message], context
+        assert reprompt.interrupted is False, context
+        assert tc.texts("user") == [QUESTION], context  # StopResponse: not in the history
+        assert tc.texts("assistant") == ["We open at nine.", policy.idle_message], context
+        (step,) = tc.events("user_turn_declined")
+        assert isinstance(step.event, ev.UserTurnDeclined)
+        assert step.event.reason == "stopped_by_agent", context
+        assert step.after == "listening", context
+        if settings == "livekit-defaults":  # the reply prepared for "Uh-huh." is stopped
+            prepared = step.event.prepared_speech_id
+            assert (step.before, step.effects[0]) == (
+                "speaking",
+                fx.Interrupt(force=True, speech_id=prepared),
+            ), context
+        idle = [s for s in tc.events("timer_fired") if s.event.timer == "idle"]
+        assert [s.before for s in idle] == ["listening"], context
+        assert tc.adapter.outcomes.agreement_breaches == [], context
+
+
+async def test_a_false_interruption_is_heard_as_a_declined_turn() -> None:
+    """LiveKit resumed a speech the caller's noise paused: no turn, nothing prepared."""
+    policy = TurnPolicy(direction="inbound", first_speaker="user")
+    async with turn_call(policy) as tc:
+        tc.session.emit("agent_false_interruption", AgentFalseInterruptionEvent(resumed=True))
+        (step,) = tc.events("user_turn_declined")
+        assert step.event == ev.UserTurnDeclined(
+            at=step.event.at, reason="false_interruption", item_id="", prepared_speech_id=""
+        )
+        assert (step.before, step.after, step.effects) == ("listening", "listening", ())
