@@ -111,6 +111,9 @@ def realtime_alphabet() -> tuple[ev.Event, ...]:
         ev.ModelReplyStarted(at=EARLY, speech_id="s1"),
         ev.ModelReplyStarted(at=EARLY, speech_id="s2", after_tool_output=True),
         ev.ModelReplyStarted(at=EARLY, speech_id="s2", after_tool_output=True, duplicate=True),
+        # the agent's own first speech (its on_enter), the greeting when it greets in its
+        # own words
+        ev.AgentSpeechCreated(at=EARLY, speech_id="s1", source="reply", from_agent_code=True),
     ]
     for speech in ("s1", "s2"):
         alphabet += [
