@@ -40,6 +40,7 @@ from faultcalls import (
     FaultCall,
     InjectedSTT,
     LogCapture,
+    attach_late,
     fault_call,
     outbound,
     result_of,
@@ -408,7 +409,7 @@ async def levers_on_closed_session() -> ClosedSessionOutcome:
     fc.adapter.dispatch(ev.UserTurnCommitted(at=1.0, text="Hello?", item_id="late"))
     # a fresh controller on the closed session: every lever touching it fails
     fresh = TurnController(outbound(), strict=True)
-    adapter = attach(fc.session, fresh)
+    adapter = attach_late(fc.session, fresh)
     adapter.dispatch(ev.CallAnswered(at=adapter.now()))  # start_timer: no session needed
     # interrupt(force=True) of a speech before the callee spoke: session.interrupt() fails
     adapter.dispatch(ev.AgentSpeechCreated(at=adapter.now(), speech_id="ghost", source="say"))
