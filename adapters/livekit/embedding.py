@@ -43,6 +43,8 @@ from livekit.agents import AgentSession, llm, utils
 
 from turnfsm import TurnController, TurnPolicy
 
+from .text_turns import wait_for_text_greeting
+
 if TYPE_CHECKING:
     from .adapter import TurnAdapter
 
@@ -176,7 +178,9 @@ def check_start(adapter: TurnAdapter, agent: Any, room: Any, room_options: Any) 
 
 
 def guard_start(adapter: TurnAdapter) -> None:
-    """Run :func:`check_start` when this session starts, before LiveKit does anything.
+    """Run :func:`check_start` when this session starts, before LiveKit does anything;
+    in a text-only session, return once the greeting the session starts with was said
+    (:func:`.text_turns.wait_for_text_greeting`).
 
     The wrapper is set on the session instance only (its class is untouched) and
     removed by :meth:`~.adapter.TurnAdapter.detach`.
@@ -196,6 +200,7 @@ def guard_start(adapter: TurnAdapter) -> None:
         finally:
             adapter.starting = False
         adapter.raise_refusal()  # strict: an early speech its on_enter asked for
+        await wait_for_text_greeting(adapter)
         return started
 
     session.start = checked_start  # type: ignore[method-assign]
