@@ -13,11 +13,13 @@ The cases LiveKit's own test suite found (``make livekit-compat``), in our words
 * under ``first_speaker="user"`` with a greeting, an ``on_enter`` speech is stopped and
   reported: one warning naming the agent class, the method and the fix
   (``EmbeddingError`` from ``session.start`` under strict);
-* workflows: an ``AgentTask`` awaited in a tool, tasks nested in tasks, and an
-  ``update_agent`` handoff to an agent that speaks in ``on_enter``: each agent's speech
-  plays under the policy, and no task LiveKit or turnfsm started is left pending once the
-  session is closed (handing over used to re-set the session's turn detection on the new
-  agent, which opened a second turn-detector stream nobody closed).
+* workflows, as LiveKit's docs teach them: an ``AgentTask`` awaited in a tool, tasks
+  nested in tasks, a task awaited in ``on_enter`` before anything is said, a tool that
+  returns the next agent, and ``update_agent`` handoffs (before the greeting, while it
+  plays, after it): each agent's speech plays under the policy, and no task LiveKit or
+  turnfsm started is left pending once the session is closed (handing over used to re-set
+  the session's turn detection on the new agent, which opened a second turn-detector
+  stream nobody closed).
 
 Each call checks the audio the caller heard, the history, and the trace.
 """
@@ -405,6 +407,29 @@ async def _hand_over_and_close() -> None:
         assert tc.adapter.outcomes.counts == {}, context
 
 
+async def test_a_handoff_while_the_greeting_plays_waits_for_its_end() -> None:
+    """``update_agent`` during the own-words greeting: LiveKit lets the locked greeting
+    finish, then the new agent's ``on_enter`` speech plays, unlocked."""
+    with recorded_tasks() as created:
+        async with turn_call(OWN_WORDS, (), agent=Desk(), llm=ScriptedLLM(_model)) as tc:
+            await tc.call.wait_until(lambda: tc.controller.state == "greeting", timeout=4)
+            await tc.call.sleep_until(tc.call.now() + 1.5)  # in the middle of it
+            tc.session.update_agent(Billing())
+            await tc.segment_played(1, timeout=12)
+            await tc.call.wait_until(lambda: tc.controller.state == "listening", timeout=2)
+            context = tc.describe()
+            assert tc.call.tts.texts == [WELCOME, WELCOME], context
+            _played_whole(tc, 0, WELCOME)
+            _played_whole(tc, 1, WELCOME)
+            (locked,) = tc.effects(fx.LockSpeech)
+            assert tc.events("agent_speech_created")[0].event.speech_id == locked.speech_id
+            assert type(tc.session.current_agent) is Billing, context
+            assert _history(tc) == [("assistant", WELCOME), ("assistant", WELCOME)], context
+            assert tc.adapter.outcomes.counts == {}, context
+        await settle()
+    assert still_pending(created) == [], "the closed call left tasks pending"
+
+
 async def test_a_handoff_before_the_agent_greeted_makes_the_new_agents_speech_the_greeting() -> (
     None
 ):
@@ -428,4 +453,149 @@ async def test_a_handoff_before_the_agent_greeted_makes_the_new_agents_speech_th
             ("user", QUESTION),
             ("assistant", ANSWER),
         ], context
+        assert tc.adapter.outcomes.counts == {}, context
+
+
+TRANSFERRING = "Transferring you to billing."
+
+
+class Billing(TurnAgent):
+    """The agent a tool hands the call to: it speaks in ``on_enter``."""
+
+    def __init__(self) -> None:
+        super().__init__(instructions="Billing.")
+
+    async def on_enter(self) -> None:
+        self.session.generate_reply(instructions="Welcome the caller.")
+
+
+class Frontline(TurnAgent):
+    """LiveKit's documented handoff: a tool returns the next agent (and its output)."""
+
+    def __init__(self) -> None:
+        super().__init__(instructions="You answer the phone for Acme.")
+
+    async def on_enter(self) -> None:
+        self.session.generate_reply(instructions="Greet the caller.")
+
+    @function_tool
+    async def transfer_to_billing(self) -> tuple[Agent, str]:
+        """Hand the caller to billing."""
+        return Billing(), TRANSFERRING
+
+
+def _transfer_model(request: LLMRequest) -> ScriptedReply:
+    """Frontline hands a question to billing and says so (LiveKit still replies to the
+    tool's output, then the new agent's ``on_enter`` speaks)."""
+    last = request.chat_ctx.items[-1]
+    if last.type == "function_call_output":
+        return ScriptedReply(text=last.output)
+    if request.last_user_text == QUESTION and "transfer_to_billing" in request.tool_names:
+        return ScriptedReply(tool_calls=(ScriptedToolCall("transfer_to_billing"),))
+    return _model(request)
+
+
+@pytest.mark.parametrize("policy", [TRANSPARENT, OWN_WORDS], ids=["transparent", "own-words"])
+async def test_a_tool_that_returns_an_agent_hands_the_call_over(policy: TurnPolicy) -> None:
+    """The handoff LiveKit's docs teach, from the middle of a tool step: the new agent's
+    ``on_enter`` speech plays whole, unlocked (only an own-words first speech is the
+    greeting), the call goes on with the new agent, and nothing is left pending."""
+    with recorded_tasks() as created:
+        await _transfer_and_close(policy)
+        await settle()
+    assert still_pending(created) == [], "the closed call left tasks pending"
+
+
+async def _transfer_and_close(policy: TurnPolicy) -> None:
+    turns = {"turn_detection": inference.TurnDetector()}
+    model = ScriptedLLM(_transfer_model)
+    script = CallScript([UserLine(7.0, "question")])  # after the greeting (1.3 s to 6.2 s)
+    async with turn_call(
+        policy,
+        script,
+        agent=Frontline(),
+        llm=model,
+        settings="livekit-defaults",
+        turn_handling=turns,
+    ) as tc:
+        await tc.segment_played(2, timeout=LINES["question"].duration + 16)
+        await tc.call.wait_until(lambda: tc.controller.state == "listening", timeout=2)
+        context = tc.describe()
+        assert tc.call.tts.texts == [GREETING, TRANSFERRING, WELCOME], context
+        for index, text in enumerate(tc.call.tts.texts):
+            _played_whole(tc, index, text)
+        assert type(tc.session.current_agent) is Billing, context
+        assert _history(tc) == [
+            ("assistant", GREETING),
+            ("user", QUESTION),
+            ("assistant", TRANSFERRING),
+            ("assistant", WELCOME),
+        ], context
+        locked = tc.effects(fx.LockSpeech)
+        assert len(locked) == (1 if policy.greets_in_own_words else 0), context
+        assert tc.adapter.outcomes.counts == {}, context
+
+
+class AsksNameFirst(TurnAgent):
+    """LiveKit's documented task pattern: the agent awaits a task in ``on_enter`` before
+    anything else (consent, a name), then greets."""
+
+    def __init__(self) -> None:
+        super().__init__(instructions="You answer the phone for Acme.")
+
+    async def on_enter(self) -> None:
+        name = await CollectName()
+        self.session.generate_reply(instructions=f"Welcome the caller. {name}")
+
+
+@pytest.mark.parametrize("policy", [TRANSPARENT, OWN_WORDS], ids=["transparent", "own-words"])
+async def test_a_task_awaited_in_on_enter_speaks_first(policy: TurnPolicy) -> None:
+    """The task's question is the agent's first speech: played whole (and, where the agent
+    greets in its own words, it is the locked greeting); the agent's welcome follows the
+    caller's answer, and nothing is left pending."""
+    with recorded_tasks() as created:
+        await _ask_name_and_close(policy)
+        await settle()
+    assert still_pending(created) == [], "the closed call left tasks pending"
+
+
+def _name_model(request: LLMRequest) -> ScriptedReply:
+    instructions = _instructions(request) or ""
+    if instructions.startswith("Welcome the caller. "):
+        return ScriptedReply(text=WELCOME)
+    return _model(request)
+
+
+async def _ask_name_and_close(policy: TurnPolicy) -> None:
+    turns = {"turn_detection": inference.TurnDetector()}
+    model = ScriptedLLM(_name_model)
+    async with turn_call(
+        policy,
+        (),
+        agent=AsksNameFirst(),
+        llm=model,
+        settings="livekit-defaults",
+        turn_handling=turns,
+    ) as tc:
+        call = tc.call
+        await tc.segment_played(0, timeout=8)
+        await call.sleep_until(call.now() + 0.8)
+        call.audio_input.say_now("yes")
+        await tc.segment_played(1, timeout=LINES["yes"].duration + 10)
+        await call.wait_until(lambda: tc.controller.state == "listening", timeout=2)
+        context = tc.describe()
+        assert call.tts.texts == [ASK_NAME, WELCOME], context
+        for index, text in enumerate(call.tts.texts):
+            _played_whole(tc, index, text)
+        assert _history(tc) == [
+            ("assistant", ASK_NAME),
+            ("user", YES),
+            ("assistant", WELCOME),
+        ], context
+        assert type(tc.session.current_agent) is AsksNameFirst, context
+        locked = tc.effects(fx.LockSpeech)
+        assert len(locked) == (1 if policy.greets_in_own_words else 0), context
+        if locked:
+            first = tc.events("agent_speech_created")[0].event.speech_id
+            assert locked[0].speech_id == first, context
         assert tc.adapter.outcomes.counts == {}, context
