@@ -11,7 +11,8 @@ own, three times: without turnfsm, and with the plugin :mod:`turnfsm_livekit_com
 attaching a controller to every session under each policy (``transparent``: the caller
 speaks first, turnfsm says nothing; ``agent``: the agent's own first speech is the
 greeting). The table gives passed / failed / errors per file and run, then every test
-whose result differs from the run without turnfsm, and the warnings turnfsm logged.
+whose result differs from the run without turnfsm, and the warnings turnfsm logged. A test
+that hangs fails after ``TEST_TIMEOUT`` seconds and its file goes on.
 
 Exit status: 0 when the transparent run has the baseline's passes and errors, else 1.
 """
@@ -36,6 +37,12 @@ BUILDS_A_SESSION = re.compile(r"AgentSession|create_session|fake_session")
 SKIPPED = ("test_plugin_", "test_ipc.py")
 """Provider plugins (need keys), and job processes (minutes of real time, no session)."""
 PLUGIN_DIR = Path(__file__).resolve().parent
+TEST_TIMEOUT = 120
+"""Seconds before one test counts as hung (LiveKit's tests run on a virtual clock: a few
+seconds each)."""
+FILE_TIMEOUT = 1800
+HUNG = "(the file hung: no report)"
+"""The result of a file whose run was stopped, or left no report."""
 
 Outcome = str
 """``passed``, ``failed``, ``error`` (at setup or teardown) or ``skipped``."""
@@ -117,10 +124,16 @@ def run(root: Path, test_file: Path, policy: str, out: Path) -> dict[str, Outcom
         "turnfsm_livekit_compat",
         # a source excerpt of a deep traceback can crash pytest's reporting on 3.11
         "--tb=native",
+        # a test that hangs fails (pytest-timeout, from the test extra) and the file goes on
+        "-o",
+        f"timeout={TEST_TIMEOUT}",
         f"--junitxml={report}",
     ]
-    subprocess.run(command, cwd=root, env=env, capture_output=True, timeout=1800)
-    return outcomes(report) if report.exists() else {}
+    try:
+        subprocess.run(command, cwd=root, env=env, capture_output=True, timeout=FILE_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return {HUNG: "error"}
+    return outcomes(report) if report.exists() else {HUNG: "error"}
 
 
 def outcomes(report: Path) -> dict[str, Outcome]:

@@ -12,6 +12,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+from compat import run_livekit_suite
 from compat.run_livekit_suite import POLICIES, VERSION_FILE, export, pick_commit, run
 
 SESSION_TEST = """
@@ -92,3 +93,22 @@ def test_every_session_gets_the_policys_controller(
     results = run(root, files[0], policy, out)
     expected = "failed" if policy == "off" else "passed"  # off: nothing attached
     assert results == {"test_a_session_is_built": expected}
+
+
+def test_a_test_that_hangs_fails_and_its_file_goes_on(
+    mirror: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (mirror / "tests" / "test_hangs.py").write_text(
+        "import time\n\n\n"
+        "def test_hangs() -> None:  # as an AgentSession waiting for nothing\n"
+        "    time.sleep(600)\n\n\n"
+        "def test_after() -> None: ...\n",
+        encoding="utf-8",
+    )
+    commit = _commit_version(mirror, "0.0.1")
+    root, out = tmp_path / "export", tmp_path / "reports"
+    root.mkdir()
+    out.mkdir()
+    (test_file,) = export(mirror, commit, root)
+    monkeypatch.setattr(run_livekit_suite, "TEST_TIMEOUT", 2)
+    assert run(root, test_file, "off", out) == {"test_hangs": "failed", "test_after": "passed"}
