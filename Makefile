@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-deep demo lint diagrams bench clean
+.PHONY: install test test-deep demo lint diagrams bench livekit-compat clean
 
 # Strict editable install: the package's files are linked one by one, so the tests see
 # exactly what a wheel would ship. Setuptools says so on every install; that notice is
@@ -46,6 +46,14 @@ demo: install
 
 bench: install
 	$(BIN)/python -m benchmarks
+
+# LiveKit's own AgentSession tests, with turnfsm attached to every session they build
+# (tests/compat/run_livekit_suite.py): LIVEKIT_MIRROR is a livekit/agents git directory
+# (a clone or a bare mirror; nothing of it is copied into this repository)
+livekit-compat: install
+	@test -n "$(LIVEKIT_MIRROR)" || { echo "set LIVEKIT_MIRROR=<livekit/agents git dir>"; exit 2; }
+	$(BIN)/python tests/compat/run_livekit_suite.py --mirror "$(LIVEKIT_MIRROR)" \
+		$(if $(LIVEKIT_COMMIT),--commit "$(LIVEKIT_COMMIT)")
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -152,13 +152,16 @@ def state_rules_apply(machine_class: type[TurnChart], rules_class: type[TurnRule
 def reachable_states(policy: TurnPolicy) -> frozenset[str]:
     """The states a call under ``policy`` can be in: an inbound call starts in ``start``,
     an outbound one rings; the callee's first words are awaited only when the user speaks
-    first and there is a greeting to say."""
+    first and there is a greeting to say; the agent's first speech only when it greets in
+    its own words (that speech is the greeting)."""
     states = {"listening", "speaking", "tool_loop", "ended"}
     states.add("ringing" if policy.direction == "outbound" else "start")
     if policy.has_greeting:
         states.add("greeting")
         if policy.first_speaker == "user":
             states.add("awaiting_user")
+    if policy.greets_in_own_words:
+        states |= {"awaiting_agent", "greeting"}
     return frozenset(states)
 
 

@@ -146,10 +146,11 @@ class AgentSpeechCreated(Event):
     speech_id: str = ""
     source: SpeechSource = "reply"
     from_agent_code: bool = False
-    """The agent's own code asked for it, e.g. a filler said in its
-    ``on_user_turn_completed`` (the LiveKit adapter marks a speech created while that
-    hook runs, by none of turnfsm's levers): never taken for the greeting, which is
-    turnfsm's own speech or LiveKit's reply to the callee's first words."""
+    """The agent's own code asked for it: in its ``on_enter``, or a filler said in its
+    ``on_user_turn_completed`` (the LiveKit adapter marks a speech created while either
+    runs, by none of turnfsm's levers). Never taken for a policy's greeting, which is
+    turnfsm's own speech or LiveKit's reply to the callee's first words; when the agent
+    greets in its own words, its first such speech is the greeting."""
 
 
 @attrs.frozen

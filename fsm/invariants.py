@@ -12,9 +12,10 @@ I1      greeting_locked         in ``greeting`` no ``Interrupt`` is emitted but 
                                 greeting started the input is muted (``mute_input``) or
                                 user turns are held (``keep_listening``), and the
                                 greeting's speech (the first created in it that the
-                                agent's own code did not ask for) is locked in the step
-                                that creates it; a retried greeting is said locked, in
-                                the greeting
+                                agent's own code did not ask for; when the agent greets
+                                in its own words, its first speech) is locked in the
+                                step that creates it; a retried greeting is said locked,
+                                in the greeting
 I2      no_leaked_mute          input is muted only in a muting state, user turns are
                                 held only around the greeting and a realtime model's own
                                 replies are paused only in the greeting; all are released
@@ -200,14 +201,21 @@ class SafetyMonitor:
                     "I1",
                     f"greeting said unlocked or outside the greeting: {effect}",
                 )
-        if before == "greeting" and isinstance(event, ev.AgentSpeechCreated):
-            if self.greeting_speech is None and not event.from_agent_code:
-                self.greeting_speech = event.speech_id
-                _require(
-                    fx.LockSpeech(speech_id=event.speech_id) in effects,
-                    "I1",
-                    f"greeting speech {event.speech_id!r} not locked",
-                )
+        own_words = before == "awaiting_agent" and after == "greeting"
+        if own_words:  # the agent's own first speech is the greeting: locked as it starts
+            self.greeting_started = True
+        if isinstance(event, ev.AgentSpeechCreated) and (
+            own_words
+            or (
+                before == "greeting" and self.greeting_speech is None and not event.from_agent_code
+            )
+        ):
+            self.greeting_speech = event.speech_id
+            _require(
+                fx.LockSpeech(speech_id=event.speech_id) in effects,
+                "I1",
+                f"greeting speech {event.speech_id!r} not locked",
+            )
         if after != "greeting" and before == "greeting":
             self.greeting_started = False
             self.greeting_speech = None

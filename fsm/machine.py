@@ -113,6 +113,13 @@ def declare_chart() -> dict[str, Any]:
                 """Answered; waiting for the callee's first words before greeting (the agent
                 must not talk: invariant I8)."""
 
+                awaiting_agent = State()
+                """Inbound, the agent greets in its own words (``first_speaker="agent"``,
+                no greeting text): waiting for the first speech its code asks for (a
+                ``say`` or ``generate_reply`` in ``on_enter``), which is the greeting.
+                Nothing is held meanwhile: a caller who speaks first is answered as usual,
+                without a greeting."""
+
                 greeting = State(enter="begin_greeting", exit="forget_greeting")
                 """The locked greeting: nothing the caller says interrupts it."""
 
@@ -151,6 +158,7 @@ def declare_chart() -> dict[str, Any]:
     start, ringing = call.connecting.start, call.connecting.ringing
     turn = cast(State, call.live.turn)
     awaiting_user, greeting = call.live.turn.awaiting_user, call.live.turn.greeting
+    awaiting_agent = call.live.turn.awaiting_agent
     conversation = cast(State, call.live.turn.conversation)
     listening, speaking, tool_loop = (
         call.live.turn.conversation.listening,
@@ -167,7 +175,8 @@ def declare_chart() -> dict[str, Any]:
     start.to(ringing, cond="is_outbound")
 
     session_started = (
-        start.to(greeting, cond="agent_speaks_first", on="begin_call")
+        start.to(awaiting_agent, cond="greets_in_own_words", on="begin_call")
+        | start.to(greeting, cond="agent_speaks_first", on="begin_call")
         | start.to(awaiting_user, cond="has_greeting", on="begin_call")
         | start.to(listening, on="begin_call")
     )
@@ -216,6 +225,8 @@ def declare_chart() -> dict[str, Any]:
     user_turn_committed = (
         ringing.to(greeting, on=["begin_call", "note_first_words", "note_user_turn"])
         | awaiting_user.to(greeting, on=["note_first_words", "note_user_turn"])
+        # the caller spoke before the agent greeted: the call goes on without a greeting
+        | awaiting_agent.to(listening, on="note_user_turn")
         | greeting.to(None, cond="drops_overlap", unless="is_first_words", on="reject_user_turn")
         | conversation.to(None, on="note_user_turn")
     )
@@ -223,6 +234,10 @@ def declare_chart() -> dict[str, Any]:
     agent_speech_created = (
         connecting.to(None, on="stop_early_speech")
         | awaiting_user.to(None, on="stop_early_speech")
+        # the agent's own first speech is the greeting; LiveKit's reply (to a caller who
+        # spoke first) is not, and starts the conversation
+        | awaiting_agent.to(greeting, cond="from_agent_code", on="lock_greeting")
+        | awaiting_agent.to(speaking, on="note_speech")
         # the agent's own speech (a filler said in its turn hook) is not the greeting and
         # must not come before it: stopped before it plays
         | greeting.to(
@@ -353,6 +368,7 @@ def declare_chart() -> dict[str, Any]:
         # from the answer on (the timer starts there); ringing has no timer to fire
         | ended.from_(
             awaiting_user,
+            awaiting_agent,
             greeting,
             conversation,
             cond=["timer_is_running", "is_max_duration_timer"],
@@ -437,7 +453,8 @@ def declare_chart() -> dict[str, Any]:
         )
     )
 
-    del in_call, connecting, start, ringing, turn, awaiting_user, greeting, conversation
+    del in_call, connecting, start, ringing, turn, awaiting_user, awaiting_agent, greeting
+    del conversation
     del listening, speaking, tool_loop, caller_silent, caller_speaking
     del leave_greeting, speech_ended, call_wide
     return dict(locals())
@@ -595,6 +612,10 @@ LOCKED_STATES: frozenset[str] = frozenset({"greeting"})
 """States drawn and checked as locked: no interrupt effect is ever emitted in them."""
 
 
+_ANSWERED = ("awaiting_user", "awaiting_agent", "greeting", "listening", "speaking", "tool_loop")
+"""The states of an answered call."""
+
+
 def _everywhere(event: str, reason: str) -> dict[tuple[str, str], str]:
     return {(state, event): reason for state in STATES if state != "ended"}
 
@@ -609,15 +630,26 @@ IGNORED: dict[tuple[str, str], str] = {
     ),
     **{
         (state, "call_answered"): "the call is already answered (a duplicate, or inbound)"
-        for state in ("awaiting_user", "greeting", "listening", "speaking", "tool_loop")
+        for state in _ANSWERED
     },
     ("start", "call_answered"): "an inbound call goes live on session_started (an outbound"
     " one is never in start: it rings at once)",
     ("ringing", "session_started"): "an outbound call starts on call_answered",
     **{
         (state, "session_started"): "a duplicate: the session has already started"
-        for state in ("awaiting_user", "greeting", "listening", "speaking", "tool_loop")
+        for state in _ANSWERED
     },
+    **{
+        ("awaiting_agent", event): "no speech of the agent exists yet"
+        for event in (
+            "assistant_message_committed",
+            "tool_step_started",
+            "tool_step_finished",
+            "agent_speech_interrupted",
+        )
+    },
+    ("awaiting_agent", "model_reply_started"): "a realtime model answering a caller who"
+    " spoke first: its speech starts the conversation (agent_speech_created)",
     **{
         (state, event): reason
         for state, reason in (
@@ -673,7 +705,14 @@ IGNORED: dict[tuple[str, str], str] = {
     **{
         (state, "effect_outcome"): "no lever outcome changes this state: traced only"
         " (see OUTCOME_DECISIONS)"
-        for state in ("start", "ringing", "awaiting_user", "listening", "speaking")
+        for state in (
+            "start",
+            "ringing",
+            "awaiting_user",
+            "awaiting_agent",
+            "listening",
+            "speaking",
+        )
     },
     **{
         ("ended", event): "the call has already ended: nothing is emitted after the end"

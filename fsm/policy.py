@@ -124,7 +124,9 @@ class TurnPolicy:
     (wait for the callee's "Hello?"), ``agent`` for inbound ones."""
 
     greeting: str | None = attrs.field(default=None, validator=_optional_text)
-    """Fixed greeting text, said locked."""
+    """Fixed greeting text, said locked. Without it (nor ``greeting_instructions``) on an
+    inbound call where the agent speaks first, the agent's own first speech is the
+    greeting, locked the same way."""
 
     greeting_instructions: str | None = attrs.field(default=None, validator=_optional_text)
     """Instructions for a generated greeting, instead of ``greeting``."""
@@ -205,18 +207,24 @@ class TurnPolicy:
     def __attrs_post_init__(self) -> None:
         if self.greeting is not None and self.greeting_instructions is not None:
             raise ValueError("greeting and greeting_instructions are exclusive: set one")
-        needs_greeting = self.first_speaker == "agent" or self.direction == "outbound"
-        if needs_greeting and not self.has_greeting:
+        if self.direction == "outbound" and not self.has_greeting:
             raise ValueError(
-                "greeting or greeting_instructions is required when the agent greets "
-                f"(direction={self.direction!r}, first_speaker={self.first_speaker!r}): "
-                'e.g. TurnPolicy(greeting="Hi, this is Ada from Acme.")'
+                "greeting or greeting_instructions is required for an outbound call: the "
+                "agent's own code cannot greet the callee (its on_enter runs while the call "
+                'is still ringing): e.g. TurnPolicy(direction="outbound", '
+                'greeting="Hi, this is Ada from Acme.")'
             )
 
     @property
     def has_greeting(self) -> bool:
         """Whether this call has a greeting to say."""
         return self.greeting is not None or self.greeting_instructions is not None
+
+    @property
+    def greets_in_own_words(self) -> bool:
+        """The agent greets first with no greeting text of the policy's: its own first
+        speech (a ``say`` or ``generate_reply`` in ``on_enter``) is the greeting."""
+        return self.first_speaker == "agent" and not self.has_greeting
 
     @property
     def mutes_greeting(self) -> bool:

@@ -105,6 +105,10 @@ class TurnRules:
     def agent_speaks_first(self) -> bool:
         return self.policy.first_speaker == "agent"
 
+    @guard("policy")
+    def greets_in_own_words(self) -> bool:
+        return self.policy.greets_in_own_words
+
     @guard("event")
     def in_spill_over_window(self, ev: Event) -> bool:
         until = self.context.spill_over_until
@@ -368,6 +372,8 @@ class TurnRules:
             self._hold_user_turns()
         if ctx.model_replies_to_turns:
             self._pause_model_replies()
+        if ctx.greeting_speech_id is not None:
+            return  # the agent's own speech is the greeting: nothing to ask for
         if ctx.model_replies_to_turns and ctx.first_words_item is not None:
             # the model answers the first words itself: that reply is replaced by the greeting
             self._greeting_waits("model_reply")
@@ -381,6 +387,8 @@ class TurnRules:
         self.emit(fx.Interrupt(force=True, speech_id=ev.speech_id))
 
     def lock_greeting(self, ev: AgentSpeechCreated) -> None:
+        """This speech is the greeting: LiveKit's reply carrying it, turnfsm's own, or the
+        agent's first speech when it greets in its own words."""
         self.context.greeting_speech_id = ev.speech_id
         self._add_active_speech(ev.speech_id)
         self.emit(fx.LockSpeech(speech_id=ev.speech_id))

@@ -160,6 +160,16 @@ REALTIME_LINK = ev.RealtimeModelLinked(at=EARLY, replies_to_turns=True)
 answers tool output itself is reached too: its first such reply tells the machine."""
 
 
+OWN_WORDS_SPEECH = (
+    ev.AgentSpeechCreated(at=EARLY, speech_id="s3", source="reply", from_agent_code=True),
+    ev.AgentSpeechEnded(at=EARLY, speech_id="s3"),
+)
+"""A speech the agent's own code asks for (its ``on_enter``) and its end: added to a
+realtime exploration when the agent greets in its own words, where it is the greeting
+(the realtime rules read no other speech of the agent's code; :func:`event_alphabet`
+has them for every policy)."""
+
+
 def realtime_alphabet() -> tuple[ev.Event, ...]:
     """The events of a realtime call: the model's responses and its own replies, and the
     call's events that meet the realtime waits (the greeting, speeches, tool steps,
@@ -268,6 +278,8 @@ def explore(
         RuntimeError: more than ``max_configurations`` configurations (unbounded state).
     """
     alphabet = (*(realtime_alphabet() if realtime else event_alphabet()), *extra_events)
+    if realtime and policy.greets_in_own_words:
+        alphabet = (*alphabet, *OWN_WORDS_SPEECH)
     by_state = state_rules_apply(machine_class, rules_class)
     controller = TurnController(
         policy, record=False, machine_class=machine_class, rules_class=rules_class

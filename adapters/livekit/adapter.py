@@ -48,8 +48,9 @@ Events duplicated, out of order or late are no error:
 ==============================================  ============================================
 LiveKit                                          turnfsm event
 ==============================================  ============================================
-``agent_state_changed`` from ``initializing``    ``SessionStarted`` (and the audio links are
-                                                 put in place)
+``agent_state_changed`` from ``initializing``,   ``SessionStarted`` (and the audio links are
+or the first ``speech_created`` (an              put in place), once
+``on_enter`` speech comes first)
 ``agent_state_changed`` to ``speaking``          ``AgentSpeechStarted``
 ``user_state_changed`` to / from ``speaking``    ``UserSpeechStarted`` / ``UserSpeechEnded``
 ``user_input_transcribed``                       ``UserTranscript``
@@ -74,8 +75,9 @@ speech handle done                               ``AgentSpeechEnded`` (played se
                                                  also behind a transcript synchronizer)
 ``conversation_item_added``, agent handoff     (no event: the held or released user turns
                                                  are put on the new agent's activity)
-``tool_execution_updated`` (first call started)  ``ToolStepStarted``
-``function_tools_executed``                      ``ToolStepFinished``
+``tool_execution_updated`` (first call started)  ``ToolStepStarted`` (of the speech running
+                                                 then; calls tracked by id)
+``function_tools_executed``                      ``ToolStepFinished`` (of its calls' speech)
 timer expiry (``loop.call_later``)               ``TimerFired``
 ``error``                                        ``SessionError`` (``recoverable`` as given)
 ``close``                                        ``CallEnded``
@@ -95,12 +97,11 @@ import asyncio
 import collections
 import threading
 import traceback
-import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, TypeVar
 
-from livekit.agents import AgentSession, StopResponse, llm, utils
-from livekit.agents.voice import SpeechHandle
+from livekit.agents import Agent, AgentSession, StopResponse, llm, utils
+from livekit.agents.voice import SpeechHandle, agent_activity
 from livekit.agents.voice.events import (
     AgentFalseInterruptionEvent,
     AgentStateChangedEvent,
@@ -109,12 +110,13 @@ from livekit.agents.voice.events import (
     ErrorEvent,
     FunctionToolsExecutedEvent,
     SpeechCreatedEvent,
+    ToolCallStarted,
     ToolExecutionUpdatedEvent,
     UserInputTranscribedEvent,
     UserStateChangedEvent,
 )
 
-from turnfsm import TurnController, TurnPolicy
+from turnfsm import TurnController
 from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.controller import ConcurrentUseError
@@ -123,7 +125,15 @@ from turnfsm.trace import TraceStep, redact
 
 from .audio import InputGate, PlayedSegment, PlayoutMeter
 from .effect_outcomes import EffectRefused, PendingOutcome
-from .embedding import guard_start, unguard_start
+from .embedding import (
+    EmbeddingError,
+    check_attach,
+    claim,
+    early_speech_refusal,
+    guard_start,
+    session_started,
+    unguard_start,
+)
 from .interruption import InterruptionWatch, ToolStepMinWords
 from .levers import LEVERS, Lever
 from .log import logger
@@ -133,31 +143,48 @@ from .telemetry import report_call
 from .text import estimated_seconds
 from .text_turns import report_text_turns, stop_reporting_text_turns
 from .turn_hook import UserTurnHook, reply_model
+from .warmup import EchoWarmUpHold
 
 _R = TypeVar("_R")
 
-_ADAPTERS: weakref.WeakKeyDictionary[AgentSession, TurnAdapter] = weakref.WeakKeyDictionary()
+EndCall = Callable[[str], object]
+"""Hangs up the call, given the hang-up reason; an awaitable it returns is awaited."""
+
+BEFORE_FIRST_WORDS = frozenset({"start", "ringing", "awaiting_user"})
+"""States where the machine stops every agent speech: the caller's first words, which the
+policy's greeting answers, are still to come."""
+
+_ADAPTER_ATTRIBUTE = "_turnfsm_adapter"
+"""Where the attached adapter is kept, on the session itself: a registry beside it would
+keep a session that is never closed (and its LiveKit tasks) alive through its adapter."""
 
 
 def attach(
     session: AgentSession,
     controller: TurnController,
     *,
-    end_call: Callable[[str], None] | None = None,
+    end_call: EndCall | None = None,
     strict: bool | None = None,
 ) -> TurnAdapter:
     """Drive ``session``'s turn-taking with ``controller``. Call before ``session.start``.
 
     Args:
         session: the session, not started yet.
-        controller: the call's controller.
+        controller: the call's controller, new: a controller serves one call.
         end_call: how to hang up (e.g. delete the room of a SIP call:
-            :func:`.job.hang_up_room`); by default the session is shut down, which leaves a
-            caller in the room: ``session.start(room=...)`` refuses that under a policy
-            that hangs up on its own (:mod:`.embedding`).
+            :func:`.job.hang_up_room`), called with the hang-up reason; an awaitable it
+            returns is awaited, and its failure reported as the ``end_call`` effect's
+            outcome. By default the session is shut down, which leaves a caller in the
+            room: ``session.start(room=...)`` refuses that under a policy that hangs up on
+            its own (:mod:`.embedding`).
         strict: how the outcome monitor (:mod:`.outcomes`) treats a breach: ``True``
             raises :class:`~.outcomes.OutcomeBreach` (tests), ``False`` logs one warning
             per check and call; by default as strict as the controller.
+
+    Raises:
+        EmbeddingError: the session is started already, has a controller already, the
+            controller served or serves another call, or ``end_call`` is no function
+            (:func:`.embedding.check_attach`).
 
     ``session.start`` then raises :class:`~.embedding.EmbeddingError`, before starting
     anything, when the agent's hooks or the hang-up are missing
@@ -169,9 +196,10 @@ def attach(
     policy's cap is reached. At the policy's value it stays one round behind the
     machine's cap, as a safety net.
     """
-    refuse_unsafe_settings(session, controller.policy)
+    check_attach(session, controller, end_call)
     adapter = TurnAdapter(session, controller, end_call=end_call, strict=strict)
     adapter.subscribe()
+    claim(controller)
     guard_start(adapter)  # the agent and room are checked when the session starts
     report_text_turns(adapter)  # session.run(user_input=...): typed turns are turns too
     options = session.options
@@ -179,39 +207,19 @@ def attach(
     return adapter
 
 
-def refuse_unsafe_settings(session: AgentSession, policy: TurnPolicy) -> None:
-    """Refuse a LiveKit setting under which a guarantee of ``policy`` cannot hold.
-
-    An AEC warm-up (``aec_warmup_duration``) feeds silence to the STT for the first
-    seconds of the agent's first speech — the greeting. With ``keep_listening`` +
-    ``answer_whole`` the overlap is to be answered whole after the greeting; its first
-    seconds would be missing (a fragment answered). LiveKit keeps its default warm-up
-    (3 s) on every call but an outbound SIP one (turned off when the callee joins): it is
-    refused when set explicitly, and for inbound calls unless turned off.
-
-    Raises:
-        ValueError: naming the setting and what to change.
-    """
-    warmup = session.options.aec_warmup_duration
-    explicit = getattr(session, "_aec_warmup_duration_explicit", False)
-    hears_overlap = (
-        policy.has_greeting
-        and policy.greeting_lock == "keep_listening"
-        and policy.greeting_overlap == "answer_whole"
-    )
-    if hears_overlap and warmup and (explicit or policy.direction == "inbound"):
-        raise ValueError(
-            f"AgentSession(aec_warmup_duration={warmup}) silences the STT during the "
-            "greeting, so speech over it cannot be answered whole "
-            "(greeting_lock='keep_listening', greeting_overlap='answer_whole'): set "
-            "aec_warmup_duration=None, or greeting_lock='mute_input' (the overlap is held "
-            "and replayed after the greeting)"
-        )
+def entering_agent() -> Agent | None:
+    """The agent whose ``on_enter`` is running here (in its task, or one it started), as
+    LiveKit 1.8.9 marks it for itself; ``None`` elsewhere."""
+    mark = getattr(agent_activity, "_OnEnterContextVar", None)
+    data = mark.get(None) if mark is not None else None
+    agent: Agent | None = getattr(data, "agent", None)
+    return agent
 
 
 def adapter_for(session: AgentSession) -> TurnAdapter | None:
     """The adapter attached to ``session``, if any."""
-    return _ADAPTERS.get(session)
+    adapter: TurnAdapter | None = getattr(session, _ADAPTER_ATTRIBUTE, None)
+    return adapter
 
 
 class TurnAdapter:
@@ -222,7 +230,7 @@ class TurnAdapter:
         session: AgentSession,
         controller: TurnController,
         *,
-        end_call: Callable[[str], None] | None = None,
+        end_call: EndCall | None = None,
         strict: bool | None = None,
     ) -> None:
         self.session = session
@@ -263,11 +271,26 @@ class TurnAdapter:
         ``FunctionToolsExecutedEvent``, or the greeting written into the hook's
         ``turn_ctx``, does so within that step)."""
         self.held_turn_settings: tuple[Any, bool] | None = None
+        self.warmup = EchoWarmUpHold(self)
+        """Holds the caller's audio at the gate through LiveKit's AEC warm-up while user
+        turns are held (the STT hears silence then)."""
         self.closing = False
+        self.starting = False
+        """``session.start`` is running (the embedding's guard raises a refusal after it)."""
+        self._call_started = False
+        """``SessionStarted`` was dispatched (at the first sign of the started agent)."""
+        self._refusal: EmbeddingError | None = None
+        """Strict: a refused early speech, raised by ``session.start`` once it returns."""
+        self._refused: set[str] = set()
+        """Early speeches reported so far, by agent method and call (one warning each)."""
+        self._hang_ups: set[asyncio.Future[Any]] = set()
+        """``end_call``'s awaitables: awaited to their end, even after the session closed
+        (detaching cancels the levers' other futures, never a hang-up)."""
         self._segment_speeches: collections.deque[str | None] = collections.deque()
-        self._tool_step_speech: str | None = None
-        """The speech whose tool step is running: LiveKit's tool events do not name it, and
-        ``session.current_speech`` may already be cleared while a tool-only step runs."""
+        self._tool_calls: dict[str, str] = {}
+        """The speech of each running tool call, by call id: LiveKit's tool events do not
+        name it, ``session.current_speech`` may already be cleared while a tool-only step
+        runs, and a step's tool may await an ``AgentTask`` whose own tools run meanwhile."""
         self._queue: collections.deque[ev.Event] = collections.deque()
         self._dispatching = False
         self._thread: int | None = None
@@ -305,9 +328,12 @@ class TurnAdapter:
 
     def subscribe(self) -> None:
         """Listen to the session's events (done by :func:`attach`)."""
-        if self.session in _ADAPTERS:
-            raise RuntimeError("a turnfsm adapter is already attached to this session")
-        _ADAPTERS[self.session] = self
+        if adapter_for(self.session) is not None:
+            raise EmbeddingError(
+                "a turnfsm controller is already attached to this session: attach one "
+                "TurnController per session, once"
+            )
+        setattr(self.session, _ADAPTER_ATTRIBUTE, self)
         handlers: dict[str, Callable[[Any], None]] = {
             "agent_state_changed": self._on_agent_state_changed,
             "user_state_changed": self._on_user_state_changed,
@@ -343,8 +369,13 @@ class TurnAdapter:
         for task in self._tasks:
             task.cancel()
         self._tasks.clear()
-        if _ADAPTERS.get(self.session) is self:
-            del _ADAPTERS[self.session]
+        if adapter_for(self.session) is self:
+            delattr(self.session, _ADAPTER_ATTRIBUTE)
+
+    @property
+    def agent_running(self) -> bool:
+        """The session runs an agent (it was started)."""
+        return session_started(self.session)
 
     @property
     def attached(self) -> bool:
@@ -360,11 +391,9 @@ class TurnAdapter:
     def agent_hooks_active(self) -> bool:
         """The running agent is a :class:`~.agent.TurnAgent` (turn commits come from its
         hook); read per event, as a handoff may change the agent at any time."""
-        try:
-            agent = self.session.current_agent
-        except RuntimeError:  # not started
-            return False
-        return bool(getattr(agent, "turnfsm_hooks", False))
+        return self.agent_running and bool(
+            getattr(self.session.current_agent, "turnfsm_hooks", False)
+        )
 
     def before_greeting(self) -> bool:
         """No greeting was started yet where the machine waits to greet (a reply made now
@@ -550,6 +579,7 @@ class TurnAdapter:
 
     def _release_input(self) -> None:
         """Whatever happened, the caller is heard again and user turns are committed."""
+        self.warmup.close()
         if self.gate is not None and self.gate.muted:
             self.gate.unmute(replay_held_audio=False)
         if self.held_turn_settings is not None:
@@ -593,11 +623,13 @@ class TurnAdapter:
         a strict outcome breach, is logged and never raised into the event loop."""
         self._guarded(name, lambda _: call(), session_event=False)(None)
 
-    def track(self, awaitable: Awaitable[Any], what: str) -> None:
+    def track(self, awaitable: Awaitable[Any], what: str, *, hang_up: bool = False) -> None:
         """Keep a lever's future alive and log its failure instead of losing it (as a
-        failure of the lever that started it, with its effect and state)."""
+        failure of the lever that started it, with its effect and state). Detaching
+        cancels it, unless it is a ``hang_up`` (``end_call``'s), which runs to its end."""
         future = asyncio.ensure_future(awaitable)
-        self._tasks.add(future)
+        tasks = self._hang_ups if hang_up else self._tasks
+        tasks.add(future)
         if self._outcome is not None:
             self._outcome.track(future)
         where, detail = what, "awaited lever"
@@ -606,7 +638,7 @@ class TurnAdapter:
             where, detail = f"lever {effect.name}", f"{self._describe(effect, state)}, {what}"
 
         def done(fut: asyncio.Future[Any]) -> None:
-            self._tasks.discard(fut)
+            tasks.discard(fut)
             if not fut.cancelled() and (error := fut.exception()) is not None:
                 self._report_failure(where, error, detail)
 
@@ -640,11 +672,23 @@ class TurnAdapter:
 
     def _on_agent_state_changed(self, event: AgentStateChangedEvent) -> None:
         if event.old_state == "initializing":
-            self._install_audio_links()
-            self.dispatch(ev.SessionStarted(at=self.now()))
+            self._start_call()
+        if event.new_state == "speaking":
+            self.warmup.agent_speaking()
         if event.new_state == "speaking" and (speech := self.session.current_speech):
             self.dispatch(ev.AgentSpeechStarted(at=self.now(), speech_id=speech.id))
         self.outcomes.agreement.agent_state_changed(event.new_state)
+
+    def _start_call(self) -> None:
+        """The session's agent runs: put the audio links in place and tell the machine,
+        once. LiveKit starts the agent (and its ``on_enter``) before it leaves
+        ``initializing``: a speech ``on_enter`` asks for comes first, and is the agent's,
+        in the started call."""
+        if self._call_started or not self.agent_running:
+            return  # (an activity driven without session.start runs no agent: no call)
+        self._call_started = True
+        self._install_audio_links()
+        self.dispatch(ev.SessionStarted(at=self.now()))
 
     def _install_audio_links(self) -> None:
         session = self.session
@@ -652,7 +696,11 @@ class TurnAdapter:
             self.realtime.bind()
         # the gate only where the machine may mute or hold audio (realtime server turns
         # are held at the gate): any other input stays the session's own object
-        gated = self.controller.policy.can_mute_input or self.realtime is not None
+        gated = (
+            self.controller.policy.can_mute_input
+            or self.realtime is not None
+            or self.warmup.needs_gate()
+        )
         if session.input.audio is not None and self.gate is None and gated:
             self.gate = InputGate(session.input.audio)
             session.input.audio = self.gate
@@ -735,7 +783,14 @@ class TurnAdapter:
         agent with its own ``turn_detection`` keeps it.
         """
         agent = self.session.current_agent
-        if not utils.is_given(agent.turn_detection):
+        if utils.is_given(agent.turn_detection):
+            return
+        # what the new activity was built with (LiveKit 1.8.9 keeps it there): put the
+        # session's setting on it only when a hold began or ended meanwhile, since
+        # re-setting it makes LiveKit open a second turn-detector stream
+        activity = getattr(self.session, "_activity", None)
+        built_held = getattr(activity, "_turn_detection", None) == "manual"
+        if built_held != (self.session.turn_detection == "manual"):
             self.session.update_options(turn_detection=self.session.turn_detection)
 
     def _restore_full_text(self, speech_id: str, item: llm.ChatMessage) -> None:
@@ -759,6 +814,7 @@ class TurnAdapter:
         self.forwarded_texts[speech_id] = self.forwarded_texts.get(speech_id, "") + delta
 
     def _on_speech_created(self, event: SpeechCreatedEvent) -> None:
+        self._start_call()  # e.g. asked for in on_enter, before LiveKit leaves initializing
         self.outcomes.agreement.speech_created(event.speech_handle)
         if self.realtime is not None and self.realtime.intercept_speech(event):
             return  # realtime: a server reply cancelled before it plays (see realtime.py)
@@ -769,10 +825,14 @@ class TurnAdapter:
         if self._outcome is not None and self._outcome.speech_id is None:
             self._outcome.speech_id = handle.id  # the speech this lever created
         source: Literal["say", "reply"] = "say" if event.source == "say" else "reply"
-        # LiveKit creates its reply to a turn after the agent's hook: a speech created
-        # within the hook, by no lever of turnfsm, is the agent's own (e.g. a filler)
-        from_agent_code = self.agent_hook is not None and self._running is None
-        self.dispatch(
+        # asked for while the agent's own code runs (its on_enter, or its turn hook after
+        # turnfsm's report), by no lever of turnfsm: LiveKit's own replies come outside
+        # them (LiveKit 1.8.9 marks even those ``user_initiated``)
+        entering = entering_agent()
+        in_agent_code = entering is not None or self.agent_hook is not None
+        from_agent_code = in_agent_code and self._running is None
+        before = self.controller.state
+        effects = self.dispatch(
             ev.AgentSpeechCreated(
                 at=self.now(),
                 speech_id=handle.id,
@@ -780,6 +840,38 @@ class TurnAdapter:
                 from_agent_code=from_agent_code,
             )
         )
+        stopped = any(
+            isinstance(effect, fx.Interrupt) and effect.speech_id in (None, handle.id)
+            for effect in effects
+        )
+        if from_agent_code and stopped and before in BEFORE_FIRST_WORDS:
+            call = "session.say" if event.source == "say" else "session.generate_reply"
+            if entering is not None:
+                speaker = f"{type(entering).__name__}.on_enter"
+            else:
+                speaker = f"{type(self.session.current_agent).__name__}.on_user_turn_completed"
+            self._refuse_early_speech(speaker, call)
+
+    def _refuse_early_speech(self, speaker: str, call: str) -> None:
+        """The agent's code (``speaker``, e.g. ``Assistant.on_enter``) spoke before the
+        caller's first words and the machine stopped it: say so, once per method and call
+        (strict: raise it, from ``session.start`` when it is still starting)."""
+        refusal = early_speech_refusal(self.controller.policy, speaker, call)
+        if self.outcomes.strict:
+            if self.starting:
+                self._refusal = self._refusal or refusal
+                return
+            raise refusal
+        if f"{speaker} {call}" in self._refused:
+            return
+        self._refused.add(f"{speaker} {call}")
+        logger.warning("turnfsm: %s", refusal, extra={"where": speaker, "call": call})
+
+    def raise_refusal(self) -> None:
+        """Strict: raise the early speech refused while the session was starting."""
+        refusal, self._refusal = self._refusal, None
+        if refusal is not None:
+            raise refusal
 
     def _on_speech_done(self, handle: SpeechHandle) -> None:
         try:
@@ -804,8 +896,8 @@ class TurnAdapter:
             table.pop(handle.id, None)
         self.played_seconds.pop(handle.id, None)
         self.forwarded_texts.pop(handle.id, None)
-        if self._tool_step_speech == handle.id:
-            self._tool_step_speech = None
+        for call_id in [c for c, speech in self._tool_calls.items() if speech == handle.id]:
+            del self._tool_calls[call_id]
 
     def _text_sent(self, speech_id: str) -> tuple[str | None, float]:
         """What a text-only session's caller got of a speech: the text it sent (no audio
@@ -821,25 +913,29 @@ class TurnAdapter:
         return speech.id if speech is not None else ""
 
     def _on_tool_execution_updated(self, event: ToolExecutionUpdatedEvent) -> None:
-        if event.update.type != "tool_call_started":
+        update = event.update
+        if not isinstance(update, ToolCallStarted):
             return
+        speech_id = self._current_speech_id()
+        step_running = speech_id in self._tool_calls.values()  # a parallel call of it
+        self._tool_calls[update.function_call.call_id] = speech_id
         self.outcomes.agreement.tool_step(running=True)
-        if self._tool_step_speech is not None:
+        if step_running:
             return
-        self._tool_step_speech = speech_id = self._current_speech_id()
         if self.agent_hooks_active:  # its turn hook judges the turns of the step
             self.tool_step_min_words.step_started(self.speeches.get(speech_id))
         self.dispatch(ev.ToolStepStarted(at=self.now(), speech_id=speech_id, calls=1))
 
     def _on_function_tools_executed(self, event: FunctionToolsExecutedEvent) -> None:
         calls = max(1, len(event.function_calls))
-        self.outcomes.agreement.tool_step(running=False)
-        self.tool_step_min_words.step_finished()
-        speech_id = self._tool_step_speech
-        if speech_id is None:
+        started = [self._tool_calls.pop(c.call_id, None) for c in event.function_calls]
+        # a step of an AgentTask nested in a tool's step ends while the outer one runs on
+        self.outcomes.agreement.tool_step(running=bool(self._tool_calls))
+        speech_id = next((speech for speech in started if speech is not None), None)
+        if speech_id is None:  # its start was not seen
             speech_id = self._current_speech_id()
             self.dispatch(ev.ToolStepStarted(at=self.now(), speech_id=speech_id, calls=calls))
-        self._tool_step_speech = None
+        self.tool_step_min_words.step_finished(self.speeches.get(speech_id))
         self.dispatch(ev.ToolStepFinished(at=self.now(), speech_id=speech_id, calls=calls))
 
     def _on_agent_false_interruption(self, event: AgentFalseInterruptionEvent) -> None:

@@ -20,19 +20,28 @@ an ``end_call`` that hangs up          the session runs in a room, the policy ca
                                        (LiveKit's default)
 =====================================  ===================================================
 
-Agent shapes that have the hooks but may still bypass them (``on_enter`` replies,
-``llm_node`` overrides, handoffs) are the closed-loop checks' (issue 9), not these.
+Before that, :func:`check_attach` refuses what ``attach`` itself can see: a session
+already started (its first moments would have run without the machine), a controller
+that already ran or runs another call, a second controller on one session, and an
+``end_call`` that is no function. While the call runs, a speech the agent's own code asks
+for before the caller's first words, under a policy where the caller speaks first, is
+stopped and reported (:func:`refused_early_speech`): one warning naming the agent, the
+method and the fix, or this error under ``strict``.
+
+Agent shapes that have the hooks but may still bypass them (``llm_node`` overrides,
+handoffs) are the closed-loop checks' (issue 9), not these.
 """
 
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from livekit.agents import AgentSession, llm, utils
 
-from turnfsm import TurnPolicy
+from turnfsm import TurnController, TurnPolicy
 
 from .text_turns import wait_for_text_greeting
 
@@ -42,6 +51,65 @@ if TYPE_CHECKING:
 
 class EmbeddingError(RuntimeError):
     """A piece of the embedding is missing; the message says what to add."""
+
+
+_CLAIMED: weakref.WeakSet[TurnController] = weakref.WeakSet()
+"""Controllers attached to a session so far: each serves one call."""
+
+
+def check_attach(session: object, controller: object, end_call: object) -> None:
+    """What :func:`~.adapter.attach` can refuse before it changes anything.
+
+    Raises:
+        EmbeddingError: naming the problem and what to change.
+    """
+    if not isinstance(session, AgentSession):
+        raise EmbeddingError(
+            f"attach() takes the call's AgentSession, got {type(session).__name__}: "
+            "attach(session, controller) with the session you start"
+        )
+    if not isinstance(controller, TurnController):
+        raise EmbeddingError(
+            f"attach() takes a TurnController, got {type(controller).__name__}: "
+            "attach(session, TurnController(TurnPolicy(...)))"
+        )
+    if end_call is not None and not callable(end_call):
+        raise EmbeddingError(
+            f"end_call must be a function of the hang-up reason, got a "
+            f"{type(end_call).__name__}: pass end_call=hang_up_room(ctx), or wrap the call "
+            "that hangs up, e.g. end_call=lambda reason: ctx.api.room.remove_participant("
+            "...) (an awaitable it returns is awaited)"
+        )
+    if session_started(session):
+        raise EmbeddingError(
+            "attach() was called after session.start(): the call's start ran without the "
+            "machine (no greeting, no embedding checks). Call attach(session, controller) "
+            "right after building the session, before session.start()"
+        )
+    if controller.state == "ended":
+        raise EmbeddingError(
+            "this TurnController's call has ended: a controller serves one call. Create "
+            "a new TurnController(policy) for each session"
+        )
+    if controller in _CLAIMED:
+        raise EmbeddingError(
+            "this TurnController is already attached to another session: a controller "
+            "serves one call. Create a new TurnController(policy) for each session"
+        )
+
+
+def claim(controller: TurnController) -> None:
+    """Mark ``controller`` as serving a call (a second :func:`check_attach` refuses it)."""
+    _CLAIMED.add(controller)
+
+
+def session_started(session: AgentSession) -> bool:
+    """``session.start`` was called: LiveKit runs (or ran) its agent."""
+    try:
+        session.current_agent  # noqa: B018 - LiveKit sets the agent as the start begins
+    except RuntimeError:  # "VoiceAgent isn't running"
+        return False
+    return True
 
 
 def needs_agent_hooks(policy: TurnPolicy) -> list[str]:
@@ -68,7 +136,8 @@ def hang_ups(policy: TurnPolicy) -> list[str]:
         reasons.append("idle_timeout")
     if policy.max_call_duration is not None:
         reasons.append("max_call_duration")
-    if policy.first_speaker == "user" and policy.on_await_user_timeout == "hang_up":
+    awaits_the_caller = policy.first_speaker == "user" and policy.has_greeting
+    if awaits_the_caller and policy.on_await_user_timeout == "hang_up":
         reasons.append("on_await_user_timeout='hang_up'")
     if policy.direction == "outbound" and policy.on_answering_machine == "hang_up":
         reasons.append("on_answering_machine='hang_up'")
@@ -125,7 +194,12 @@ def guard_start(adapter: TurnAdapter) -> None:
         if not utils.is_given(room_options) or room_options is None:
             room_options = options.get("room_input_options")  # deprecated, same field
         check_start(adapter, agent, options.get("room"), room_options)
-        started = await start(agent, **options)
+        adapter.starting = True
+        try:
+            started = await start(agent, **options)
+        finally:
+            adapter.starting = False
+        adapter.raise_refusal()  # strict: an early speech its on_enter asked for
         await wait_for_text_greeting(adapter)
         return started
 
@@ -142,3 +216,25 @@ def _realtime(adapter: TurnAdapter, agent: Any) -> bool:
     if model is None or not utils.is_given(model):
         model = adapter.session.llm
     return isinstance(model, llm.RealtimeModel)
+
+
+def early_speech_refusal(policy: TurnPolicy, speaker: str, call: str) -> EmbeddingError:
+    """The error for a speech the agent's code asked for (``call``, e.g.
+    ``session.generate_reply``, in ``speaker``, e.g. ``Assistant.on_enter``) before the
+    caller's first words, which the policy's greeting answers: the machine stopped it."""
+    if policy.direction == "outbound":
+        fix = (
+            "Remove it: the policy's greeting answers the callee's first words, and the "
+            "agent speaks once the callee has spoken (e.g. in on_user_turn_completed)"
+        )
+    else:
+        fix = (
+            "To let the agent greet, use TurnPolicy(first_speaker='agent') without a "
+            "greeting text (its first speech is then the greeting); or remove it, and the "
+            "policy's greeting answers the caller"
+        )
+    return EmbeddingError(
+        f"{speaker} called {call} before the caller's first words, under a policy where "
+        f"the caller speaks first (first_speaker='user') and the greeting answers them: "
+        f"the speech was stopped. {fix}"
+    )

@@ -112,10 +112,14 @@ class ToolStepMinWords:
         handle.allow_interruptions = False
         self._guarded = handle
 
-    def step_finished(self) -> None:
-        """The step's tools returned: the reply to their output is interruptible again."""
-        handle, self._guarded = self._guarded, None
-        if handle is not None and not handle.interrupted and not handle.done():
+    def step_finished(self, handle: SpeechHandle | None) -> None:
+        """A tool step of ``handle`` ended: if it is the guarded step, the reply to its
+        tools' output is interruptible again (a step nested in it, run by an
+        ``AgentTask`` its tool awaits, leaves it guarded)."""
+        if handle is None or handle is not self._guarded:
+            return
+        self._guarded = None
+        if not handle.interrupted and not handle.done():
             handle.allow_interruptions = True
 
     def is_backchannel(self, text: str) -> bool:

@@ -21,7 +21,7 @@ import datetime
 import hashlib
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,17 +71,18 @@ def phone_number_to_dial(ctx: JobContext) -> str | None:
     return None
 
 
-def hang_up_room(ctx: JobContext) -> Callable[[str], None]:
+def hang_up_room(ctx: JobContext) -> Callable[[str], Awaitable[object] | None]:
     """An ``end_call`` for :func:`~.adapter.attach` that hangs up a SIP call: it deletes
     the room, which disconnects every participant (the SIP callee too) and closes the
-    session. Under ``console`` it shuts the job down (there is no room to delete)."""
+    session; the adapter awaits the deletion. Under ``console`` it shuts the job down
+    (there is no room to delete)."""
 
-    def hang_up(reason: str) -> None:
+    def hang_up(reason: str) -> Awaitable[object] | None:
         logger.info("turnfsm: hanging up", extra={"reason": reason, "room": ctx.room.name})
         if ctx.is_fake_job():
             ctx.shutdown(reason)
-        else:
-            ctx.delete_room()
+            return None
+        return ctx.delete_room()
 
     return hang_up
 

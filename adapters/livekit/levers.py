@@ -27,8 +27,11 @@ StartGreeting            the reply to the callee's turn becomes the greeting: wr
                          ``generate_reply(instructions=)``
 HoldUserTurns            ``session.update_options(turn_detection="manual")`` and
                          ``interruption["discard_audio_if_uninterruptible"] = False`` so
-                         STT hears the overlap
-ResumeUserTurns          previous turn detection and discard setting restored;
+                         STT hears the overlap; through LiveKit's AEC warm-up (the STT
+                         hears silence then) the gate holds the caller's audio too,
+                         replayed when it ends (:mod:`.warmup`)
+ResumeUserTurns          audio held through the warm-up replayed; previous turn detection
+                         and discard setting restored;
                          ``session.commit_user_turn()`` when ``commit_pending`` (no wait
                          for a final transcript when the held speech's is in)
 Interrupt                ``session.interrupt(force=...)``; refused when the current speech
@@ -46,8 +49,9 @@ CancelToolReply          ``FunctionToolsExecutedEvent.cancel_tool_reply()``
 FinalReplyWithoutTools   ``session.generate_reply(tool_choice="none")``
 StartTimer, CancelTimer  ``loop.call_later`` / ``TimerHandle.cancel``
 Say                      ``session.say(text)``, ``allow_interruptions=False`` when locked
-EndCall                  the ``end_call`` callback given to :func:`attach`, else
-                         ``session.shutdown()``
+EndCall                  the ``end_call`` callback given to :func:`attach` (an
+                         awaitable it returns is awaited: its failure is the outcome),
+                         else ``session.shutdown()``
 SuppressReply,           realtime models only (``fx.REALTIME_EFFECTS``, emitted once the
 PauseModelReplies,       machine was told of one): refused here
 ResumeModelReplies,
@@ -84,6 +88,7 @@ FinalReplyWithoutTools   ``generate_reply(tool_choice="none")``, when the machin
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -161,9 +166,11 @@ def hold_user_turns(adapter: TurnAdapter, effect: fx.HoldUserTurns) -> None:
     )
     interruption["discard_audio_if_uninterruptible"] = False
     session.update_options(turn_detection="manual")
+    adapter.warmup.turns_held()
 
 
 def resume_user_turns(adapter: TurnAdapter, effect: fx.ResumeUserTurns) -> None:
+    adapter.warmup.release()  # the audio held through LiveKit's AEC warm-up is heard now
     session = adapter.session
     if adapter.held_turn_settings is not None:
         turn_detection, discard = adapter.held_turn_settings
@@ -330,10 +337,12 @@ def say(adapter: TurnAdapter, effect: fx.Say) -> None:
 def end_call(adapter: TurnAdapter, effect: fx.EndCall) -> None:
     if adapter.closing:  # the session is already closing: the call is over
         return
-    if adapter.end_call is not None:
-        adapter.end_call(effect.reason)
-    else:
+    if adapter.end_call is None:
         adapter.session.shutdown(drain=False)
+        return
+    hanging_up = adapter.end_call(effect.reason)
+    if inspect.isawaitable(hanging_up):  # e.g. a coroutine: awaited, its failure reported
+        adapter.track(hanging_up, "end_call", hang_up=True)
 
 
 def realtime_only(adapter: TurnAdapter, effect: fx.Effect) -> None:

@@ -216,7 +216,8 @@ class OutcomeMonitor:
     def _note_greeting(
         self, before: str, event: ev.Event, after: str, effects: tuple[fx.Effect, ...]
     ) -> None:
-        if isinstance(event, ev.AgentSpeechCreated) and before == "greeting":
+        if isinstance(event, ev.AgentSpeechCreated) and after == "greeting":
+            # taken for the greeting in it, or as it starts (the agent's own words)
             locked = fx.LockSpeech(speech_id=event.speech_id) in effects
             if locked:
                 self._greeting_speeches.add(event.speech_id)
@@ -364,9 +365,9 @@ class OutcomeMonitor:
             muting.add("greeting")
         if self.policy.mute_input_during_tools:
             muting.add("tool_loop")
-        if adapter.realtime is not None:  # server turn detection holds turns at the gate
-            muting |= {"greeting", "listening"}
         holding = {"greeting", "listening"} if after != "ended" else set()
+        if adapter.realtime is not None or adapter.warmup.holding:
+            muting |= holding  # turns held at the gate (server turn detection, AEC warm-up)
         if adapter.gate is not None and adapter.gate.muted and after not in muting:
             self.breach("O6", f"the input is muted in {after}")
         if adapter.held_turn_settings is not None and after not in holding:

@@ -23,7 +23,7 @@ the reply's chat context as the call site (:class:`~.turn_hook.UserTurnHook`):
   ends; a warning says why;
 * any other turn: a turn, as spoken.
 
-A text-only session (no audio output) says a greeting it starts with before
+A text-only session (no audio output) says a policy greeting it starts with before
 ``session.start`` returns (:func:`wait_for_text_greeting`), so the first typed turn comes
 after it, as a caller's first words would.
 
@@ -156,9 +156,15 @@ def stop_reporting_text_turns(session: AgentSession) -> None:
 async def wait_for_text_greeting(adapter: TurnAdapter) -> None:
     """In a text-only session (no audio output), wait until the greeting the machine started
     with the session has been said: the first typed turn then follows it in the history and
-    in the model's context, as a caller's first words follow a greeting they heard."""
+    in the model's context, as a caller's first words follow a greeting they heard.
+
+    An agent that greets in its own words started that speech itself, as in LiveKit, whose
+    ``start`` does not wait for it: nor does this (the speech may run a tool that awaits a
+    task only the caller can finish; waiting for its end never returned)."""
     session, controller = adapter.session, adapter.controller
     if session.output.audio is not None or controller.state != "greeting":
+        return
+    if controller.policy.greets_in_own_words:
         return
     speech_id = controller.context.greeting_speech_id
     handle = adapter.speeches.get(speech_id) if speech_id is not None else None

@@ -88,12 +88,21 @@ QUICK: dict[str, TurnPolicy] = {  # the costliest first: two processes share the
         max_call_duration=60,
         max_tool_steps=1,
     ),
+    "inbound-agent-own-words": TurnPolicy(  # the agent's first speech is the greeting
+        direction="inbound",
+        first_speaker="agent",
+        greeting_lock="keep_listening",
+        greeting_overlap="answer_whole",
+        max_call_duration=60,
+        max_tool_steps=1,
+    ),
 }
 
 REALTIME: dict[str, TurnPolicy] = {
     "realtime-outbound-keep-answer": TurnPolicy(
         direction="outbound", greeting="Hi, this is Ada.", max_tool_steps=1
     ),
+    "realtime-inbound-own-words": TurnPolicy(greeting_lock="mute_input", max_tool_steps=1),
 }
 """Explored from a realtime model's link (``testing.REALTIME_LINK``)."""
 
@@ -139,7 +148,9 @@ def expected_states(policy: TurnPolicy) -> set[str]:
     states.discard("ringing" if policy.direction == "inbound" else "start")
     if policy.first_speaker == "agent":
         states.discard("awaiting_user")
-    if not policy.has_greeting:
+    if not policy.greets_in_own_words:
+        states.discard("awaiting_agent")
+    if not policy.has_greeting and not policy.greets_in_own_words:
         states -= {"awaiting_user", "greeting"}
     return states
 
@@ -189,7 +200,8 @@ def test_explore_finds_no_violation(
 def test_explore_takes_every_realtime_wait(quick_reports: dict[str, ExplorationReport]) -> None:
     """The realtime exploration reaches each wait and each way out of it."""
     moves = {
-        (event, before) for before, event, _ in quick_reports[next(iter(REALTIME))].transitions
+        (event, before)
+        for before, event, _ in quick_reports["realtime-outbound-keep-answer"].transitions
     }
     for event in ("model_reply_started", "model_response_done", "model_response_created"):
         assert {(event, "greeting"), (event, "speaking")} <= moves, event

@@ -62,21 +62,31 @@ def test_greeting_and_instructions_are_exclusive() -> None:
 @pytest.mark.parametrize(
     "options",
     [
-        {"direction": "inbound", "first_speaker": "agent"},
-        {"direction": "inbound"},  # agent first by default
         {"direction": "outbound", "first_speaker": "user"},
         {"direction": "outbound", "first_speaker": "agent"},
         {"direction": "outbound"},
     ],
 )
-def test_a_greeting_is_required_when_the_agent_greets(options: dict[str, object]) -> None:
-    with pytest.raises(ValueError, match="greeting or greeting_instructions is required"):
+def test_an_outbound_call_needs_a_greeting(options: dict[str, object]) -> None:
+    # the agent's own on_enter runs while an outbound call rings: it cannot greet
+    with pytest.raises(ValueError, match="greeting_instructions is required for an outbound"):
         TurnPolicy(**options)
 
 
 def test_inbound_user_first_needs_no_greeting() -> None:
     policy = TurnPolicy(direction="inbound", first_speaker="user")
     assert not policy.has_greeting
+    assert not policy.greets_in_own_words
+
+
+@pytest.mark.parametrize("options", [{"first_speaker": "agent"}, {}])
+def test_an_inbound_agent_without_a_greeting_greets_in_its_own_words(
+    options: dict[str, object],
+) -> None:
+    policy = TurnPolicy(direction="inbound", **options)  # type: ignore[arg-type]
+    assert not policy.has_greeting
+    assert policy.greets_in_own_words
+    assert not TurnPolicy(greeting="Hi.").greets_in_own_words
 
 
 def test_defaults() -> None:

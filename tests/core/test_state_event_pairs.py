@@ -44,6 +44,7 @@ def test_states_are_the_documented_ones() -> None:
         "start",
         "ringing",
         "awaiting_user",
+        "awaiting_agent",
         "greeting",
         "listening",
         "speaking",
@@ -62,7 +63,14 @@ def declared_in(state: str) -> set[str]:
 
 def test_states_are_the_documented_ones_with_the_voice_beside_the_live_ones() -> None:
     assert VOICE_STATES == ("caller_silent", "caller_speaking")
-    assert LIVE_STATES == {"awaiting_user", "greeting", "listening", "speaking", "tool_loop"}
+    assert LIVE_STATES == {
+        "awaiting_user",
+        "awaiting_agent",
+        "greeting",
+        "listening",
+        "speaking",
+        "tool_loop",
+    }
 
 
 @pytest.mark.parametrize("state", STATES)

@@ -85,8 +85,7 @@ def policies(draw: st.DrawFn) -> TurnPolicy:
     greeting_kind = draw(
         st.sampled_from(["text", "instructions"] + (["none"] if direction == "inbound" else []))
     )
-    if greeting_kind == "none":
-        first_speaker = "user"
+    # no greeting text: the caller speaks first, or the agent greets in its own words
     return TurnPolicy(
         direction=direction,
         first_speaker=first_speaker,

@@ -608,6 +608,63 @@ def test_inbound_user_first_without_greeting_listens() -> None:
     assert controller.state == "listening"
 
 
+def own_words(**options: Any) -> TurnController:
+    """Inbound, the agent greets first in its own words: no greeting text."""
+    return TurnController(TurnPolicy(direction="inbound", **options), strict=True)
+
+
+def test_own_words_waits_for_the_agents_first_speech_holding_nothing() -> None:
+    controller = own_words(max_call_duration=120)
+    assert controller.handle(ev.SessionStarted(at=0.0)) == (
+        fx.StartTimer(timer="max_duration", seconds=120),
+    )
+    assert controller.state == "awaiting_agent"
+    assert controller.handle(ev.UserSpeechStarted(at=0.1)) == ()  # nothing held yet
+    assert controller.configuration == ("awaiting_agent", "caller_speaking")
+
+
+@pytest.mark.parametrize(
+    ("lock", "held", "released"),
+    [
+        ("keep_listening", fx.HoldUserTurns(), fx.ResumeUserTurns()),
+        ("mute_input", fx.MuteInput(hold_audio=True), fx.UnmuteInput(replay_held_audio=True)),
+    ],
+)
+def test_own_words_the_agents_first_speech_is_the_locked_greeting(
+    lock: str, held: fx.Effect, released: fx.Effect
+) -> None:
+    controller = own_words(greeting_lock=lock)
+    controller.handle(ev.SessionStarted(at=0.0))
+    first = ev.AgentSpeechCreated(at=0.2, speech_id="g1", source="reply", from_agent_code=True)
+    # locked as it is created, the caller held; nothing asked for: the speech exists
+    assert controller.handle(first) == (fx.LockSpeech(speech_id="g1"), held)
+    assert controller.state == "greeting"
+    second = ev.AgentSpeechCreated(at=0.3, speech_id="s2", source="say", from_agent_code=True)
+    assert controller.handle(second) == ()  # queued behind the greeting by LiveKit
+    # released exactly at its end
+    ended = ev.AgentSpeechEnded(at=3.0, speech_id="g1", played_seconds=2.8)
+    assert controller.handle(ended) == (released,)
+    assert controller.state == "listening"
+
+
+def test_own_words_a_caller_who_speaks_first_is_answered_without_a_greeting() -> None:
+    controller = own_words()
+    controller.handle(ev.SessionStarted(at=0.0))
+    assert controller.handle(ev.UserTurnCommitted(at=1.0, text="Hi?", item_id="u1")) == ()
+    assert controller.state == "listening"
+    assert controller.handle(ev.AgentSpeechCreated(at=1.2, speech_id="s1")) == ()
+    assert controller.state == "speaking"
+
+
+def test_own_words_livekits_own_reply_is_no_greeting() -> None:
+    """A reply LiveKit prepares before the caller's turn ends (preemptive generation) is
+    the conversation's first speech, never locked."""
+    controller = own_words()
+    controller.handle(ev.SessionStarted(at=0.0))
+    assert controller.handle(ev.AgentSpeechCreated(at=0.9, speech_id="s1")) == ()
+    assert controller.state == "speaking"
+
+
 # -- agent speech --------------------------------------------------------------------------
 
 

@@ -76,7 +76,7 @@ def test_known_extensions_still_write(suffix: str, tmp_path: Path) -> None:
         ),
         ("p.json", '["outbound"]', "a policy is a table of TurnPolicy fields"),
         ("p.toml", "direction = ", "p.toml: "),
-        ("p.json", "{}", "greeting or greeting_instructions is required"),
+        ("p.json", '{"direction": "outbound"}', "greeting or greeting_instructions is required"),
     ],
 )
 @pytest.mark.parametrize("command", ["diagram", "check"])
@@ -120,5 +120,7 @@ def test_readme_policy_table_is_every_field_and_says_what_is_required() -> None:
     required = [name for name in fields if "required" in rows[name]]
     assert required == ["greeting", "greeting_instructions"]
     with pytest.raises(ValueError, match="greeting or greeting_instructions is required"):
-        TurnPolicy()  # the table's defaults alone: the greeting is missing, as it says
-    assert TurnPolicy(greeting="Hi.").direction == "inbound"  # every other default holds
+        TurnPolicy(direction="outbound")  # an outbound call needs one, as the table says
+    # the table's defaults alone: inbound, the agent greets in its own words
+    assert TurnPolicy().direction == "inbound"
+    assert TurnPolicy().greets_in_own_words

@@ -185,7 +185,17 @@ def test_overview_draws_states_and_state_changes_by_event_only() -> None:
         (
             "live",
             [
-                ("turn", ["awaiting_user", "greeting", "listening", "speaking", "tool_loop"]),
+                (
+                    "turn",
+                    [
+                        "awaiting_user",
+                        "awaiting_agent",
+                        "greeting",
+                        "listening",
+                        "speaking",
+                        "tool_loop",
+                    ],
+                ),
                 ("caller_voice", ["caller_silent", "caller_speaking"]),
             ],
         )

@@ -46,6 +46,15 @@ TURNFSM_ROOT = os.path.dirname(turnfsm.__file__) + os.sep
 SIM_ROOT = os.path.join(TURNFSM_ROOT, "adapters", "sim") + os.sep
 
 
+def attach_late(session: AgentSession, controller: TurnController, **options: Any) -> TurnAdapter:
+    """An adapter on a session already started (or closed), as ``attach`` would connect it:
+    the fault tests drive one adapter after another on a single session. (``attach``
+    refuses a started session: a real call would have started without the machine.)"""
+    adapter = TurnAdapter(session, controller, **options)
+    adapter.subscribe()
+    return adapter
+
+
 def outbound(**options: Any) -> TurnPolicy:
     """An outbound policy with the short greeting; ``options`` override fields."""
     return TurnPolicy(**{"direction": "outbound", "greeting": GREETING, **options})

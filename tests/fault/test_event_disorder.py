@@ -162,8 +162,7 @@ async def test_duplicated_user_turns_and_start_are_harmless(
     assert fc.adapter.gate is gate
     # the gate (only under a policy that mutes) or the session's own input, unwrapped
     assert fc.session.input.audio is (gate or fc.call.audio_input)
-    assert fc.steps[steps].event.name == "session_started"
-    assert fc.steps[steps].effects == ()
+    assert fc.steps[steps:] == []  # the call starts once: the machine is not told again
     # the user stops speaking without having started, then starts twice
     for old, new in (
         ("speaking", "listening"),

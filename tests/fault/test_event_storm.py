@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from faultcalls import LogCapture, TaskLedger, muting_states, outbound
+from faultcalls import LogCapture, TaskLedger, attach_late, muting_states, outbound
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from livekit.agents import Agent, llm
@@ -47,7 +47,7 @@ from livekit.agents.voice.events import (
 
 from turnfsm import TurnController, TurnPolicy
 from turnfsm import events as ev
-from turnfsm.adapters.livekit import TurnAdapter, adapter_for, attach
+from turnfsm.adapters.livekit import TurnAdapter, adapter_for
 from turnfsm.adapters.sim import ScriptedLLM, SimulatedCall
 from turnfsm.adapters.sim.clock import VirtualClockLoop
 from turnfsm.controller import replay
@@ -125,7 +125,7 @@ class Storm:
         first_record = len(self.logs.records)
         controller = TurnController(policy, strict=True, keep_text=True)
         hang_ups: list[str] = []
-        adapter = attach(session, controller, end_call=hang_ups.append)
+        adapter = attach_late(session, controller, end_call=hang_ups.append)
         handles: dict[int, SpeechHandle] = {}
         users: dict[int, llm.ChatMessage] = {}
         assistants: dict[int, llm.ChatMessage] = {}

@@ -13,7 +13,7 @@ each state a real call is driven into it, then the call ends one of two ways:
 Afterwards: the trace ends in ``ended`` (in ``ended`` the hang-up is a no-op), no adapter
 timer is left, the gate is open, turn detection and the discard setting are restored, no
 task created by turnfsm code is pending, and the adapter is detached from the session.
-All 16 calls run concurrently.
+All 18 calls run concurrently.
 """
 
 from __future__ import annotations
@@ -98,6 +98,11 @@ async def drive_awaiting_user(fc: FaultCall) -> None:
     await asyncio.sleep(0.3)  # answered, the callee is silent
 
 
+async def drive_awaiting_agent(fc: FaultCall) -> None:
+    await fc.wait_state("awaiting_agent", timeout=5)
+    await asyncio.sleep(0.3)  # the agent has not greeted (its on_enter says nothing)
+
+
 async def drive_greeting(fc: FaultCall) -> None:
     fc.call.audio_input.say_now("hello")
     await fc.wait_step(lambda s: s.event.name == "agent_speech_started", timeout=12)
@@ -133,6 +138,8 @@ class Driver:
     drive: Callable[[FaultCall], Awaitable[None]]
     options: dict[str, Any] = field(default_factory=dict)
     answer: bool = True
+    greets_in_own_words: bool = False
+    """An inbound call where the agent greets in its own words (else outbound)."""
 
 
 DRIVERS: dict[str, Driver] = {
@@ -141,6 +148,7 @@ DRIVERS: dict[str, Driver] = {
     ),
     "ringing": Driver(drive_ringing, answer=False),
     "awaiting_user": Driver(drive_awaiting_user),
+    "awaiting_agent": Driver(drive_awaiting_agent, answer=False, greets_in_own_words=True),
     "greeting": Driver(drive_greeting, {"greeting": "Hi, this is Ada from Acme Dental."}),
     "listening": Driver(drive_listening, {"idle_timeout": 30.0}),
     "speaking": Driver(drive_speaking, {"max_call_duration": 60.0}),
@@ -153,6 +161,8 @@ def policy_for(state: str, how: str) -> TurnPolicy:
     options = dict(DRIVERS[state].options)
     if how == "session_close":
         options.update(greeting_lock="mute_input", mute_input_during_tools=True)
+    if DRIVERS[state].greets_in_own_words:
+        return TurnPolicy(direction="inbound", **options)
     return outbound(**options)
 
 

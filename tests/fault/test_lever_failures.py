@@ -40,6 +40,7 @@ from faultcalls import (
     FaultCall,
     InjectedSTT,
     LogCapture,
+    attach_late,
     fault_call,
     outbound,
     result_of,
@@ -409,7 +410,7 @@ async def levers_on_closed_session() -> ClosedSessionOutcome:
     # a fresh controller on the closed session: every lever touching it fails (keep_text:
     # the warnings quote LiveKit's error messages, told apart below)
     fresh = TurnController(outbound(), strict=True, keep_text=True)
-    adapter = attach(fc.session, fresh)
+    adapter = attach_late(fc.session, fresh)
     adapter.dispatch(ev.CallAnswered(at=adapter.now()))  # start_timer: no session needed
     # interrupt(force=True) of a speech before the callee spoke: session.interrupt() fails
     adapter.dispatch(ev.AgentSpeechCreated(at=adapter.now(), speech_id="ghost", source="say"))

@@ -162,6 +162,9 @@ def test_a_cap_without_a_round_is_refused() -> None:
         (TurnPolicy(greeting="Hi"), "ringing", "no call under this policy is in 'ringing'"),
         (TurnPolicy(first_speaker="user"), "greeting", "is in 'greeting'"),
         (TurnPolicy(greeting="Hi"), "awaiting_user", "is in 'awaiting_user'"),
+        # only an agent that greets in its own words waits for its first speech
+        (TurnPolicy(greeting="Hi"), "awaiting_agent", "is in 'awaiting_agent'"),
+        (TurnPolicy(first_speaker="user"), "awaiting_agent", "is in 'awaiting_agent'"),
     ],
 )
 def test_a_state_the_policy_never_reaches_is_refused(
@@ -170,6 +173,16 @@ def test_a_state_the_policy_never_reaches_is_refused(
     assert state not in reachable_states(policy)
     with pytest.raises(ValueError, match=message):
         TurnController(policy).restore(state, TurnContext())
+
+
+def test_an_own_words_call_is_restored_where_it_waits_for_the_agent() -> None:
+    controller = TurnController(TurnPolicy())  # inbound, greets in its own words
+    controller.restore("awaiting_agent", TurnContext())
+    effects = controller.handle(
+        ev.AgentSpeechCreated(at=1.0, speech_id="s1", source="reply", from_agent_code=True)
+    )
+    assert controller.state == "greeting"
+    assert fx.LockSpeech(speech_id="s1") in effects
 
 
 def test_the_rules_name_real_fields() -> None:

@@ -9,7 +9,8 @@ question and its answer), for:
 
 * an agent that asks for a reply (``generate_reply``) or says something (``say``) in
   ``on_enter``, LiveKit's basic-agent pattern: the speech is interrupted before LiveKit
-  schedules it, and the model is not asked;
+  schedules it, the model is not asked, and the agent's mistake is reported once (under
+  ``strict``, ``session.start`` raises it: tests/integration/test_livekit_flows.py);
 * an agent overriding ``llm_node`` (and ``on_user_turn_completed``) without ``super()``:
   the turnfsm hooks still run first;
  (an agent whose ``on_user_turn_completed`` stops the reply to "Hello?": the greeting is
@@ -27,9 +28,11 @@ question and its answer), for:
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import pytest
 from livekit.agents import Agent, function_tool, llm
 from turncalls import GREETING, TurnCall, run_scenarios, turn_call, wait_segment
 
@@ -184,11 +187,16 @@ async def _greeted_then_answered(
     assert _history(tc)[-2:] == [("user", QUESTION), ("assistant", ANSWER)], context
 
 
-async def _shape(agent: Agent, *, asks_model: bool = True) -> None:
+async def _shape(agent: Agent, *, asks_model: bool = True, strict: bool | None = None) -> None:
     llm_model = ScriptedLLM(_model)
     script = CallScript([UserLine(HELLO_AT, "hello")])
     async with turn_call(
-        _outbound(), script, agent=agent, llm=llm_model, settings="livekit-defaults"
+        _outbound(),
+        script,
+        agent=agent,
+        llm=llm_model,
+        settings="livekit-defaults",
+        adapter_strict=strict,
     ) as tc:
         await _greeted_then_answered(tc)
         # the model was never asked for a reply before the greeting
@@ -205,17 +213,30 @@ async def _plain_agent_speaks_first() -> None:
         await _greeted_then_answered(tc, hello=False)
 
 
-async def test_agent_shapes() -> None:
+async def test_agent_shapes(caplog: pytest.LogCaptureFixture) -> None:
     await run_scenarios(
         {
-            "on_enter-generate_reply": _shape(ReplyOnEnter(instructions="On a call.")),
-            "on_enter-say": _shape(SayOnEnter(instructions="On a call.")),
+            # reported, not raised: the guarantees are what is checked here
+            "on_enter-generate_reply": _shape(
+                ReplyOnEnter(instructions="On a call."), strict=False
+            ),
+            "on_enter-say": _shape(SayOnEnter(instructions="On a call."), strict=False),
             "own-llm_node-and-turn-hook": _shape(
                 OwnNodes(instructions="On a call."), asks_model=False
             ),
             "plain-agent-speaks-first": _plain_agent_speaks_first(),
         }
     )
+    reported = sorted(
+        r.getMessage().split(" before ")[0]
+        for r in caplog.records
+        if r.name.startswith("turnfsm") and r.levelno >= logging.WARNING
+    )
+    assert reported == [  # once each, naming the agent, its method and the call
+        "turnfsm: ReplyOnEnter.on_enter called session.generate_reply",
+        "turnfsm: SayOnEnter.on_enter called session.say",
+    ]
+    caplog.clear()  # seen: the integration suite's own check would fail on it
 
 
 async def test_a_filler_in_the_turn_hook_is_not_taken_for_the_greeting() -> None:
@@ -317,9 +338,10 @@ def _answered(tc: TurnCall) -> CallAnswered:
 
 
 async def test_handoff_in_every_state() -> None:
-    # every state a live call rests in: an outbound call leaves `start` in the step that
-    # enters it (an inbound one waits there only until the session starts its agent)
-    live = [state for state in STATES if state not in ("start", "ended")]
+    # every state a live outbound call rests in: it leaves `start` in the step that enters
+    # it, and never waits for the agent's own greeting (an inbound call's handoff there:
+    # tests/integration/test_livekit_flows.py)
+    live = [state for state in STATES if state not in ("start", "awaiting_agent", "ended")]
     scenarios = {state: _handoff(state) for state in live}
     # a plain Agent after the greeting: nothing is left to replace
     scenarios["listening, to a plain Agent"] = _handoff("listening", PlainSecond)

@@ -252,7 +252,12 @@ async def test_each_outcome_check_fires(caplog: pytest.LogCaptureFixture) -> Non
         fired_in = sum(1 for call in counts.values() if call.get(check))
         logged = [m for m in warnings if m.startswith(f"turnfsm: outcome check {check} ")]
         assert len(logged) == fired_in, (check, warnings)
-    unexpected = [m for m in warnings if not m.startswith("turnfsm: outcome check ")]
+    # O1's agent speaks in on_enter before the callee: that is reported too, once
+    refused = [m for m in warnings if m.startswith("turnfsm: EagerAgent.on_enter called")]
+    assert len(refused) == 1, warnings
+    unexpected = [
+        m for m in warnings if not m.startswith("turnfsm: outcome check ") and m not in refused
+    ]
     assert unexpected == [], unexpected
     caplog.clear()  # the warnings this test provoked are not failures of the adapter
 

@@ -13,11 +13,11 @@ import asyncio
 import logging
 
 import pytest
-from livekit.agents import Agent, AgentSession, RunContext, function_tool
+from livekit.agents import Agent, AgentSession, AgentTask, RunContext, function_tool, llm
 
 from turnfsm import TurnController, TurnPolicy
 from turnfsm.adapters.livekit import TurnAgent, attach
-from turnfsm.adapters.sim import ScriptedLLM
+from turnfsm.adapters.sim import LLMRequest, ScriptedLLM, ScriptedReply, ScriptedToolCall
 from turnfsm.cli import PRESETS
 
 GREETING = "Hi, this is Ada from Acme Dental."
@@ -232,3 +232,65 @@ async def test_a_turn_typed_over_the_outbound_greeting(
     (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert "greeting_overlap='drop'" in warning.getMessage()
     caplog.clear()  # the one warning this test expects, checked
+
+
+class AskName(AgentTask[str]):
+    def __init__(self) -> None:
+        super().__init__(instructions="Ask the caller's name.")
+
+    async def on_enter(self) -> None:
+        self.session.generate_reply(instructions="Ask for the name.")
+
+    @function_tool
+    async def record_name(self, context: RunContext, name: str) -> None:
+        """Record the caller's name."""
+        self.complete(name)
+
+
+class GreetsThroughATask(Agent):
+    """Its ``on_enter`` reply calls a tool that awaits a task, which needs the caller."""
+
+    def __init__(self) -> None:
+        super().__init__(instructions="You answer the phone.")
+
+    async def on_enter(self) -> None:
+        self.session.generate_reply(instructions="Greet the caller.")
+
+    @function_tool
+    async def ask_name(self, context: RunContext) -> str:
+        """Ask the caller's name."""
+        return f"the name is {await AskName()}"
+
+
+def _task_model(request: LLMRequest) -> ScriptedReply:
+    last = request.chat_ctx.items[-1]
+    if isinstance(last, llm.ChatMessage) and last.text_content == "Greet the caller.":
+        return ScriptedReply(tool_calls=(ScriptedToolCall("ask_name"),))
+    if isinstance(last, llm.ChatMessage) and last.text_content == "Ask for the name.":
+        return ScriptedReply(text="May I have your name?")
+    if request.last_user_text == "Ada." and "record_name" in request.tool_names:
+        return ScriptedReply(tool_calls=(ScriptedToolCall("record_name", {"name": "Ada"}),))
+    return ScriptedReply(text="Thanks, Ada.")
+
+
+async def _greet_through_a_task(policy: TurnPolicy | None) -> list[object]:
+    """The run's events and the history of one text call, turnfsm attached under
+    ``policy`` (``None``: LiveKit alone)."""
+    async with text_session(ScriptedLLM(_task_model)) as session:
+        if policy is not None:
+            attach(session, TurnController(policy, strict=True, keep_text=True))
+        await asyncio.wait_for(session.start(GreetsThroughATask()), timeout=10)
+        result = await asyncio.wait_for(session.run(user_input="Ada."), timeout=10)
+        events = [(event.type, assistant_texts(result)) for event in result.events]
+        agent = type(session.current_agent)
+    return [events, agent, history(session)]
+
+
+async def test_an_own_words_greeting_that_awaits_the_caller_does_not_hold_the_start() -> None:
+    """Where the agent greets in its own words, ``session.start`` returns as LiveKit's does,
+    even when that first speech runs a tool awaiting a task only the caller can finish (it
+    waited for the greeting's end: a deadlock, found by LiveKit's own
+    ``test_handoff_from_pre_run_speech``); the typed turn then runs as in LiveKit."""
+    livekit = await _greet_through_a_task(None)
+    assert livekit[1] is AskName  # the task runs: the greeting's tool awaits it
+    assert await _greet_through_a_task(TurnPolicy()) == livekit

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,11 +111,13 @@ async def turn_call(
     answer: bool = True,
     before_start: Any = None,
     settings: str = "sim",
+    adapter_strict: bool | None = None,
     **sim_options: Any,
 ) -> AsyncIterator[TurnCall]:
     """Start a simulated call with a strict controller attached (and, for outbound
     policies, answered at once unless ``answer`` is False), under the LiveKit
-    ``settings`` row (:data:`SETTINGS`)."""
+    ``settings`` row (:data:`SETTINGS`). ``adapter_strict=False`` has the adapter warn
+    about what it finds instead of raising it (``attach(strict=...)``)."""
     sim_options = {**SETTINGS[settings], **sim_options}
     controller = TurnController(policy, strict=True, keep_text=True)
     holder: dict[str, TurnAdapter] = {}
@@ -123,7 +125,7 @@ async def turn_call(
     def attach_controller(session: AgentSession) -> None:
         if before_start is not None:
             before_start(session)
-        holder["adapter"] = attach(session, controller)
+        holder["adapter"] = attach(session, controller, strict=adapter_strict)
 
     call = SimulatedCall(
         script,
@@ -142,6 +144,34 @@ async def turn_call(
 async def settle(seconds: float = 0.3) -> None:
     """Let callbacks and short-lived tasks of a closed session finish."""
     await asyncio.sleep(seconds)
+
+
+@contextlib.contextmanager
+def recorded_tasks() -> Iterator[list[asyncio.Task[Any]]]:
+    """Every task created on the running loop meanwhile, held (a task nothing else holds
+    would be garbage-collected while still pending, and go unseen)."""
+    loop = asyncio.get_running_loop()
+    previous = loop.get_task_factory()
+    created: list[asyncio.Task[Any]] = []
+
+    def record(loop: asyncio.AbstractEventLoop, coro: Any, **options: Any) -> Any:
+        if previous is not None:
+            task = previous(loop, coro, **options)
+        else:
+            task = asyncio.Task(coro, loop=loop, **options)
+        created.append(task)
+        return task
+
+    loop.set_task_factory(record)
+    try:
+        yield created
+    finally:
+        loop.set_task_factory(previous)
+
+
+def still_pending(tasks: list[asyncio.Task[Any]]) -> list[str]:
+    """The coroutines of the tasks not done yet: what a closed call left behind."""
+    return sorted(task.get_coro().__qualname__ for task in tasks if not task.done())  # type: ignore[union-attr]
 
 
 async def run_scenarios(scenarios: dict[str, Awaitable[None]]) -> None:
