@@ -38,8 +38,8 @@ from turnfsm.adapters.sim import (
     load_silero_vad,
 )
 from turnfsm.adapters.sim.job import ConsoleSession, run_entrypoint
+from turnfsm.adapters.sim.realtime import RealtimeScript, RealtimeTestServer
 
-from support.realtime_server import RealtimeScript, RealtimeTestServer
 from support.tone import ToneMicrophone
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

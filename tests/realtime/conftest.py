@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from support.realtime_server import FIDELITY_MATRIX, IDEAL, UNEVEN_SPEECH, RealtimeTestServer
+from turnfsm.adapters.sim.realtime import FIDELITY_MATRIX, IDEAL, UNEVEN_SPEECH, RealtimeTestServer
 
 _FIDELITIES = {"ideal": IDEAL, **FIDELITY_MATRIX, "uneven-speech": UNEVEN_SPEECH}
 

@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from support.realtime_client import Client, connect
-from support.realtime_server import (
+from turnfsm.adapters.sim.realtime import (
     FIDELITY_MATRIX,
     IDEAL,
     REAL_PROTOCOL,
@@ -24,6 +23,8 @@ from support.realtime_server import (
     RealtimeScript,
     RealtimeTestServer,
 )
+
+from support.realtime_client import Client, connect
 
 CPS = 20.0  # speaking rate of these tests: 20 characters a second
 

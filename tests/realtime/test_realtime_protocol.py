@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from turnfsm.adapters.sim.realtime import IDEAL, RealtimeScript, RealtimeTestServer
+
 from support.realtime_client import Client, connect
-from support.realtime_server import IDEAL, RealtimeScript, RealtimeTestServer
 
 
 @pytest.fixture

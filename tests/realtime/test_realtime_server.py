@@ -14,14 +14,14 @@ from livekit.plugins import openai
 from openai.types.realtime.realtime_audio_input_turn_detection import SemanticVad, ServerVad
 
 from turnfsm.adapters.sim.io import PacedAudioOutput
-
-from support.realtime_server import (
+from turnfsm.adapters.sim.realtime import (
     SAMPLE_RATE,
     RealtimeScript,
     RealtimeTestServer,
     ScriptedResponse,
     ToolCall,
 )
+
 from support.tone import ToneMicrophone
 
 

@@ -31,8 +31,7 @@ from turnfsm import events as ev
 from turnfsm.adapters.livekit import TurnAdapter, TurnAgent, attach
 from turnfsm.adapters.livekit.realtime import say_exactly
 from turnfsm.adapters.sim.io import PacedAudioOutput, PlayoutSegment
-
-from support.realtime_server import (
+from turnfsm.adapters.sim.realtime import (
     FIDELITY_MATRIX,
     SAMPLE_RATE,
     RealtimeScript,
@@ -40,6 +39,7 @@ from support.realtime_server import (
     RecordedEvent,
     ResponseRequest,
 )
+
 from support.tone import ToneMicrophone
 
 CPS = 15.0  # the server's speaking rate: a reply lasts len(text) / 15 s

@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from .realtime_server import SAMPLE_RATE, RealtimeTestServer
+from turnfsm.adapters.sim.realtime import SAMPLE_RATE, RealtimeTestServer
 
 __all__ = ["Client", "connect"]
 

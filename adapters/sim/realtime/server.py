@@ -1,4 +1,4 @@
-"""An OpenAI Realtime protocol test server for offline LiveKit Agents sessions (test support).
+"""An OpenAI Realtime protocol test server for offline LiveKit Agents sessions.
 
 The real ``livekit.plugins.openai.realtime.RealtimeModel`` connects to it through
 ``base_url``::
@@ -24,7 +24,7 @@ tools it calls, and supplies the transcript of each user utterance. What it does
   truncation rules, which errors name the client event); `FIDELITY_MATRIX` holds the
   settings the realtime suite is run against;
 * conformance: every event sent and received is checked against the ``openai`` package's
-  typed event models (`realtime_conformance`); a malformed client event is rejected with
+  typed event models (`conformance`); a malformed client event is rejected with
   the real error, and leaving the server with unchecked violations raises
   `ConformanceError`;
 * a record of every event received and sent, with ``time.monotonic()`` timestamps taken
@@ -60,7 +60,7 @@ import numpy as np
 from aiohttp import WSMsgType, web
 from typing_extensions import Self
 
-from .realtime_conformance import (
+from .conformance import (
     ConformanceError,
     Violation,
     client_event_error,
