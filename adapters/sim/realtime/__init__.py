@@ -6,25 +6,23 @@ is checked against the ``openai`` package's typed models (`conformance`).
 """
 
 from .conformance import ConformanceError, Violation
-from .server import (
-    FIDELITY_MATRIX,
-    IDEAL,
-    REAL_PROTOCOL,
-    SAMPLE_RATE,
-    UNEVEN_SPEECH,
-    Direction,
-    Fidelity,
-    RealtimeConnection,
+from .fidelity import FIDELITY_MATRIX, IDEAL, REAL_PROTOCOL, UNEVEN_SPEECH, Fidelity
+from .script import (
     RealtimeScript,
-    RealtimeTestServer,
-    RecordedEvent,
     ResponsePolicy,
-    ResponseRecord,
     ResponseRequest,
     ResponseTrigger,
     ScriptedResponse,
-    SessionSnapshot,
     ToolCall,
+)
+from .server import (
+    SAMPLE_RATE,
+    Direction,
+    RealtimeConnection,
+    RealtimeTestServer,
+    RecordedEvent,
+    ResponseRecord,
+    SessionSnapshot,
 )
 
 __all__ = [

@@ -52,8 +52,8 @@ import re
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -67,28 +67,23 @@ from .conformance import (
     client_event_problems,
     server_event_problems,
 )
+from .fidelity import IDEAL, Fidelity
+from .script import (
+    RealtimeScript,
+    ResponseRequest,
+    ResponseTrigger,
+    ScriptedResponse,
+    ToolCall,
+)
 
 __all__ = [
-    "FIDELITY_MATRIX",
-    "IDEAL",
-    "REAL_PROTOCOL",
-    "UNEVEN_SPEECH",
     "SAMPLE_RATE",
-    "ConformanceError",
     "Direction",
-    "Fidelity",
     "RealtimeConnection",
-    "RealtimeScript",
     "RealtimeTestServer",
     "RecordedEvent",
-    "ResponsePolicy",
     "ResponseRecord",
-    "ResponseRequest",
-    "ResponseTrigger",
-    "ScriptedResponse",
     "SessionSnapshot",
-    "ToolCall",
-    "Violation",
 ]
 
 logger = logging.getLogger(__name__)
@@ -102,281 +97,12 @@ _DEFAULT_PREFIX_PADDING_MS = 300
 _SEMANTIC_EAGERNESS_SILENCE_MS = {"low": 1000, "medium": 500, "auto": 500, "high": 300}
 _WORD_PATTERN = re.compile(r"\s*\S+")
 
-ResponseTrigger = Literal["response.create", "turn_detected", "tool_output"]
-"""Why the server started a response: a client request, a user turn, or a tool result."""
-
 Direction = Literal["received", "sent"]
 """Which way an event went: ``received`` from the client or ``sent`` by the server."""
 
 
 def _new_id(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:16]}"
-
-
-# --------------------------------------------------------------------------- fidelity
-
-
-@dataclass(frozen=True)
-class Fidelity:
-    """How closely the server imitates the real OpenAI Realtime service.
-
-    The defaults (`IDEAL`) are the idealised server the realtime tests were first written
-    against; `REAL_PROTOCOL` switches on the service's rules; `FIDELITY_MATRIX` adds its
-    timing. Each value below names its source.
-
-    Attributes:
-        network_latency_ms: One-way latency, each direction: a client event is handled this
-            long after the client sent it, a server event reaches the client this long
-            after the server sent it.
-        cancel_latency_ms: How long a cancelled response (``response.cancel`` or a
-            ``turn_detected`` interruption) stays active, still streaming, before its
-            ``response.done``. The real service keeps a cancelled response active until
-            ``response.done`` and rejects ``response.create`` until then.
-        transcript_lead_ms: How far the transcript runs ahead of the audio that speaks it
-            (the real service streams text well ahead of audio).
-        generation_speed: Audio generated per second of wall time, after the ``lead_ms``
-            burst (the real service generates faster than real time).
-        truncate_shortfall_ms: How much shorter the server's item audio is than the audio
-            it sent: a ``conversation.item.truncate`` past the shorter length is rejected
-            with ``Audio content of <n>ms is already shorter than <m>ms`` (seen as 85 ms,
-            e.g. 6100 ms items for 6185 ms received).
-        truncate_clears_transcript: A truncated item loses its server-side transcript
-            (the ``openai`` package's ``ConversationItemTruncateEvent`` documents it);
-            False keeps the part whose speech started before ``audio_end_ms``.
-        state_errors_name_event: Errors about the conversation's state
-            (``conversation_already_has_active_response``, a truncate past the end, an
-            unknown item, no response to cancel) carry the client's ``event_id``. The real
-            service sends ``null`` there, so a client cannot match them to its request.
-        reject_malformed: A client event that does not conform to the ``openai`` package's
-            client-event models is rejected with the service's error and not applied.
-        speaking_rate_variation: How much each word's duration departs from the nominal
-            ``chars_per_second`` (0.3: each word 0.7x to 1.3x as long). Real speech is not
-            spoken at a constant rate, and the service gives no word timing.
-    """
-
-    network_latency_ms: int = 0
-    cancel_latency_ms: int = 0
-    transcript_lead_ms: int = 0
-    generation_speed: float = 1.0
-    truncate_shortfall_ms: int = 0
-    truncate_clears_transcript: bool = False
-    state_errors_name_event: bool = True
-    reject_malformed: bool = True
-    speaking_rate_variation: float = 0.0
-
-    def __post_init__(self) -> None:
-        for name in (
-            "network_latency_ms",
-            "cancel_latency_ms",
-            "transcript_lead_ms",
-            "truncate_shortfall_ms",
-        ):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"Fidelity.{name} must be an int >= 0, got {value!r}")
-        if not 0.0 <= self.speaking_rate_variation < 1.0:
-            raise ValueError(
-                "Fidelity.speaking_rate_variation must be in [0, 1), got "
-                f"{self.speaking_rate_variation!r}"
-            )
-        if not self.generation_speed >= 1.0:
-            raise ValueError(
-                f"Fidelity.generation_speed must be >= 1.0, got {self.generation_speed!r}"
-            )
-
-
-IDEAL = Fidelity()
-"""The idealised server: instant cancels, no latency, text aligned with real-time audio."""
-
-REAL_PROTOCOL = Fidelity(
-    truncate_shortfall_ms=85,
-    truncate_clears_transcript=True,
-    state_errors_name_event=False,
-)
-"""The real service's rules, with no latency."""
-
-FIDELITY_MATRIX: dict[str, Fidelity] = {
-    "no-latency": REAL_PROTOCOL,
-    "100ms-cancel-150ms": replace(
-        REAL_PROTOCOL, network_latency_ms=100, cancel_latency_ms=150, generation_speed=2.0
-    ),
-    "300ms-text-1s-ahead": replace(
-        REAL_PROTOCOL,
-        network_latency_ms=300,
-        cancel_latency_ms=150,
-        transcript_lead_ms=1000,
-        generation_speed=2.0,
-    ),
-}
-"""The settings the realtime suite runs against (issue 10), by name.
-
-Generation runs at 2x, not faster: a reply generated to its end before the caller barges
-in leaves no text ahead of the audio the client holds."""
-
-UNEVEN_SPEECH = replace(FIDELITY_MATRIX["300ms-text-1s-ahead"], speaking_rate_variation=0.3)
-"""The harshest setting: the matrix's last cell, with words 0.7x to 1.3x their nominal
-length, so no constant rate finds where the caller stopped hearing."""
-
-
-# --------------------------------------------------------------------------- scripting
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    """A function call the scripted model makes.
-
-    Attributes:
-        name: Name of the function tool.
-        arguments: Arguments as a mapping (serialised to JSON) or a raw JSON string.
-        call_id: Call id to use; a fresh ``call_...`` id when None.
-    """
-
-    name: str
-    arguments: Mapping[str, Any] | str = field(default_factory=dict)
-    call_id: str | None = None
-
-    def arguments_json(self) -> str:
-        """Returns the arguments as the JSON string sent on the wire."""
-        if isinstance(self.arguments, str):
-            return self.arguments
-        return json.dumps(dict(self.arguments))
-
-
-@dataclass(frozen=True)
-class ScriptedResponse:
-    """What one response contains: spoken text, then function calls, in that order.
-
-    Attributes:
-        text: Text to speak; no message item is produced when empty.
-        tool_calls: Function calls emitted after the message item.
-    """
-
-    text: str = ""
-    tool_calls: tuple[ToolCall, ...] = ()
-
-
-@dataclass(frozen=True)
-class ResponseRequest:
-    """What the scripted model sees when the server starts a response.
-
-    Attributes:
-        trigger: Why the response starts.
-        instructions: Effective instructions (per-response override, else the session's).
-        tool_choice: Effective tool choice, e.g. ``"auto"``, ``"none"`` or
-            ``{"type": "function", "name": ...}``.
-        tool_names: Names of the effective function tools.
-        conversation: Snapshot of the server-side conversation items.
-        params: The ``response`` object of ``response.create``; empty for server-initiated
-            responses.
-    """
-
-    trigger: ResponseTrigger
-    instructions: str | None
-    tool_choice: str | dict[str, Any]
-    tool_names: tuple[str, ...]
-    conversation: tuple[dict[str, Any], ...]
-    params: Mapping[str, Any]
-
-
-ResponsePolicy = Callable[[ResponseRequest], "ScriptedResponse | str"]
-"""Decides a response from its request; a ``str`` is shorthand for spoken text."""
-
-
-class RealtimeScript:
-    """Decides what the simulated model does, one response at a time.
-
-    Each response is decided in this order: ``always_call_tool`` (unless the effective
-    ``tool_choice`` is ``"none"`` or the tool is not declared), then the next queued
-    response, then ``policy``, then ``default_text``.
-
-    Args:
-        responses: Queued responses, consumed in order; a ``str`` is spoken text.
-        policy: Called when the queue is empty.
-        user_transcripts: Transcripts of the user's committed utterances, in order.
-        always_call_tool: Name of a tool that every response calls (loop tests).
-        tool_arguments: Arguments for ``always_call_tool``.
-        auto_tool_reply: If True, the server itself starts a response once every function
-            call in the conversation has an output, like models that reply to tool
-            results server-side.
-        default_text: Spoken when nothing else decides.
-        refuse_creates: How many of the client's next ``response.create`` the server
-            refuses with the error it sends while a response is active
-            (``conversation_already_has_active_response``), as the service does when a
-            cancelled response's ``response.done`` has not come yet.
-    """
-
-    def __init__(
-        self,
-        responses: Iterable[ScriptedResponse | str] = (),
-        *,
-        policy: ResponsePolicy | None = None,
-        user_transcripts: Iterable[str] = (),
-        always_call_tool: str | None = None,
-        tool_arguments: Mapping[str, Any] | None = None,
-        auto_tool_reply: bool = False,
-        default_text: str = "Okay.",
-        refuse_creates: int = 0,
-    ) -> None:
-        self._responses: deque[ScriptedResponse] = deque(
-            self._coerce(response) for response in responses
-        )
-        self._user_transcripts: deque[str] = deque(user_transcripts)
-        self._utterance_count = 0
-        self.policy = policy
-        self.always_call_tool = always_call_tool
-        self.tool_arguments: Mapping[str, Any] = dict(tool_arguments or {})
-        self.auto_tool_reply = auto_tool_reply
-        self.default_text = default_text
-        self.refuse_creates = refuse_creates
-        self.requests: list[ResponseRequest] = []
-        """Every request decided so far, in order."""
-
-    @staticmethod
-    def _coerce(response: ScriptedResponse | str) -> ScriptedResponse:
-        return ScriptedResponse(text=response) if isinstance(response, str) else response
-
-    def push_response(self, response: ScriptedResponse | str) -> None:
-        """Queues a response after the ones already queued."""
-        self._responses.append(self._coerce(response))
-
-    def push_user_transcript(self, transcript: str) -> None:
-        """Queues the transcript of a future user utterance."""
-        self._user_transcripts.append(transcript)
-
-    def next_response(self, request: ResponseRequest) -> ScriptedResponse:
-        """Decides the content of a response and records its request.
-
-        Args:
-            request: What the model is asked for.
-
-        Returns:
-            The scripted content of the response.
-        """
-        self.requests.append(request)
-        if (
-            self.always_call_tool is not None
-            and request.tool_choice != "none"
-            and self.always_call_tool in request.tool_names
-        ):
-            return ScriptedResponse(
-                tool_calls=(ToolCall(self.always_call_tool, self.tool_arguments),)
-            )
-        if self._responses:
-            return self._responses.popleft()
-        if self.policy is not None:
-            return self._coerce(self.policy(request))
-        return ScriptedResponse(text=self.default_text)
-
-    def next_user_transcript(self) -> str:
-        """Returns the transcript of the next committed utterance.
-
-        Returns:
-            The next scripted transcript, or ``"user utterance <n>"`` once they run out.
-        """
-        self._utterance_count += 1
-        if self._user_transcripts:
-            return self._user_transcripts.popleft()
-        return f"user utterance {self._utterance_count}"
 
 
 # --------------------------------------------------------------------------- records
