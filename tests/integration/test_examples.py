@@ -146,7 +146,7 @@ async def test_realtime_agent_answers_in_console_and_writes_its_trace(traces: Pa
         real_build_session = example.build_session
 
         def console_session() -> AgentSession:
-            session = real_build_session(api_key="dummy", base_url=server.base_url)
+            session = real_build_session(api_key="dummy", http_session=server.http_session())
             console = ConsoleSession(llm=session.llm, vad=None, aec_warmup_duration=None)
             console.input.audio, console.output.audio = microphone, speaker
             return console

@@ -23,11 +23,15 @@ from .server import (
     RecordedEvent,
     ResponseRecord,
     SessionSnapshot,
+    Transport,
 )
+from .transport import MemoryHttpSession, MemoryWebSocket
 
 __all__ = [
     "FIDELITY_MATRIX",
     "IDEAL",
+    "MemoryHttpSession",
+    "MemoryWebSocket",
     "REAL_PROTOCOL",
     "SAMPLE_RATE",
     "UNEVEN_SPEECH",
@@ -45,5 +49,6 @@ __all__ = [
     "ScriptedResponse",
     "SessionSnapshot",
     "ToolCall",
+    "Transport",
     "Violation",
 ]

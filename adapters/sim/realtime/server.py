@@ -1,10 +1,10 @@
 """An OpenAI Realtime protocol test server for offline LiveKit Agents sessions.
 
-The real ``livekit.plugins.openai.realtime.RealtimeModel`` connects to it through
-``base_url``::
+The real ``livekit.plugins.openai.realtime.RealtimeModel`` connects to it in memory,
+through the ``http_session`` it is given (`transport`), or over TCP (``base_url``)::
 
     async with RealtimeTestServer(RealtimeScript(["Hello there."])) as server:
-        model = openai.realtime.RealtimeModel(api_key="dummy", base_url=server.base_url)
+        model = openai.realtime.RealtimeModel(api_key="dummy", http_session=server.http_session())
 
 The server speaks the GA event names that the installed plugin (livekit-agents 1.8.9)
 parses, e.g. ``response.output_audio.delta`` and ``conversation.item.added``. It cannot
@@ -27,8 +27,10 @@ tools it calls, and supplies the transcript of each user utterance. What it does
   typed event models (`conformance`); a malformed client event is rejected with
   the real error, and leaving the server with unchecked violations raises
   `ConformanceError`;
-* a record of every event received and sent, with ``time.monotonic()`` timestamps taken
-  on the server's side of the network.
+* a record of every event received and sent, with timestamps taken on the server's side
+  of the network, on the event loop's clock (``loop.time()``: ``time.monotonic()`` on an
+  ordinary loop, the virtual time on a `VirtualClockLoop`, the clock the simulated
+  loudspeaker and microphone keep).
 
 Deliberate differences from the real service: the VAD ignores ``threshold`` and uses the
 server's ``vad_rms_threshold``; input transcription is emitted right after the user item
@@ -49,15 +51,14 @@ import logging
 import math
 import random
 import re
-import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from aiohttp import WSMsgType, web
+from aiohttp import WSMessage, WSMsgType, web
 from typing_extensions import Self
 
 from .conformance import (
@@ -75,6 +76,7 @@ from .script import (
     ScriptedResponse,
     ToolCall,
 )
+from .transport import Handshake, MemoryHttpSession, MemoryWebSocket, ServerSocket
 
 __all__ = [
     "SAMPLE_RATE",
@@ -84,6 +86,7 @@ __all__ = [
     "RecordedEvent",
     "ResponseRecord",
     "SessionSnapshot",
+    "Transport",
 ]
 
 logger = logging.getLogger(__name__)
@@ -101,6 +104,11 @@ Direction = Literal["received", "sent"]
 """Which way an event went: ``received`` from the client or ``sent`` by the server."""
 
 
+def _now() -> float:
+    """The running loop's clock: the server's timestamps are on the loop's time."""
+    return asyncio.get_running_loop().time()
+
+
 def _new_id(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:16]}"
 
@@ -116,7 +124,7 @@ class RecordedEvent:
         direction: ``"received"`` from the client or ``"sent"`` by the server.
         type: The event's ``type``.
         payload: The full event as JSON-decoded data.
-        timestamp: ``time.monotonic()`` on the server's side of the network: when the
+        timestamp: ``loop.time()`` on the server's side of the network: when the
             server handled a client event (``network_latency_ms`` after the client sent
             it) or sent a server event (it reaches the client ``network_latency_ms``
             later).
@@ -135,7 +143,7 @@ class SessionSnapshot:
     """The full session configuration after a ``session.update`` (or at connect).
 
     Attributes:
-        timestamp: ``time.monotonic()`` when the configuration took effect.
+        timestamp: ``loop.time()`` when the configuration took effect.
         session: The merged session configuration.
     """
 
@@ -152,13 +160,13 @@ class ResponseRecord:
         trigger: Why the response started.
         request: What the script was asked.
         reply: What the script decided.
-        created_at: ``time.monotonic()`` of ``response.created``.
+        created_at: ``loop.time()`` of ``response.created``.
         status: ``in_progress``, ``completed`` or ``cancelled``.
         status_reason: ``turn_detected`` or ``client_cancelled`` for cancelled responses.
         message_item_id: Id of the spoken message item, if any.
         transcript_sent: Transcript streamed before the response ended.
         audio_ms_sent: Audio streamed before the response ended, in milliseconds.
-        done_at: ``time.monotonic()`` of ``response.done``.
+        done_at: ``loop.time()`` of ``response.done``.
     """
 
     id: str
@@ -300,8 +308,8 @@ class RealtimeConnection:
         self,
         server: RealtimeTestServer,
         index: int,
-        request: web.Request,
-        ws: web.WebSocketResponse,
+        handshake: Handshake,
+        ws: ServerSocket,
     ) -> None:
         self._server = server
         self._ws = ws
@@ -329,11 +337,11 @@ class RealtimeConnection:
             "response.cancel": self._on_response_cancel,
         }
         self.index = index
-        self.path = request.path
-        self.query = dict(request.query)
-        self.authorization = request.headers.get("Authorization", "")
+        self.path = handshake.path
+        self.query = dict(handshake.query)
+        self.authorization = handshake.headers.get("Authorization", "")
         self.session = _default_session(self.query.get("model", "gpt-realtime"))
-        self.session_history = [SessionSnapshot(time.monotonic(), copy.deepcopy(self.session))]
+        self.session_history = [SessionSnapshot(_now(), copy.deepcopy(self.session))]
         self.conversation: list[dict[str, Any]] = []
         self.item_audio_ms: dict[str, int] = {}
         self.responses: list[ResponseRecord] = []
@@ -359,7 +367,7 @@ class RealtimeConnection:
         return self._active.record if self._active else None
 
     def turn_detection_at(self, timestamp: float) -> dict[str, Any] | None:
-        """The turn detection that was in force at a ``time.monotonic()`` timestamp.
+        """The turn detection that was in force at a ``loop.time()`` timestamp.
 
         Args:
             timestamp: A monotonic time, e.g. `RecordedEvent.timestamp`.
@@ -391,7 +399,7 @@ class RealtimeConnection:
         try:
             async for message in self._ws:
                 if message.type == WSMsgType.TEXT:
-                    self._inbox.put_nowait((time.monotonic() + latency, json.loads(message.data)))
+                    self._inbox.put_nowait((_now() + latency, json.loads(message.data)))
         finally:
             self._inbox.put_nowait(None)
             await reader
@@ -403,7 +411,7 @@ class RealtimeConnection:
         """Handles each client event once it has crossed the network, in order."""
         while (arrival := await self._inbox.get()) is not None:
             arrives_at, event = arrival
-            await asyncio.sleep(max(0.0, arrives_at - time.monotonic()))
+            await asyncio.sleep(max(0.0, arrives_at - _now()))
             if self._ws.closed:
                 continue  # the client left while its last events were in flight
             self._server._record("received", event, self.index)
@@ -419,7 +427,7 @@ class RealtimeConnection:
     async def _write_loop(self) -> None:
         while (departure := await self._outbox.get()) is not None:
             arrives_at, event = departure
-            await asyncio.sleep(max(0.0, arrives_at - time.monotonic()))
+            await asyncio.sleep(max(0.0, arrives_at - _now()))
             if self._ws.closed:
                 continue
             with contextlib.suppress(ConnectionError):
@@ -437,7 +445,7 @@ class RealtimeConnection:
         if problems:
             self._server._violation(Violation("server", str(event.get("type")), problems, event))
         latency = self._fidelity.network_latency_ms / 1000
-        self._outbox.put_nowait((time.monotonic() + latency, event))
+        self._outbox.put_nowait((_now() + latency, event))
 
     def _send_error(
         self, code: str, message: str, client_event: Mapping[str, Any], *, param: str | None = None
@@ -493,7 +501,7 @@ class RealtimeConnection:
         _merge_session(self.session, event.get("session", {}))
         if had_turn_detection and self.turn_detection is None:
             self._vad = _VadState()
-        self.session_history.append(SessionSnapshot(time.monotonic(), copy.deepcopy(self.session)))
+        self.session_history.append(SessionSnapshot(_now(), copy.deepcopy(self.session)))
         self._send({"type": "session.updated", "session": copy.deepcopy(self.session)})
 
     # ----------------------------------------------------------------- input audio
@@ -801,7 +809,7 @@ class RealtimeConnection:
             trigger=trigger,
             request=request,
             reply=self._server.script.next_response(request),
-            created_at=time.monotonic(),
+            created_at=_now(),
         )
         self.responses.append(record)
         active = _ActiveResponse(record=record)
@@ -916,10 +924,10 @@ class RealtimeConnection:
         tone = _ToneGenerator(server.tone_hz, server.tone_amplitude)
         speed = self._fidelity.generation_speed
         text_lead_ms = self._fidelity.transcript_lead_ms if audio else 0
-        started = time.monotonic()
+        started = _now()
         for chunk_index in range(math.ceil(total_ms / chunk_ms)):
             due = started + max(0, chunk_index * chunk_ms - server.lead_ms) / 1000 / speed
-            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            await asyncio.sleep(max(0.0, due - _now()))
             chunk_start_ms = chunk_index * chunk_ms
             # the words whose speech starts before this chunk ends, or text_lead_ms later
             spoken_by_ms = chunk_start_ms + chunk_ms + text_lead_ms
@@ -1063,7 +1071,7 @@ class RealtimeConnection:
     ) -> None:
         active.record.status = status
         active.record.status_reason = reason
-        active.record.done_at = time.monotonic()
+        active.record.done_at = _now()
         self._send({"type": "response.done", "response": self._response_payload(active)})
         self._active = None
         self._start_pending_response()
@@ -1072,11 +1080,45 @@ class RealtimeConnection:
 # --------------------------------------------------------------------------- server
 
 
-class RealtimeTestServer:
-    """An OpenAI Realtime protocol server on 127.0.0.1 for offline tests.
+Transport = Literal["memory", "tcp"]
+"""How clients reach the server: an in-memory websocket, or a websocket on 127.0.0.1."""
 
-    Use it as an async context manager; it binds a free port and serves
-    ``<base_url>/realtime`` (``ws://127.0.0.1:<port>/v1/realtime?model=...``).
+_PATHS = frozenset({"/v1/realtime", "/realtime"})
+
+
+class _TcpSocket:
+    """The server's end of a TCP websocket, as a `ServerSocket`."""
+
+    def __init__(self, request: web.Request, ws: web.WebSocketResponse) -> None:
+        self._request = request
+        self._ws = ws
+
+    @property
+    def closed(self) -> bool:
+        return self._ws.closed
+
+    async def send_str(self, data: str) -> None:
+        await self._ws.send_str(data)
+
+    async def close(self) -> bool:
+        return await self._ws.close()
+
+    def drop(self) -> None:
+        if self._request.transport is not None:
+            self._request.transport.abort()
+
+    def __aiter__(self) -> AsyncIterator[WSMessage]:
+        return self._ws.__aiter__()
+
+
+class RealtimeTestServer:
+    """An OpenAI Realtime protocol server for offline calls.
+
+    Use it as an async context manager. A ``RealtimeModel`` reaches it in memory through
+    `http_session` (no socket: on a virtual clock the whole call, network latency
+    included, runs in virtual time), or, with ``transport="tcp"``, over a websocket on
+    127.0.0.1 at `base_url` (``ws://127.0.0.1:<port>/v1/realtime?model=...``).
+    `model_options` gives whichever applies.
 
     Args:
         script: Decides responses and user transcripts; an empty script when None.
@@ -1091,10 +1133,12 @@ class RealtimeTestServer:
         vad_rms_threshold: Input RMS (fraction of full scale) above which a 10 ms window
             counts as speech for server turn detection.
         fidelity: How closely to imitate the real service; `default_fidelity` when None.
+        transport: ``"memory"`` (the default) or ``"tcp"``, which also serves 127.0.0.1.
 
     Attributes:
         script: The script in use; tests may push responses while the server runs.
         fidelity: The `Fidelity` in force.
+        transport: How clients reach the server.
         connections: Every websocket connection so far, oldest first.
         events: Every event received and sent, in order.
         violations: Every event, either way, that did not conform to the ``openai``
@@ -1104,7 +1148,7 @@ class RealtimeTestServer:
 
     default_fidelity: ClassVar[Fidelity] = IDEAL
     """The fidelity of servers created without one (the realtime suite's conftest sets it
-    from ``--realtime-fidelity``)."""
+    from ``TURNFSM_REALTIME_FIDELITY``)."""
 
     def __init__(
         self,
@@ -1117,7 +1161,10 @@ class RealtimeTestServer:
         tone_amplitude: float = 0.3,
         vad_rms_threshold: float = 0.02,
         fidelity: Fidelity | None = None,
+        transport: Transport = "memory",
     ) -> None:
+        if transport not in ("memory", "tcp"):
+            raise ValueError(f"transport must be 'memory' or 'tcp', got {transport!r}")
         self.script = script or RealtimeScript()
         self.fidelity = fidelity or self.default_fidelity
         self.chars_per_second = chars_per_second
@@ -1126,11 +1173,13 @@ class RealtimeTestServer:
         self.tone_hz = tone_hz
         self.tone_amplitude = tone_amplitude
         self.vad_rms_threshold = vad_rms_threshold
+        self.transport: Transport = transport
         self.connections: list[RealtimeConnection] = []
         self.events: list[RecordedEvent] = []
         self.violations: list[Violation] = []
         self._waiters: list[tuple[Callable[[RecordedEvent], bool], asyncio.Future[None]]] = []
-        self._sockets: set[web.WebSocketResponse] = set()
+        self._sockets: set[ServerSocket] = set()
+        self._served: set[asyncio.Task[None]] = set()
         self._runner: web.AppRunner | None = None
         self._port: int | None = None
 
@@ -1145,10 +1194,13 @@ class RealtimeTestServer:
         await self.aclose(check_conformance=exc_type is None)
 
     async def start(self) -> None:
-        """Binds 127.0.0.1 on a free port and starts serving."""
+        """Starts serving: over TCP, binds 127.0.0.1 on a free port (in memory there is
+        nothing to start)."""
+        if self.transport != "tcp":
+            return
         app = web.Application()
-        app.router.add_get("/v1/realtime", self._handle_websocket)
-        app.router.add_get("/realtime", self._handle_websocket)
+        for path in sorted(_PATHS):
+            app.router.add_get(path, self._handle_websocket)
         self._runner = web.AppRunner(app, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -1163,6 +1215,8 @@ class RealtimeTestServer:
         """
         for ws in list(self._sockets):
             await ws.close()
+        if self._served:
+            await asyncio.wait(self._served)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -1182,31 +1236,58 @@ class RealtimeTestServer:
         logger.error("realtime conformance: %s", violation)
         self.violations.append(violation)
 
+    def http_session(self) -> MemoryHttpSession:
+        """What to give ``RealtimeModel`` as ``http_session`` to reach this server in
+        memory: its ``ws_connect`` opens a connection to this server, whatever the URL's
+        host (``base_url`` may stay the default)."""
+        return MemoryHttpSession(self._accept, _PATHS)
+
     @property
     def port(self) -> int:
-        """The bound TCP port."""
+        """The bound TCP port (``transport="tcp"`` only)."""
         if self._port is None:
-            raise RuntimeError("RealtimeTestServer is not started")
+            raise RuntimeError(
+                "RealtimeTestServer has no port: it serves over TCP only when made with "
+                "transport='tcp' and started (in memory, use http_session())"
+            )
         return self._port
 
     @property
     def base_url(self) -> str:
-        """The ``base_url`` to give ``RealtimeModel``: ``http://127.0.0.1:<port>/v1``."""
+        """The ``base_url`` to give ``RealtimeModel`` over TCP:
+        ``http://127.0.0.1:<port>/v1``."""
         return f"http://127.0.0.1:{self.port}/v1"
+
+    def model_options(self) -> dict[str, Any]:
+        """How a ``RealtimeModel`` reaches this server, as its keyword arguments:
+        ``http_session`` in memory, ``base_url`` over TCP."""
+        if self.transport == "tcp":
+            return {"base_url": self.base_url}
+        return {"http_session": self.http_session()}
+
+    def _accept(self, handshake: Handshake, ws: MemoryWebSocket) -> None:
+        """Serves a new in-memory connection."""
+        served = asyncio.create_task(self._serve(handshake, ws), name="realtime-test-server")
+        self._served.add(served)
+        served.add_done_callback(self._served.discard)
 
     async def _handle_websocket(self, request: web.Request) -> web.StreamResponse:
         if not request.headers.get("Authorization", "").startswith("Bearer "):
             raise web.HTTPUnauthorized(text="missing bearer token")
         ws = web.WebSocketResponse()
         await ws.prepare(request)
+        handshake = Handshake(request.path, dict(request.query), dict(request.headers))
+        await self._serve(handshake, _TcpSocket(request, ws))
+        return ws
+
+    async def _serve(self, handshake: Handshake, ws: ServerSocket) -> None:
         self._sockets.add(ws)
-        connection = RealtimeConnection(self, len(self.connections), request, ws)
+        connection = RealtimeConnection(self, len(self.connections), handshake, ws)
         self.connections.append(connection)
         try:
             await connection.serve()
         finally:
             self._sockets.discard(ws)
-        return ws
 
     # ----------------------------------------------------------------- recording
 
@@ -1215,7 +1296,7 @@ class RealtimeTestServer:
             direction=direction,
             type=str(payload.get("type", "")),
             payload=copy.deepcopy(payload),
-            timestamp=time.monotonic(),
+            timestamp=_now(),
             connection=connection,
         )
         self.events.append(event)
@@ -1278,7 +1359,7 @@ class RealtimeTestServer:
                 and (predicate is None or predicate(event))
             )
 
-        deadline = time.monotonic() + timeout
+        deadline = _now() + timeout
         while True:
             found = [event for event in self.events if matches(event)]
             if len(found) >= count:
@@ -1286,7 +1367,7 @@ class RealtimeTestServer:
             waiter = (matches, asyncio.get_running_loop().create_future())
             self._waiters.append(waiter)
             try:
-                await asyncio.wait_for(waiter[1], deadline - time.monotonic())
+                await asyncio.wait_for(waiter[1], deadline - _now())
             finally:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
