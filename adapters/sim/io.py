@@ -116,15 +116,17 @@ class ScriptedAudioInput(AudioInput):
         """Seconds of call time produced so far (0 before the first frame)."""
         return self._frames_produced * self._frame_duration
 
-    def say_now(self, name: str) -> None:
-        """Play the line called ``name`` as soon as possible.
+    def say_now(self, line: str | SpeechLine) -> None:
+        """Play ``line`` (a line of :data:`~.speech.LINES` by name, or a
+        :class:`~.speech.SpeechLine`, e.g. from :func:`~.speech.spoken_line`) as soon as
+        possible.
 
         It starts with the next frame, or right after the line being played.
 
         Raises:
-            KeyError: If there is no such line.
+            KeyError: If there is no line of that name.
         """
-        line = get_line(name)
+        line = line if isinstance(line, SpeechLine) else get_line(line)
         self._pending.append(_PendingLine(self.elapsed(), line))
         self._pending.sort(key=lambda pending: pending.at)
 

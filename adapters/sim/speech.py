@@ -1,7 +1,9 @@
-"""Recorded callee speech, the call script, and the ledger of what was actually delivered.
+"""Callee speech, the call script, and the ledger of what was actually delivered.
 
 The simulated callee speaks recorded lines (16 kHz mono 16-bit WAVs, recorded with
-espeak-ng by the test suite's ``support/make_audio.py``). :class:`ScriptedAudioInput`
+espeak-ng by the test suite's ``support/make_audio.py``), or lines made from any text
+and a duration with :func:`spoken_line` (no WAV: syllable-size pieces of the recorded
+speech, put together in memory, with known word timings). :class:`ScriptedAudioInput`
 plays them at their scripted times and writes every frame it *delivers* to the session
 into a :class:`SpeechLedger`. The scripted STT reads the same ledger to learn which part
 of which line each frame it receives belongs to (by the frame object's identity, or else
@@ -18,6 +20,7 @@ import bisect
 import collections
 import functools
 import wave
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,23 +65,29 @@ class WordTiming:
 
 @dataclass(frozen=True)
 class SpeechLine:
-    """One recorded line of the callee.
+    """One line of the callee: a recording, or speech made in memory (:func:`spoken_line`).
 
     Attributes:
-        name: Identifier, also the WAV file stem.
+        name: Identifier, also the WAV file stem of a recorded line.
         text: What is said, exactly as the STT will transcribe it.
         espeak_speed: Words per minute used by ``make_audio`` to record it.
         folder: Directory holding the WAV file.
+        audio: The line's int16 samples when made in memory (no WAV file); None for a
+            recorded line.
+        timings: Where each word sits in ``audio``, when made in memory; None for a
+            recorded line (its timings are estimated from the recording).
     """
 
     name: str
     text: str
     espeak_speed: int = 160
     folder: Path = AUDIO_DIR
+    audio: np.ndarray | None = field(default=None, repr=False, compare=False)
+    timings: tuple[WordTiming, ...] | None = field(default=None, repr=False)
 
     @property
     def path(self) -> Path:
-        """Path of the recorded WAV file."""
+        """Path of the recorded WAV file (none exists for a line made in memory)."""
         return self.folder / f"{self.name}.wav"
 
     @property
@@ -88,22 +97,23 @@ class SpeechLine:
 
     @property
     def samples(self) -> np.ndarray:
-        """The recording as int16 samples (read once per process)."""
-        return _read_wav(self.path)
+        """The line as int16 samples (a recording is read once per process)."""
+        return self.audio if self.audio is not None else _read_wav(self.path)
 
     @property
     def duration(self) -> float:
-        """Length of the recording, in seconds."""
+        """Length of the line's audio, in seconds."""
         return len(self.samples) / SAMPLE_RATE
 
     @property
     def word_timings(self) -> list[WordTiming]:
-        """Estimated position of each word in the recording.
+        """Position of each word in the audio.
 
-        Words share the *voiced* time of the recording in proportion to their length, so
-        pauses (commas, sentence ends) fall between words rather than inside them.
+        Exact for a line made in memory. For a recording, estimated: words share the
+        *voiced* time of the recording in proportion to their length, so pauses (commas,
+        sentence ends) fall between words rather than inside them.
         """
-        return _word_timings(self)
+        return list(self.timings) if self.timings is not None else _word_timings(self)
 
     def words_heard(self, heard: Sequence[tuple[float, float]]) -> list[WordTiming]:
         """The words whose middle falls inside one of the ``heard`` offset intervals.
@@ -121,19 +131,20 @@ class SpeechLine:
         ]
 
 
-LINES: dict[str, SpeechLine] = {
-    line.name: line
-    for line in (
-        SpeechLine("hello", "Hello?"),
-        SpeechLine("stop", "Wait, stop, stop."),
-        SpeechLine("question", "What time do you open tomorrow morning?"),
-        SpeechLine(
-            "long_overlap",
-            "Sorry, I am driving right now, could you call me back later this afternoon?",
-            espeak_speed=185,
-        ),
-    )
-}
+SHIPPED_LINES: tuple[SpeechLine, ...] = (
+    SpeechLine("hello", "Hello?"),
+    SpeechLine("stop", "Wait, stop, stop."),
+    SpeechLine("question", "What time do you open tomorrow morning?"),
+    SpeechLine(
+        "long_overlap",
+        "Sorry, I am driving right now, could you call me back later this afternoon?",
+        espeak_speed=185,
+    ),
+)
+"""The demo's recorded lines, shipped with the package: also the speech material that
+:func:`spoken_line` cuts its pieces from."""
+
+LINES: dict[str, SpeechLine] = {line.name: line for line in SHIPPED_LINES}
 """Every playable line, by name: its text and (through :attr:`SpeechLine.path`) its file.
 The package ships the demo's lines; :func:`add_lines` adds more (the tests add theirs)."""
 
@@ -201,27 +212,175 @@ def _word_timings(line: SpeechLine) -> list[WordTiming]:
     return timings
 
 
-@dataclass(frozen=True)
+SPOKEN_CHARS_PER_SECOND = 14.0
+"""Default speaking rate of :func:`spoken_line`, in characters per second (about the rate
+of the recorded lines, espeak-ng at 160 words per minute)."""
+
+MIN_SPOKEN_SECONDS = 0.2
+"""The shortest line :func:`spoken_line` makes: shorter speech is not reliably heard by a
+VAD (silero needs several 32 ms windows to start a detection)."""
+
+SPEECH_PIECE_SECONDS = (0.08, 0.24)
+"""Shortest and longest piece of recorded speech :func:`spoken_line` puts together: about
+a syllable."""
+
+_PIECE_STEP = SAMPLE_RATE // 100
+"""Samples per 10 ms step, the resolution at which recordings are cut into pieces."""
+
+_PIECE_FADE = SAMPLE_RATE // 200
+"""Samples of fade at each end of a piece (5 ms), so joins do not click."""
+
+
+def spoken_line(
+    text: str,
+    *,
+    duration: float | None = None,
+    chars_per_second: float | None = None,
+    name: str | None = None,
+    seed: int = 0,
+) -> SpeechLine:
+    """A callee line saying ``text`` for ``duration`` seconds, made in memory without a WAV.
+
+    The audio is syllable-size pieces of the shipped recordings' voiced stretches
+    (:data:`SHIPPED_LINES`, cut between :data:`SPEECH_PIECE_SECONDS` long), drawn from
+    ``seed`` and joined with short fades: a VAD hears one stretch of speech, voiced from
+    its first sample to its last. The words share that time in proportion to their length
+    (a character more each, for the gap after it), and those timings are exact: the
+    scripted STT transcribes the words whose middle it heard. The same arguments give the
+    same samples, in any process.
+
+    Args:
+        text: What is said, exactly as the STT will transcribe it.
+        duration: Length of the line, in seconds (at least :data:`MIN_SPOKEN_SECONDS`).
+        chars_per_second: Speaking rate instead of a duration (``len(text) / rate``
+            seconds, at least :data:`MIN_SPOKEN_SECONDS`); by default
+            :data:`SPOKEN_CHARS_PER_SECOND`.
+        name: The line's name (how the ledger and the tests refer to it); by default
+            derived from the text, duration and seed.
+        seed: Which pieces are drawn.
+
+    Returns:
+        A :class:`SpeechLine` holding its ``audio`` and word ``timings``; play it with
+        ``UserLine(at, line)`` (it need not be added to :data:`LINES`).
+
+    Raises:
+        ValueError: naming the argument: no words, a duration too short or not finite, a
+            rate not positive, both a duration and a rate, an empty name.
+        TypeError: a seed that is not an integer.
+    """
+    words = text.split() if isinstance(text, str) else None
+    if not words:
+        raise ValueError(f"text must hold at least one word, got {text!r}")
+    if duration is not None and chars_per_second is not None:
+        raise ValueError("give duration or chars_per_second, not both")
+    if chars_per_second is not None and not (
+        np.isfinite(chars_per_second) and chars_per_second > 0
+    ):
+        raise ValueError(f"chars_per_second must be positive, got {chars_per_second!r}")
+    if duration is None:
+        rate = chars_per_second if chars_per_second is not None else SPOKEN_CHARS_PER_SECOND
+        duration = max(MIN_SPOKEN_SECONDS, len(text.strip()) / rate)
+    if not (np.isfinite(duration) and duration >= MIN_SPOKEN_SECONDS):
+        raise ValueError(f"duration must be at least {MIN_SPOKEN_SECONDS} s, got {duration!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an integer, got {seed!r}")
+    if name is None:
+        digest = zlib.crc32(f"{text}|{duration!r}|{seed}".encode())
+        name = f"spoken-{digest:08x}"
+    elif not name:
+        raise ValueError("name must not be empty")
+    rng = np.random.default_rng([zlib.crc32(text.encode()), seed % 2**64])
+    audio = _joined_pieces(round(duration * SAMPLE_RATE), rng)
+    duration = len(audio) / SAMPLE_RATE
+    weights = np.array([len(word) + 1 for word in words], dtype=np.float64)
+    bounds = np.concatenate([[0.0], np.cumsum(weights) / weights.sum()]) * duration
+    timings = tuple(
+        WordTiming(
+            index=index, text=word, start=float(bounds[index]), end=float(bounds[index + 1])
+        )
+        for index, word in enumerate(words)
+    )
+    return SpeechLine(name, " ".join(words), audio=audio, timings=timings)
+
+
+def _joined_pieces(length: int, rng: np.random.Generator) -> np.ndarray:
+    """``length`` samples of speech: random pieces, each faded in and out, end to end."""
+    pieces = _speech_pieces()
+    chosen: list[np.ndarray] = []
+    total = 0
+    while total < length:
+        piece = pieces[int(rng.integers(len(pieces)))]
+        chosen.append(piece)
+        total += len(piece)
+    audio = np.concatenate(chosen)[:length].astype(np.float64)
+    fade = min(_PIECE_FADE, length // 2)
+    audio[length - fade :] *= np.linspace(1.0, 0.0, fade + 1)[:-1]  # the last piece is cut
+    spoken = np.clip(np.round(audio), -32768, 32767).astype(np.int16)
+    spoken[spoken == 0] = 1  # no digitally silent sample: all-zero frames mean "silenced"
+    spoken.flags.writeable = False
+    return spoken
+
+
+@functools.cache
+def _speech_pieces() -> tuple[np.ndarray, ...]:
+    """The voiced stretches of the shipped recordings, cut into syllable-size pieces at
+    their quietest 10 ms step, each faded in and out (float64 samples)."""
+    shortest, longest = (round(seconds * 100) for seconds in SPEECH_PIECE_SECONDS)
+    ramp = np.linspace(0.0, 1.0, _PIECE_FADE + 1)[1:]
+    pieces: list[np.ndarray] = []
+    for line in SHIPPED_LINES:
+        samples = line.samples.astype(np.float64)
+        steps = len(samples) // _PIECE_STEP
+        rms = np.sqrt((samples[: steps * _PIECE_STEP].reshape(steps, -1) ** 2).mean(axis=1))
+        for start, end in _runs(rms > VOICED_RMS):
+            while end - start >= shortest:
+                cut = end
+                if end - start > longest:
+                    window = rms[start + shortest : start + longest + 1]
+                    cut = start + shortest + int(np.argmin(window))
+                piece = samples[start * _PIECE_STEP : cut * _PIECE_STEP].copy()
+                piece[:_PIECE_FADE] *= ramp
+                piece[-_PIECE_FADE:] *= ramp[::-1]
+                pieces.append(piece)
+                start = cut
+    return tuple(pieces)
+
+
+def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """``(start, end)`` index ranges where ``mask`` is true."""
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], mask.astype(np.int8), [0]])))
+    return [(int(start), int(end)) for start, end in zip(edges[::2], edges[1::2], strict=True)]
+
+
+@dataclass(frozen=True, init=False)
 class UserLine:
     """One line of the callee in a :class:`CallScript`.
 
+    Built as ``UserLine(at, "question")`` (a line of :data:`LINES`, by name) or
+    ``UserLine(at, spoken_line("Hello?"))`` (a line made in memory, played as given).
+
     Attributes:
         at: When the line starts, in seconds from the start of the audio input.
-        name: Name of the recorded line (a key of :data:`LINES`).
+        name: Name of the line.
     """
 
     at: float
     name: str
+    _given: SpeechLine | None = field(default=None, repr=False)
 
-    def __post_init__(self) -> None:
-        get_line(self.name)
-        if self.at < 0:
+    def __init__(self, at: float, line: str | SpeechLine) -> None:
+        if at < 0:
             raise ValueError("a line cannot start before the call")
+        given = line if isinstance(line, SpeechLine) else None
+        name = line.name if isinstance(line, SpeechLine) else get_line(line).name
+        object.__setattr__(self, "at", at)
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "_given", given)
 
     @property
     def line(self) -> SpeechLine:
-        """The recorded line."""
-        return get_line(self.name)
+        """The line to play."""
+        return self._given if self._given is not None else get_line(self.name)
 
 
 class CallScript:

@@ -21,6 +21,7 @@ from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.context import TurnContext
 from turnfsm.rules import TurnRules
+from turnfsm.trace import CallInfo
 
 OUTBOUND = TurnPolicy(direction="outbound", greeting="Hi, it's Ada.")
 
@@ -97,7 +98,12 @@ BAD_VALUES: dict[str, list[object]] = {
 """Values each kind of field refuses (a ``str | None`` field takes ``None``)."""
 
 
-REQUIRED: dict[str, object] = {"speech_id": "s1", "effect": "interrupt", "outcome": "done"}
+REQUIRED: dict[str, object] = {
+    "speech_id": "s1",
+    "effect": "interrupt",
+    "outcome": "done",
+    "check": "O1",
+}
 """Good values for the fields some events require, so that one bad field is the only one."""
 
 
@@ -208,7 +214,7 @@ def test_a_failing_trace_sink_changes_nothing() -> None:
         def __init__(self) -> None:
             self.fail = False
 
-        def start(self, policy: TurnPolicy) -> None:
+        def start(self, policy: TurnPolicy, call: CallInfo) -> None:
             pass
 
         def append(self, step: TraceStep) -> None:
@@ -270,7 +276,7 @@ def test_a_negative_tool_round_count_cannot_lift_the_cap() -> None:
     ("context", "error", "message"),
     [
         (TurnContext(tool_rounds=3), ValueError, "tool_rounds must be <= 2"),
-        (TurnContext(reprompts=3), ValueError, "reprompts must be <= 2"),
+        (TurnContext(reprompts=1), ValueError, "reprompts must be <= 0"),  # no idle timer
         (TurnContext(input_muted="yes"), TypeError, "input_muted must be True or False"),  # type: ignore[arg-type]
         (TurnContext(spill_over_until=float("nan")), ValueError, "spill_over_until must be"),
         (TurnContext(active_speeches={"s1"}), TypeError, "active_speeches must be a frozenset"),  # type: ignore[arg-type]
