@@ -14,7 +14,7 @@ import numpy as np
 
 from turnfsm.adapters.sim.realtime import SAMPLE_RATE, MemoryWebSocket, RealtimeTestServer
 
-__all__ = ["Client", "connect", "message_item"]
+__all__ = ["Client", "connect", "message_item", "open_socket"]
 
 
 class Client:
@@ -71,15 +71,25 @@ def message_item(item_id: str, role: str, text: str) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def connect(server: RealtimeTestServer) -> AsyncIterator[Client]:
-    """Connects to the server the way it is reached (in memory, or over TCP) and waits
-    for ``session.created``."""
+async def open_socket(
+    server: RealtimeTestServer, path: str = "/v1/realtime", *, authorized: bool = True
+) -> AsyncIterator[aiohttp.ClientWebSocketResponse | MemoryWebSocket]:
+    """A websocket to the server the way it is reached (in memory, or over TCP), at
+    ``path``, with a bearer token unless not ``authorized``; closed on exit."""
     if server.transport == "tcp":
         http: Any = aiohttp.ClientSession()
-        url = server.base_url.replace("http", "ws", 1) + "/realtime?model=gpt-realtime"
+        url = f"ws://127.0.0.1:{server.port}{path}?model=gpt-realtime"
     else:  # the host is not looked at
-        http, url = server.http_session(), "wss://api.openai.com/v1/realtime?model=gpt-realtime"
-    async with http, http.ws_connect(url, headers={"Authorization": "Bearer dummy"}) as ws:
+        http, url = server.http_session(), f"wss://api.openai.com{path}?model=gpt-realtime"
+    headers = {"Authorization": "Bearer dummy"} if authorized else {}
+    async with http, http.ws_connect(url, headers=headers) as ws:
+        yield ws
+
+
+@asynccontextmanager
+async def connect(server: RealtimeTestServer) -> AsyncIterator[Client]:
+    """Connects to the server and waits for ``session.created``."""
+    async with open_socket(server) as ws:
         client = Client(ws)
         await client.expect("session.created")
         yield client

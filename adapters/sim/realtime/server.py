@@ -433,6 +433,12 @@ class RealtimeConnection:
             with contextlib.suppress(ConnectionError):
                 await self._ws.send_str(json.dumps(event))
 
+    def drop(self) -> None:
+        """Drops the connection as a network failure does: no close handshake, and the
+        events still in flight either way are lost. The client reads it as closed with
+        code 1006 (aiohttp's ``CLOSED``), as it would from a real socket."""
+        self._ws.drop()
+
     def send_event(self, event: dict[str, Any]) -> None:
         """Sends a raw server event as it is: for tests of what the client does with an
         event this server would not send by itself. It is checked like any other."""

@@ -138,10 +138,10 @@ class MemoryWebSocket:
         """Closes both ends cleanly; False if this end was closed already."""
         if self._closed:
             return False
-        self._end(code)
+        self._end(int(code))  # aiohttp reports a clean close's code as a plain int
         assert self._peer is not None
         if not self._peer._closed:
-            self._peer._inbox.put_nowait(WSMessage(WSMsgType.CLOSE, code, message.decode()))
+            self._peer._inbox.put_nowait(WSMessage(WSMsgType.CLOSE, int(code), message.decode()))
         return True
 
     def drop(self) -> None:
