@@ -152,6 +152,36 @@ async def test_generate_reply_plays_audio_and_lands_in_history(harness: Harness)
     assert server.responses[0].status == "completed"
 
 
+async def test_baseline_the_plugin_reconnects_after_a_dropped_connection(harness: Harness) -> None:
+    """Plain LiveKit: when the network drops the socket, the plugin connects again, sends its
+    session, instructions and conversation anew, and answers on the new connection."""
+    server = harness.server
+    server.script.push_response("First answer.")
+    server.script.push_response("Second answer.")
+    session, _, speaker = await harness.start(Agent(instructions="Be brief."))
+    await asyncio.wait_for(session.generate_reply(user_input="First question?"), 10)
+
+    server.connection.drop()
+    await server.wait_for_event(
+        "session.update",
+        predicate=lambda event: (
+            event.connection == 1 and "instructions" in event.payload["session"]
+        ),
+    )
+    await asyncio.wait_for(session.generate_reply(user_input="Second question?"), 10)
+
+    assert len(server.connections) == 2
+    assert server.session["instructions"] == "Be brief."
+    assert server.conversation_summary() == [
+        ("user", "First question?"),
+        ("assistant", "First answer."),
+        ("user", "Second question?"),
+        ("assistant", "Second answer."),
+    ]
+    assert [segment.interrupted for segment in speaker.segments] == [False, False]
+    assert _history_texts(session, "assistant") == ["First answer.", "Second answer."]
+
+
 @pytest.mark.fidelity(IDEAL)  # the instant cancel and the idealised timing
 async def test_baseline_server_vad_auto_response_and_interrupt_response(harness: Harness) -> None:
     server = harness.server
