@@ -15,6 +15,7 @@ from openai.types.realtime.realtime_audio_input_turn_detection import SemanticVa
 
 from turnfsm.adapters.sim.io import PacedAudioOutput
 from turnfsm.adapters.sim.realtime import (
+    FIDELITY_MATRIX,
     IDEAL,
     SAMPLE_RATE,
     RealtimeScript,
@@ -152,13 +153,13 @@ async def test_generate_reply_plays_audio_and_lands_in_history(harness: Harness)
     assert server.responses[0].status == "completed"
 
 
-async def test_baseline_the_plugin_reconnects_after_a_dropped_connection(harness: Harness) -> None:
-    """Plain LiveKit: when the network drops the socket, the plugin connects again, sends its
-    session, instructions and conversation anew, and answers on the new connection."""
+async def _ask_again_after_a_dropped_connection(harness: Harness) -> AgentSession:
+    """One question answered; the network drops the socket; once the plugin has connected
+    again and sent its session anew, a second question."""
     server = harness.server
     server.script.push_response("First answer.")
     server.script.push_response("Second answer.")
-    session, _, speaker = await harness.start(Agent(instructions="Be brief."))
+    session, _, _ = await harness.start(Agent(instructions="Be brief."))
     await asyncio.wait_for(session.generate_reply(user_input="First question?"), 10)
 
     server.connection.drop()
@@ -169,6 +170,15 @@ async def test_baseline_the_plugin_reconnects_after_a_dropped_connection(harness
         ),
     )
     await asyncio.wait_for(session.generate_reply(user_input="Second question?"), 10)
+    return session
+
+
+@pytest.mark.fidelity(IDEAL)  # the replayed conversation is confirmed at once
+async def test_baseline_the_plugin_reconnects_after_a_dropped_connection(harness: Harness) -> None:
+    """Plain LiveKit: when the network drops the socket, the plugin connects again, sends its
+    session, instructions and conversation anew, and answers on the new connection."""
+    server = harness.server
+    session = await _ask_again_after_a_dropped_connection(harness)
 
     assert len(server.connections) == 2
     assert server.session["instructions"] == "Be brief."
@@ -178,8 +188,33 @@ async def test_baseline_the_plugin_reconnects_after_a_dropped_connection(harness
         ("user", "Second question?"),
         ("assistant", "Second answer."),
     ]
-    assert [segment.interrupted for segment in speaker.segments] == [False, False]
     assert _history_texts(session, "assistant") == ["First answer.", "Second answer."]
+
+
+@pytest.mark.fidelity(FIDELITY_MATRIX["100ms-cancel-150ms"])
+async def test_baseline_a_question_before_the_replay_is_confirmed_goes_first(
+    harness: Harness,
+) -> None:
+    """Plain LiveKit, 100 ms away: a question asked after a reconnect, before the model has
+    confirmed the conversation the plugin sent anew, is created at the conversation's root
+    (the plugin's record of the model's conversation is empty until then), so the model
+    reads it before everything said earlier."""
+    server = harness.server
+    session = await _ask_again_after_a_dropped_connection(harness)
+
+    (second,) = [
+        event
+        for event in server.events_of_type("conversation.item.create")
+        if event.payload["item"].get("content", [{}])[0].get("text") == "Second question?"
+    ]
+    assert second.payload["previous_item_id"] == "root"
+    assert server.conversation_summary() == [
+        ("user", "Second question?"),
+        ("user", "First question?"),
+        ("assistant", "First answer."),
+        ("assistant", "Second answer."),
+    ]
+    assert _history_texts(session, "user") == ["First question?", "Second question?"]
 
 
 @pytest.mark.fidelity(IDEAL)  # the instant cancel and the idealised timing
