@@ -46,6 +46,7 @@ from support.realtime_calls import (
     scripted_model,
     served_call,
     wait_finished,
+    words_heard,
 )
 
 CPS = 15.0  # the server's speaking rate: a reply lasts len(text) / 15 s
@@ -560,17 +561,6 @@ async def test_realtime_agent_example_builds_offline() -> None:
 OPEN_HOURS = "We open at nine and close at six, every day but Sunday, when we open at ten."
 
 
-def _words_played(server: RealtimeTestServer, text: str, played_seconds: float) -> list[str]:
-    """The words of a reply whose whole audio played, on the server's speech timeline."""
-    timeline, total_ms = server.speech_timeline(text)
-    ends = [start for start, _ in timeline[1:]] + [total_ms]
-    return [
-        word.strip()
-        for (_, word), end in zip(timeline, ends, strict=True)
-        if end <= played_seconds * 1000
-    ]
-
-
 async def _greeting_then_barge_in(call: Call) -> None:
     """Outbound: "Hello?", the callee talks on through the server's commit (the lock's
     window) and over the greeting; the overlap is answered whole; then a barge-in."""
@@ -624,7 +614,7 @@ async def _greeting_then_barge_in(call: Call) -> None:
         for item in session.history.items
         if item.type == "message" and item.role == "assistant" and item.interrupted
     ]
-    heard = _words_played(server, OPEN_HOURS, answer.played)
+    heard = words_heard(server, OPEN_HOURS, answer.played)
     print(f"barge-in: played {answer.played:.2f} s, heard {len(heard)} words, kept {spoken!r}")
     assert spoken.split() == OPEN_HOURS.split()[: len(spoken.split())]  # a word prefix
     assert len(spoken.split()) <= len(heard), (spoken, heard)

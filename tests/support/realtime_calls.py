@@ -35,9 +35,11 @@ __all__ = [
     "Call",
     "Loudspeaker",
     "greet_after_hello",
+    "greet_after_hello_started",
     "scripted_model",
     "served_call",
     "wait_finished",
+    "words_heard",
 ]
 
 SHORT_GREETING = "Hi, this is Ada from Acme."
@@ -166,6 +168,17 @@ async def served_call(fidelity: Fidelity | None = None) -> AsyncIterator[Call]:
             await test_call.aclose()
 
 
+def words_heard(server: RealtimeTestServer, text: str, played_seconds: float) -> list[str]:
+    """The words of a reply whose whole audio played, on the server's speech timeline."""
+    timeline, total_ms = server.speech_timeline(text)
+    ends = [start for start, _ in timeline[1:]] + [total_ms]
+    return [
+        word.strip()
+        for (_, word), end in zip(timeline, ends, strict=True)
+        if end <= played_seconds * 1000
+    ]
+
+
 async def wait_finished(segment: PlayoutSegment, timeout: float = 15.0) -> None:
     """Waits until ``segment`` finished playing (at most ``timeout`` seconds)."""
     deadline = time.monotonic() + timeout
@@ -174,17 +187,25 @@ async def wait_finished(segment: PlayoutSegment, timeout: float = 15.0) -> None:
         await asyncio.sleep(0.01)
 
 
-async def greet_after_hello(
-    call: Call,
-) -> tuple[AgentSession, TurnController, PlayoutSegment]:
-    """An outbound call whose model would answer "Hello?" on its own: answered, the callee
-    says "Hello?", and the short greeting plays to its end."""
+async def greet_after_hello_started(
+    call: Call, greeting: str = SHORT_GREETING
+) -> tuple[AgentSession, TurnController]:
+    """An outbound call whose model would answer "Hello?" on its own: answered, and the
+    callee starts saying "Hello?" (0.6 s)."""
     call.server.script.policy = scripted_model(["Auto reply nobody should hear."])
     session, adapter, controller = await call.start(
-        TurnPolicy(direction="outbound", greeting=SHORT_GREETING)
+        TurnPolicy(direction="outbound", greeting=greeting)
     )
     adapter.dispatch(ev.CallAnswered(at=adapter.now()))
     call.microphone.speak(0.6)
+    return session, controller
+
+
+async def greet_after_hello(
+    call: Call,
+) -> tuple[AgentSession, TurnController, PlayoutSegment]:
+    """`greet_after_hello_started`, and the short greeting plays to its end."""
+    session, controller = await greet_after_hello_started(call)
     greeting = await call.segment_playing(0)
     await wait_finished(greeting)
     return session, controller, greeting
