@@ -4,13 +4,21 @@ on the code of its day, on the virtual clock, in memory."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
+from openai.types.realtime.realtime_audio_input_turn_detection import ServerVad
 
 from turnfsm import events as ev
-from turnfsm.adapters.sim.realtime import FIDELITY_MATRIX
+from turnfsm.adapters.sim.realtime import FIDELITY_MATRIX, REAL_PROTOCOL
 
-from support.realtime_calls import greet_after_hello_started, served_call, words_heard
+from support.realtime_calls import (
+    SHORT_GREETING,
+    greet_after_hello_started,
+    served_call,
+    wait_finished,
+    words_heard,
+)
 
 GREETING = "Hi, this is Ada from Acme, calling about the order you placed last week."
 
@@ -66,3 +74,28 @@ async def test_a_greeting_whose_connection_drops_is_retried_and_cut_to_what_was_
         assert [r.status for r in retried] == ["completed"]
         assert assistant[1:] == [GREETING]
         assert not controller.is_ended
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 19 (1): a suppressed reply's cancel names no response and cuts the greeting",
+)
+async def test_a_stray_cancel_does_not_cut_the_greeting() -> None:
+    """Server turn detection (200 ms of silence ends a turn), 300 ms each way: the callee
+    says "Hello?", pauses 0.3 s, says "uh". The model answers "uh"; turnfsm suppresses that
+    reply through LiveKit's interrupt, whose ``response.cancel`` names no response, and it
+    lands after the greeting's response started."""
+    async with served_call(replace(REAL_PROTOCOL, network_latency_ms=300)) as call:
+        server = call.server
+        _, controller = await greet_after_hello_started(
+            call,
+            turn_detection=ServerVad(type="server_vad", silence_duration_ms=200),
+        )
+        await asyncio.sleep(0.6 + 0.3)
+        call.microphone.speak(0.2)  # "uh"
+        greeting = await call.segment_playing(0)
+        await wait_finished(greeting)
+        greeted = [r for r in server.responses if r.reply.text == SHORT_GREETING]
+        assert [(r.status, r.status_reason) for r in greeted] == [("completed", None)]
+        assert not greeting.interrupted
+        assert greeting.played == pytest.approx(len(SHORT_GREETING) / 15, abs=0.1)

@@ -9,6 +9,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 from livekit.agents import AgentSession, function_tool
 from livekit.agents.voice.events import SpeechCreatedEvent
@@ -101,9 +102,12 @@ class Call:
         self.created: list[SpeechCreatedEvent] = []
 
     async def start(
-        self, policy: TurnPolicy, *, auto_tool_reply_generation: bool = False
+        self, policy: TurnPolicy, *, auto_tool_reply_generation: bool = False, **model: Any
     ) -> tuple[AgentSession, TurnAdapter, TurnController]:
-        self.model = openai.realtime.RealtimeModel(api_key="dummy", **self.server.model_options())
+        """Starts the session; ``model`` holds further ``RealtimeModel`` arguments."""
+        self.model = openai.realtime.RealtimeModel(
+            api_key="dummy", **self.server.model_options(), **model
+        )
         if auto_tool_reply_generation:  # a model that answers tool output on its own
             self.model.capabilities.auto_tool_reply_generation = True
         session: AgentSession = AgentSession(llm=self.model, vad=None, aec_warmup_duration=None)
@@ -188,13 +192,13 @@ async def wait_finished(segment: PlayoutSegment, timeout: float = 15.0) -> None:
 
 
 async def greet_after_hello_started(
-    call: Call, greeting: str = SHORT_GREETING
+    call: Call, greeting: str = SHORT_GREETING, **model: Any
 ) -> tuple[AgentSession, TurnController]:
     """An outbound call whose model would answer "Hello?" on its own: answered, and the
-    callee starts saying "Hello?" (0.6 s)."""
+    callee starts saying "Hello?" (0.6 s). ``model``: further ``RealtimeModel`` arguments."""
     call.server.script.policy = scripted_model(["Auto reply nobody should hear."])
     session, adapter, controller = await call.start(
-        TurnPolicy(direction="outbound", greeting=greeting)
+        TurnPolicy(direction="outbound", greeting=greeting), **model
     )
     adapter.dispatch(ev.CallAnswered(at=adapter.now()))
     call.microphone.speak(0.6)
