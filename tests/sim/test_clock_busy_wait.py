@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import asyncio
 
-from turnfsm.adapters.sim.clock import BUSY_TURNS, VirtualClockLoop
+import pytest
+
+from turnfsm.adapters.sim.clock import (
+    BUSY_SPIN_LIMIT,
+    BUSY_TURNS,
+    SimulationDeadlock,
+    VirtualClockLoop,
+)
 
 
 def test_a_busy_wait_lets_the_clock_reach_the_timer_it_waits_for() -> None:
@@ -45,3 +52,22 @@ def test_work_at_one_instant_does_not_move_the_clock() -> None:
         assert loop.run_until_complete(many_turns()) == 0.0
     finally:
         loop.close()
+
+
+def test_a_busy_wait_nothing_can_end_is_a_deadlock_not_a_hang() -> None:
+    """No timer and no thread: the poll spins for what nothing will do; the loop says so."""
+    loop = VirtualClockLoop()
+    turns = 0
+
+    async def poll_forever() -> None:
+        nonlocal turns
+        while turns < 2 * BUSY_SPIN_LIMIT:  # bounded: fails, not hangs
+            await asyncio.sleep(0)
+            turns += 1
+
+    try:
+        with pytest.raises(SimulationDeadlock, match="busy-waits"):
+            loop.run_until_complete(poll_forever())
+    finally:
+        loop.close()
+    assert turns < BUSY_SPIN_LIMIT + BUSY_TURNS
