@@ -41,6 +41,7 @@ from __future__ import annotations
 import logging
 import os
 
+import aiohttp
 from dotenv import load_dotenv
 from livekit.agents import (
     AgentServer,
@@ -110,17 +111,24 @@ def build_policy() -> TurnPolicy:
     )
 
 
-def build_session(*, api_key: str | None = None, base_url: str | None = None) -> AgentSession:
+def build_session(
+    *,
+    api_key: str | None = None,
+    base_url: str | None = None,
+    http_session: aiohttp.ClientSession | None = None,
+) -> AgentSession:
     """The session on the real realtime plugin (constructing it makes no network call).
 
     Args:
         api_key: OpenAI key (default: ``OPENAI_API_KEY``).
         base_url: An OpenAI-compatible endpoint instead of OpenAI's (e.g. a test server).
+        http_session: The HTTP session the model connects with (e.g. a simulated
+            service's in-memory one, ``RealtimeTestServer.http_session()``).
     """
     options = {"base_url": base_url} if base_url is not None else {}
     # the model's own server-side turn detection; vad=None because a local VAD with
     # client-side turn taking would switch it off
-    model = openai.realtime.RealtimeModel(api_key=api_key, **options)
+    model = openai.realtime.RealtimeModel(api_key=api_key, http_session=http_session, **options)
     return AgentSession(llm=model, vad=None)
 
 

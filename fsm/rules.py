@@ -197,11 +197,15 @@ class TurnRules:
 
     @guard("event")
     def greeting_retry_not_done(self, ev: EffectOutcome) -> bool:
+        """The greeting's locked retry did not start either. Its speech may exist already:
+        a realtime model's refusal of the retry's ``response.create`` comes after LiveKit
+        made the speech (and the machine locked it)."""
+        greeting_speech = self.context.greeting_speech_id
         return (
             ev.effect == "say"
             and ev.outcome != "done"
             and self.context.greeting_retried
-            and self.context.greeting_speech_id is None
+            and (greeting_speech is None or ev.speech_id == greeting_speech)
         )
 
     @guard("policy")

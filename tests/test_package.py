@@ -159,6 +159,7 @@ def test_the_wheel_holds_the_library_license_and_type_marker_not_the_test_world(
     assert {"turnfsm/py.typed", "turnfsm/adapters/py.typed"} <= names
     assert "turnfsm/adapters/livekit/__init__.py" in names
     assert "turnfsm/adapters/sim/demo.py" in names
+    assert "turnfsm/adapters/sim/realtime/server.py" in names  # the simulated realtime model
     wavs = {Path(name).stem for name in names if name.endswith(".wav")}
     assert wavs == DEMO_LINES  # the demo's lines, not the ones only tests play
     assert not [name for name in names if "make_audio" in name or name.startswith("tests/")]

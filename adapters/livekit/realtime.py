@@ -343,6 +343,8 @@ class RealtimeLink:
             )
         elif kind == "conversation.item.truncate":
             self._truncates.append(event)
+        elif kind == "response.cancel" and not event.get("response_id"):
+            self._name_cancelled_response(event)
 
     def _on_server_event(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
@@ -383,6 +385,17 @@ class RealtimeLink:
         item.audio_done = True
         if item.transcript and item.audio_seconds > 0:
             self._chars_per_second = len(item.transcript) / item.audio_seconds
+
+    def _name_cancelled_response(self, cancel: dict[str, Any]) -> None:
+        """LiveKit's interrupt cancels the plugin's current generation with a
+        ``response.cancel`` that names no response: the model cancels whatever is active
+        when it arrives, the greeting by then (issue 19). When that generation is a reply
+        the machine suppressed, the cancel names it (the plugin serialises the event after
+        this hook), so a late one is refused instead of cutting another response."""
+        current = self._current_response
+        items = self._responses.get(current or "")
+        if current and items is not None and items.speech_id in self._suppressed:
+            cancel["response_id"] = current
 
     def _answer_request(self, event_id: str | None) -> None:
         """The model created a response: the request it answers is taken."""

@@ -87,6 +87,18 @@ BUSY_SPIN_LIMIT = 50 * BUSY_TURNS
 """Turns of a busy-wait at one instant with no timer to jump to after which the loop declares a
 deadlock instead of spinning forever."""
 
+_SAME_INSTANT = 1e-12
+"""Timers this close to the current time are due now: one instant computed two ways (a delay
+added to another time) differs by a rounding, and fires with the others, in order."""
+
+
+def _resolution(now: float) -> float:
+    """asyncio fires the timers due before ``now`` + the loop's resolution: `_SAME_INSTANT`,
+    but never below one float step of ``now`` (a fixed 1e-12 vanishes below a float's
+    precision after about 2.4 virtual hours, and the timer due now would never fire)."""
+    return max(_SAME_INSTANT, math.ulp(now))
+
+
 _IDLE_WAIT = 30.0
 """Wall seconds an idle loop waits for a thread to wake it before it declares a deadlock."""
 
@@ -196,7 +208,7 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         self._threads_working = 0
         self.random = random.Random(seed)
         super().__init__(selector=_JumpingSelector(self))
-        self._clock_resolution = math.ulp(self._now)  # see _move_to
+        self._clock_resolution = _resolution(self._now)
         install_virtual_wall_clock()
 
     # the clock
@@ -215,11 +227,8 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
             )
 
     def _move_to(self, instant: float) -> None:
-        # asyncio fires the timers due before now + resolution: one float step past now fires
-        # exactly those due now. A fixed step would vanish below a float's precision late in a
-        # long simulation (1e-12 does past about 2.4 hours) and the timer due now never fire.
         self._now = instant
-        self._clock_resolution = math.ulp(instant)
+        self._clock_resolution = _resolution(instant)
 
     def count_busy_turn(self) -> None:
         """Counts a turn of the loop with work ready; after `BUSY_TURNS` at one instant, the

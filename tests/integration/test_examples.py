@@ -49,9 +49,9 @@ from turnfsm.adapters.sim import (
     load_silero_vad,
 )
 from turnfsm.adapters.sim.job import ConsoleSession, run_entrypoint
+from turnfsm.adapters.sim.realtime import RealtimeScript, RealtimeTestServer
 
 from support.readme import readme_embed_block
-from support.realtime_server import RealtimeScript, RealtimeTestServer
 from support.tone import ToneMicrophone
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -222,7 +222,7 @@ async def test_realtime_agent_answers_in_console_and_writes_its_trace(
         real_build_session = example.build_session
 
         def console_session() -> AgentSession:
-            session = real_build_session(api_key="dummy", base_url=server.base_url)
+            session = real_build_session(api_key="dummy", http_session=server.http_session())
             console = StartRecorded(llm=session.llm, vad=None, aec_warmup_duration=None)
             console.input.audio, console.output.audio = microphone, speaker
             return console

@@ -13,12 +13,22 @@ import os
 
 import pytest
 
-from support.realtime_server import FIDELITY_MATRIX, IDEAL, UNEVEN_SPEECH, RealtimeTestServer
+from turnfsm.adapters.sim.realtime import (
+    FIDELITY_MATRIX,
+    IDEAL,
+    UNEVEN_SPEECH,
+    RealtimeTestServer,
+)
 
 _FIDELITIES = {"ideal": IDEAL, **FIDELITY_MATRIX, "uneven-speech": UNEVEN_SPEECH}
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "fidelity(setting): the test's server runs at this Fidelity, whatever "
+        "TURNFSM_REALTIME_FIDELITY says (support.fidelity.pinned_fidelity)",
+    )
     name = os.environ.get("TURNFSM_REALTIME_FIDELITY", "ideal")
     if name not in _FIDELITIES:
         raise pytest.UsageError(
@@ -29,12 +39,3 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> str:
     return f"realtime server fidelity: {os.environ.get('TURNFSM_REALTIME_FIDELITY', 'ideal')}"
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # The protocol server is reached over real TCP: on the virtual clock its zero-latency
-    # round trips would take no time at all. Wall clock until the in-memory transport.
-    here = os.path.dirname(__file__)
-    for item in items:
-        if str(item.path).startswith(here):
-            item.add_marker(pytest.mark.wall_clock)

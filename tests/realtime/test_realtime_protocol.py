@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
-from support.realtime_client import Client, connect
-from support.realtime_server import IDEAL, RealtimeScript, RealtimeTestServer
+from turnfsm.adapters.sim.realtime import IDEAL, RealtimeScript, RealtimeTestServer
+
+from support.realtime_client import Client, connect, message_item
 
 
 @pytest.fixture
@@ -25,16 +25,6 @@ async def server() -> AsyncIterator[RealtimeTestServer]:
 async def client(server: RealtimeTestServer) -> AsyncIterator[Client]:
     async with connect(server) as test_client:
         yield test_client
-
-
-def _message(item_id: str, role: str, text: str) -> dict[str, Any]:
-    kind = "output_text" if role == "assistant" else "input_text"
-    return {
-        "id": item_id,
-        "type": "message",
-        "role": role,
-        "content": [{"type": kind, "text": text}],
-    }
 
 
 async def test_session_update_merges_audio_and_replaces_turn_detection(
@@ -62,16 +52,18 @@ async def test_session_update_merges_audio_and_replaces_turn_detection(
 async def test_conversation_edits_and_rejections(
     server: RealtimeTestServer, client: Client
 ) -> None:
-    await client.send("conversation.item.create", item=_message("u1", "user", "hi"))
+    await client.send("conversation.item.create", item=message_item("u1", "user", "hi"))
     assert (await client.expect("conversation.item.added"))["previous_item_id"] is None
     await client.send(
         "conversation.item.create",
-        item=_message("s1", "system", "be nice"),
+        item=message_item("s1", "system", "be nice"),
         previous_item_id="root",
     )
     await client.expect("conversation.item.added")
     await client.send(
-        "conversation.item.create", item=_message("a1", "assistant", "hey"), previous_item_id="s1"
+        "conversation.item.create",
+        item=message_item("a1", "assistant", "hey"),
+        previous_item_id="s1",
     )
     assert (await client.expect("conversation.item.added"))["previous_item_id"] == "s1"
     assert server.conversation_summary() == [
@@ -86,7 +78,7 @@ async def test_conversation_edits_and_rejections(
         ("conversation.item.delete", {"item_id": "a1"}, "item_delete_invalid_item_id"),
         (
             "conversation.item.create",
-            {"item": _message("u1", "user", "x")},
+            {"item": message_item("u1", "user", "x")},
             "item_create_duplicate_item_id",
         ),
         (

@@ -19,15 +19,14 @@ from livekit.plugins import openai
 
 from turnfsm import TurnController, TurnPolicy
 from turnfsm.adapters.livekit import TurnAgent, attach
-
-from support.realtime_server import RealtimeScript, RealtimeTestServer
+from turnfsm.adapters.sim.realtime import RealtimeScript, RealtimeTestServer
 
 
 @pytest.fixture
 async def text_session() -> AsyncIterator[AgentSession]:
     """A text session (no audio in or out) on the real realtime plugin."""
     async with RealtimeTestServer(RealtimeScript(default_text="Sure thing.")) as server:
-        model = openai.realtime.RealtimeModel(api_key="dummy", base_url=server.base_url)
+        model = openai.realtime.RealtimeModel(api_key="dummy", **server.model_options())
         session = AgentSession(llm=model, aec_warmup_duration=None)
         try:
             yield session

@@ -13,16 +13,15 @@ import importlib.util
 import logging
 import re
 import time
-from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from livekit.agents import AgentSession, function_tool, llm
-from livekit.agents.voice.events import ErrorEvent, SpeechCreatedEvent
+from livekit.agents import AgentSession, llm
+from livekit.agents.voice.events import ErrorEvent
 from livekit.plugins import openai
 
 from turnfsm import TurnController, TurnPolicy
@@ -30,17 +29,25 @@ from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.adapters.livekit import TurnAdapter, TurnAgent, attach
 from turnfsm.adapters.livekit.realtime import say_exactly
-from turnfsm.adapters.sim.io import PacedAudioOutput, PlayoutSegment
-
-from support.realtime_server import (
+from turnfsm.adapters.sim.io import PlayoutSegment
+from turnfsm.adapters.sim.realtime import (
     FIDELITY_MATRIX,
-    SAMPLE_RATE,
+    Fidelity,
     RealtimeScript,
     RealtimeTestServer,
     RecordedEvent,
-    ResponseRequest,
 )
-from support.tone import ToneMicrophone
+
+from support.fidelity import pinned_fidelity
+from support.realtime_calls import (
+    SHORT_GREETING,
+    Call,
+    greet_after_hello,
+    scripted_model,
+    served_call,
+    wait_finished,
+    words_heard,
+)
 
 CPS = 15.0  # the server's speaking rate: a reply lasts len(text) / 15 s
 
@@ -49,127 +56,26 @@ LONG_ANSWER = (
     "Our shop opens at nine and closes at six, and on every Sunday we open at ten "
     "and close at four."
 )
-_SAY_EXACTLY = re.compile("(.*)".join(map(re.escape, say_exactly("\x00").split("\x00"))), re.S)
-
-
-class Loudspeaker(PacedAudioOutput):
-    """The callee's loudspeaker; ``frozen`` keeps it from playing anything (LiveKit
-    resumes its output for every speech, so a plain ``pause()`` does not hold)."""
-
-    frozen = False
-
-    def resume(self) -> None:
-        if not self.frozen:
-            super().resume()
-
-
-class Assistant(TurnAgent):
-    def __init__(self) -> None:
-        super().__init__(instructions="You are Ada, a phone assistant.")
-        self.cities: list[str] = []
-
-    @function_tool
-    async def get_weather(self, city: str) -> str:
-        """Returns the weather in a city.
-
-        Args:
-            city: Name of the city.
-        """
-        self.cities.append(city)
-        return f"sunny in {city}"
-
-
-def scripted_model(answers: list[str]) -> Callable[[ResponseRequest], str]:
-    """The simulated model: says what it was told to say exactly, else the next answer."""
-    queue = deque(answers)
-
-    def decide(request: ResponseRequest) -> str:
-        if match := _SAY_EXACTLY.search(request.instructions or ""):
-            return match.group(1)
-        return queue.popleft() if queue else "Okay."
-
-    return decide
-
-
-class Call:
-    """One real AgentSession on the real RealtimeModel, driven by a strict controller."""
-
-    def __init__(self, server: RealtimeTestServer) -> None:
-        self.server = server
-        self.microphone = ToneMicrophone()
-        self.speaker = Loudspeaker(sample_rate=SAMPLE_RATE)
-        self.model: openai.realtime.RealtimeModel | None = None
-        self.session: AgentSession | None = None
-        self.adapter: TurnAdapter | None = None
-        self.controller: TurnController | None = None
-        self.agent = Assistant()
-        self.created: list[SpeechCreatedEvent] = []
-
-    async def start(
-        self, policy: TurnPolicy, *, auto_tool_reply_generation: bool = False
-    ) -> tuple[AgentSession, TurnAdapter, TurnController]:
-        self.model = openai.realtime.RealtimeModel(api_key="dummy", base_url=self.server.base_url)
-        if auto_tool_reply_generation:  # a model that answers tool output on its own
-            self.model.capabilities.auto_tool_reply_generation = True
-        session: AgentSession = AgentSession(llm=self.model, vad=None, aec_warmup_duration=None)
-        session.input.audio = self.microphone
-        session.output.audio = self.speaker
-        session.on("speech_created", self.created.append)
-        controller = TurnController(policy, strict=True)
-        adapter = attach(session, controller)
-        self.session, self.adapter, self.controller = session, adapter, controller
-        await session.start(self.agent)
-        await self.server.wait_for_event(
-            "session.update", predicate=lambda event: "tools" in event.payload["session"]
-        )
-        return session, adapter, controller
-
-    async def aclose(self) -> None:
-        if self.session is not None:
-            await self.session.aclose()
-        if self.model is not None:
-            await self.model.aclose()
-        await self.speaker.aclose()
-
-    # -- helpers --------------------------------------------------------------------------
-
-    async def segment_playing(self, index: int, *, timeout: float = 10.0) -> PlayoutSegment:
-        """Waits until the loudspeaker's ``index``-th segment started playing."""
-        deadline = time.monotonic() + timeout
-        while (
-            len(self.speaker.segments) <= index or self.speaker.segments[index].started_at is None
-        ):
-            assert time.monotonic() < deadline, f"segment {index} never played"
-            await asyncio.sleep(0.01)
-        return self.speaker.segments[index]
-
-    async def played(self, segment: PlayoutSegment, seconds: float) -> None:
-        """Waits until ``segment`` has played ``seconds``."""
-        assert segment.started_at is not None
-        loop = asyncio.get_running_loop()
-        while loop.time() - segment.started_at < seconds:
-            await asyncio.sleep(0.005)
-
-    def speech_ended(self, speech_id: str) -> ev.AgentSpeechEnded:
-        """The machine's record of a speech's end (played seconds from the PlayoutMeter)."""
-        assert self.controller is not None
-        assert self.controller.trace is not None
-        (ended,) = [
-            step.event
-            for step in self.controller.trace
-            if isinstance(step.event, ev.AgentSpeechEnded) and step.event.speech_id == speech_id
-        ]
-        return ended
 
 
 @pytest.fixture
-async def call() -> AsyncIterator[Call]:
-    async with RealtimeTestServer(RealtimeScript()) as server:
-        test_call = Call(server)
-        try:
-            yield test_call
-        finally:
-            await test_call.aclose()
+async def call(request: pytest.FixtureRequest) -> AsyncIterator[Call]:
+    async with served_call(pinned_fidelity(request)) as test_call:
+        yield test_call
+
+
+TOOL_REPLYING_MODEL_LATENCY_MS = 100
+"""The one-way latency a model that answers tool output itself (LiveKit not told) is run
+at. On the virtual clock, where running a tool takes no time, LiveKit can wait forever on
+the speech it re-queued for the next step (test_realtime_server.py::
+test_baseline_a_model_answering_tool_output_stalls_livekit); with the model's own reply
+100 ms away turnfsm's cap lands first (at 20 ms it still stalls)."""
+
+
+def tool_replying_model(fidelity: Fidelity) -> Fidelity:
+    """``fidelity`` with at least `TOOL_REPLYING_MODEL_LATENCY_MS` each way."""
+    latency = max(fidelity.network_latency_ms, TOOL_REPLYING_MODEL_LATENCY_MS)
+    return replace(fidelity, network_latency_ms=latency)
 
 
 @pytest.fixture(autouse=True)
@@ -196,6 +102,31 @@ def _voiced_appends(server: RealtimeTestServer, start: float, end: float) -> lis
         event
         for event in server.events_of_type("input_audio_buffer.append")
         if start <= event.timestamp <= end and _rms(event) > 0.02
+    ]
+
+
+def _position(server: RealtimeTestServer, event: RecordedEvent) -> int:
+    """Where an event is on the wire. At zero latency a request and what answers it share
+    an instant: their order tells which came first, not their timestamps."""
+    return next(index for index, recorded in enumerate(server.events) if recorded is event)
+
+
+def _received_while_active(
+    server: RealtimeTestServer, response_id: str, type_: str
+) -> list[RecordedEvent]:
+    """The client events of one type the server handled between a response's
+    ``response.created`` and its ``response.done``."""
+
+    def names_it(event: RecordedEvent) -> bool:
+        return bool(event.payload.get("response", {}).get("id") == response_id)
+
+    (created,) = filter(names_it, server.events_of_type("response.created", direction="sent"))
+    done = list(filter(names_it, server.events_of_type("response.done", direction="sent")))
+    end = _position(server, done[0]) if done else len(server.events)
+    return [
+        event
+        for event in server.events[_position(server, created) : end]
+        if event.type == type_ and event.direction == "received"
     ]
 
 
@@ -235,10 +166,9 @@ async def test_greeting_is_not_cut_by_server_turn_detection(call: Call) -> None:
     greeting = await call.segment_playing(0)
     await call.played(greeting, 1.5)
     call.microphone.speak(1.0)  # talks over the greeting from 1.5 s
-    while not greeting.finished:
-        await asyncio.sleep(0.01)
-    # the loudspeaker's own clock (the loop's, time.monotonic like the server's records):
-    # polling for the end would let the replayed overlap look as if it came in the lock
+    await wait_finished(greeting)
+    # the loudspeaker's own clock (the loop's, as the server's records): polling for the
+    # end would let the replayed overlap look as if it came in the lock
     assert greeting.started_at is not None
     assert greeting.finished_at is not None
     greeting_started, greeting_ended = greeting.started_at, greeting.finished_at
@@ -262,8 +192,7 @@ async def test_greeting_is_not_cut_by_server_turn_detection(call: Call) -> None:
     assert replaced.message_item_id not in [item["id"] for item in server.conversation]
     # nobody cancelled the greeting, and the model heard only silence while it played
     assert greeted.done_at is not None
-    cancels = server.events_of_type("response.cancel")
-    assert not [c for c in cancels if greeted.created_at <= c.timestamp <= greeted.done_at]
+    assert not _received_while_active(server, greeted.id, "response.cancel")
     assert not _voiced_appends(server, greeting_started + 0.2, greeting_ended - 0.1)
     assert not [
         e
@@ -273,7 +202,7 @@ async def test_greeting_is_not_cut_by_server_turn_detection(call: Call) -> None:
 
     # the overlap was held and is answered whole after the greeting
     answer = await call.segment_playing(1)
-    assert _voiced_appends(server, greeting_ended, time.monotonic())
+    assert _voiced_appends(server, greeting_ended, asyncio.get_running_loop().time())
     assert server.responses[2].trigger == "turn_detected"
     assert server.responses[2].reply.text == LONG_ANSWER
 
@@ -286,7 +215,7 @@ async def test_greeting_is_not_cut_by_server_turn_detection(call: Call) -> None:
         predicate=lambda e: e.timestamp > greeting_ended + 1.0,
     )
     truncate = await server.wait_for_event("conversation.item.truncate", timeout=5)
-    assert truncate.timestamp > barge_in.timestamp
+    assert _position(server, truncate) > _position(server, barge_in)
     assert truncate.payload["item_id"] == server.responses[2].message_item_id
     assert server.responses[2].status == "cancelled"
     assert answer.interrupted
@@ -307,12 +236,11 @@ async def test_inbound_muted_greeting_drops_the_overlap(call: Call) -> None:
     )
     session, adapter, controller = await call.start(policy)
     greeting = await call.segment_playing(0)
-    started = time.monotonic()
+    started = asyncio.get_running_loop().time()
     await call.played(greeting, 1.0)
     call.microphone.speak(0.8)
-    while not greeting.finished:
-        await asyncio.sleep(0.01)
-    ended = time.monotonic()
+    await wait_finished(greeting)
+    ended = asyncio.get_running_loop().time()
     assert greeting.interrupted is False
     assert greeting.played == pytest.approx(len(GREETING) / CPS, abs=0.25)
     (greeted,) = server.responses
@@ -328,8 +256,7 @@ async def test_inbound_muted_greeting_drops_the_overlap(call: Call) -> None:
     call.microphone.speak(0.5)  # but the caller is heard again
     answer = await call.segment_playing(1)
     assert server.responses[1].trigger == "turn_detected"
-    while not answer.finished:
-        await asyncio.sleep(0.01)
+    await wait_finished(answer)
     assert await _assistant_texts(session, 2) == [GREETING, "Sure, what can I do?"]
 
 
@@ -381,7 +308,7 @@ async def test_barge_in_truncates_server_item_to_played_audio(call: Call) -> Non
     assert agent_item.text_content == spoken
     # the plugin's view of the server agrees too, so no later diff rewrites the item
     await server.wait_for_event("response.done", direction="sent", count=2, timeout=10)
-    await _wait_finished(await call.segment_playing(1))  # the reply to the barge-in, committed
+    await wait_finished(await call.segment_playing(1))  # the reply to the barge-in, committed
     await asyncio.sleep(0.3 + round_trip)
     assert not server.events_of_type("conversation.item.delete")
     assert [i["id"] for i in server.conversation if i.get("role") == "assistant"] == [
@@ -435,14 +362,22 @@ async def _ask_the_weather_at_a_cap_of_two(
     )
     session.generate_reply(user_input="What's the weather in Oslo?")
     final = await call.segment_playing(0)
-    await _wait_finished(final)
+    await wait_finished(final)
     return session, controller, final
 
 
 @pytest.mark.parametrize(
     ("server_replies_to_tools", "auto_tool_reply_generation"),
-    [(False, False), (True, False), (True, True)],
-    ids=["plugin-replies", "server-also-replies", "server-replies"],
+    [
+        pytest.param(False, False, id="plugin-replies"),
+        pytest.param(
+            True,
+            False,
+            id="server-also-replies",
+            marks=pytest.mark.fidelity(tool_replying_model(RealtimeTestServer.default_fidelity)),
+        ),
+        pytest.param(True, True, id="server-replies"),
+    ],
 )
 async def test_tool_cap_then_spoken_reply(
     call: Call, server_replies_to_tools: bool, auto_tool_reply_generation: bool
@@ -495,14 +430,14 @@ async def test_tool_cap_then_spoken_reply(
     deletes = server.events_of_type("conversation.item.delete")
     assert len(deletes) == (1 if variant == "server-also-replies" else 0)
     # "none" reached the server before the last tool output, and was restored afterwards
-    first_create = server.events_of_type("response.create")[0].timestamp
+    first_create = _position(server, server.events_of_type("response.create")[0])
     choices = [
-        (e.timestamp, e.payload["session"]["tool_choice"])
+        (_position(server, e), e.payload["session"]["tool_choice"])
         for e in server.events_of_type("session.update")
-        if e.timestamp > first_create and "tool_choice" in e.payload["session"]
+        if _position(server, e) > first_create and "tool_choice" in e.payload["session"]
     ]
     outputs = [
-        e.timestamp
+        _position(server, e)
         for e in server.events_of_type("conversation.item.create")
         if e.payload["item"]["type"] == "function_call_output"
     ]
@@ -537,46 +472,43 @@ async def test_exit_during_the_lock_restores_input_and_leaves_no_task(
     exit_path: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     before = asyncio.all_tasks()
-    async with RealtimeTestServer(RealtimeScript()) as server:
-        call = Call(server)
-        try:
-            session, adapter = await _hello_then_greeting(call)
-            closed = asyncio.Event()
-            session.on("close", lambda _: closed.set())
-            gate = adapter.gate
-            assert gate is not None
-            exited_at = time.monotonic()
-            if exit_path == "hang_up":  # what the SIP watcher reports
-                adapter.dispatch(ev.CallEnded(at=adapter.now(), reason="hangup"))
-            else:
-                assert call.model is not None
-                error = llm.RealtimeModelError(
-                    timestamp=time.time(),
-                    label="test",
-                    error=RuntimeError("boom"),
-                    recoverable=False,
-                )
-                session.emit("error", ErrorEvent(error=error, source=call.model))
-            await asyncio.wait_for(closed.wait(), 5)
+    async with served_call() as call:
+        server = call.server
+        session, adapter = await _hello_then_greeting(call)
+        closed = asyncio.Event()
+        session.on("close", lambda _: closed.set())
+        gate = adapter.gate
+        assert gate is not None
+        exited_at = len(server.events)  # the events the server handled before the exit
+        if exit_path == "hang_up":  # what the SIP watcher reports
+            adapter.dispatch(ev.CallEnded(at=adapter.now(), reason="hangup"))
+        else:
+            assert call.model is not None
+            error = llm.RealtimeModelError(
+                timestamp=time.time(),
+                label="test",
+                error=RuntimeError("boom"),
+                recoverable=False,
+            )
+            session.emit("error", ErrorEvent(error=error, source=call.model))
+        await asyncio.wait_for(closed.wait(), 5)
 
-            assert call.controller is not None
-            assert call.controller.is_ended
-            assert not gate.muted
-            assert gate.held_seconds == 0
-            assert adapter.realtime is not None
-            assert adapter.timers == {}
-            assert adapter._tasks == set()
-            # server turn detection and tool choice were never touched
-            assert server.turn_detection is not None
-            assert server.turn_detection["type"] == "semantic_vad"
-            assert server.session["tool_choice"] == "auto"
-            # the greeting was cancelled by the hang-up only, never during the lock
-            greeted = server.responses[1]
-            assert say_exactly(GREETING) in (greeted.request.instructions or "")
-            cancels = [e.timestamp for e in server.events_of_type("response.cancel")]
-            assert not [t for t in cancels if greeted.created_at <= t < exited_at]
-        finally:
-            await call.aclose()
+        assert call.controller is not None
+        assert call.controller.is_ended
+        assert not gate.muted
+        assert gate.held_seconds == 0
+        assert adapter.realtime is not None
+        assert adapter.timers == {}
+        assert adapter._tasks == set()
+        # server turn detection and tool choice were never touched
+        assert server.turn_detection is not None
+        assert server.turn_detection["type"] == "semantic_vad"
+        assert server.session["tool_choice"] == "auto"
+        # the greeting was cancelled by the hang-up only, never during the lock
+        greeted = server.responses[1]
+        assert say_exactly(GREETING) in (greeted.request.instructions or "")
+        in_the_lock = _received_while_active(server, greeted.id, "response.cancel")
+        assert not [c for c in in_the_lock if _position(server, c) < exited_at]
     await asyncio.sleep(0.1)
     left = {task for task in asyncio.all_tasks() - before if not task.done()}
     assert left == set()
@@ -626,26 +558,7 @@ async def test_realtime_agent_example_builds_offline() -> None:
 
 # ------------------------------------------------- (e) the real protocol's timing (issue 10)
 
-SHORT_GREETING = "Hi, this is Ada from Acme."
 OPEN_HOURS = "We open at nine and close at six, every day but Sunday, when we open at ten."
-
-
-def _words_played(server: RealtimeTestServer, text: str, played_seconds: float) -> list[str]:
-    """The words of a reply whose whole audio played, on the server's speech timeline."""
-    timeline, total_ms = server.speech_timeline(text)
-    ends = [start for start, _ in timeline[1:]] + [total_ms]
-    return [
-        word.strip()
-        for (_, word), end in zip(timeline, ends, strict=True)
-        if end <= played_seconds * 1000
-    ]
-
-
-async def _wait_finished(segment: PlayoutSegment, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not segment.finished:
-        assert time.monotonic() < deadline, "the segment never finished"
-        await asyncio.sleep(0.01)
 
 
 async def _greeting_then_barge_in(call: Call) -> None:
@@ -664,7 +577,7 @@ async def _greeting_then_barge_in(call: Call) -> None:
     await server.wait_for_event("input_audio_buffer.committed", direction="sent", timeout=10)
     call.microphone.speak(1.2)  # talks on before the client hears of the commit
     greeting = await call.segment_playing(0)
-    await _wait_finished(greeting)
+    await wait_finished(greeting)
     assert greeting.finished_at is not None
     greeting_ended = greeting.finished_at
 
@@ -693,7 +606,7 @@ async def _greeting_then_barge_in(call: Call) -> None:
     # barge-in: the history keeps at most the words whose audio played
     await call.played(answer, 2.0)
     call.microphone.speak(0.5)
-    await _wait_finished(answer)
+    await wait_finished(answer)
     assert answer.interrupted
     await server.wait_for_event("conversation.item.truncated", direction="sent", timeout=10)
     (spoken,) = [
@@ -701,7 +614,7 @@ async def _greeting_then_barge_in(call: Call) -> None:
         for item in session.history.items
         if item.type == "message" and item.role == "assistant" and item.interrupted
     ]
-    heard = _words_played(server, OPEN_HOURS, answer.played)
+    heard = words_heard(server, OPEN_HOURS, answer.played)
     print(f"barge-in: played {answer.played:.2f} s, heard {len(heard)} words, kept {spoken!r}")
     assert spoken.split() == OPEN_HOURS.split()[: len(spoken.split())]  # a word prefix
     assert len(spoken.split()) <= len(heard), (spoken, heard)
@@ -730,57 +643,31 @@ async def test_greeting_truncation_and_tool_cap_across_protocol_timing(fidelity:
     """Issue 10's matrix: each cell is the real protocol's rules at one timing (latency
     each way, cancel latency, transcript lead, generation speed)."""
     setting = FIDELITY_MATRIX[fidelity]
-    async with RealtimeTestServer(RealtimeScript(), fidelity=setting) as server:
-        call = Call(server)
-        try:
-            await _greeting_then_barge_in(call)
-        finally:
-            await call.aclose()
+    async with served_call(setting) as call:
+        await _greeting_then_barge_in(call)
     for auto_tool_reply in (False, True):  # OpenAI's own behaviour, then a model that
         # also answers tool output itself (its reply adopted or suppressed at the cap)
-        async with RealtimeTestServer(RealtimeScript(), fidelity=setting) as server:
-            call = Call(server)
-            try:
-                await _tool_cap(call, auto_tool_reply=auto_tool_reply)
-            finally:
-                await call.aclose()
-
-
-async def _short_greeting_after_hello(
-    call: Call,
-) -> tuple[AgentSession, TurnController, PlayoutSegment]:
-    """An outbound call whose model would answer "Hello?" on its own: answered, the callee
-    says "Hello?", and the short greeting plays to its end."""
-    call.server.script.policy = scripted_model(["Auto reply nobody should hear."])
-    session, adapter, controller = await call.start(
-        TurnPolicy(direction="outbound", greeting=SHORT_GREETING)
-    )
-    adapter.dispatch(ev.CallAnswered(at=adapter.now()))
-    call.microphone.speak(0.6)
-    greeting = await call.segment_playing(0)
-    await _wait_finished(greeting)
-    return session, controller, greeting
+        model = tool_replying_model(setting) if auto_tool_reply else setting
+        async with served_call(model) as call:
+            await _tool_cap(call, auto_tool_reply=auto_tool_reply)
 
 
 async def test_a_refused_greeting_create_is_asked_again() -> None:
     """The model refuses the greeting's ``response.create`` once, with the real error and
     no event id: the greeting is asked again and plays whole."""
-    script = RealtimeScript(refuse_creates=1)
-    async with RealtimeTestServer(script, fidelity=FIDELITY_MATRIX["no-latency"]) as server:
-        call = Call(server)
-        try:
-            session, controller, greeting = await _short_greeting_after_hello(call)
-            assistant = await _assistant_texts(session, 1)
-            state = controller.state
-        finally:
-            await call.aclose()
+    async with served_call(FIDELITY_MATRIX["no-latency"]) as call:
+        server = call.server
+        server.script.refuse_creates = 1
+        session, controller, greeting = await greet_after_hello(call)
+        assistant = await _assistant_texts(session, 1)
+        state = controller.state
     refusals = [
         e.payload["error"]
         for e in server.events_of_type("error", direction="sent")
         if e.payload["error"]["code"] == "conversation_already_has_active_response"
     ]
     assert [r["event_id"] for r in refusals] == [None]
-    assert script.refuse_creates == 0
+    assert server.script.refuse_creates == 0
     assert not greeting.interrupted
     assert greeting.played == pytest.approx(len(SHORT_GREETING) / CPS, abs=0.25)
     assert assistant == [SHORT_GREETING]
@@ -796,12 +683,8 @@ async def test_the_trace_shows_the_suppressed_reply_and_the_wait_for_response_do
     """The realtime link decides nothing: suppressing the model's reply to "Hello?" and
     waiting for its ``response.done`` before the greeting are machine steps."""
     setting = FIDELITY_MATRIX["100ms-cancel-150ms"]
-    async with RealtimeTestServer(RealtimeScript(), fidelity=setting) as server:
-        call = Call(server)
-        try:
-            _, controller, greeting = await _short_greeting_after_hello(call)
-        finally:
-            await call.aclose()
+    async with served_call(setting) as call:
+        _, controller, greeting = await greet_after_hello(call)
     assert controller.trace is not None
     steps = [(s.event.name, s.before, [e.name for e in s.effects]) for s in controller.trace]
     names = [name for name, _, _ in steps]
@@ -824,27 +707,24 @@ async def test_a_truncate_past_the_models_audio_is_sent_again_within_it() -> Non
     1.5 s here, so a barge-in hits it): LiveKit's truncate at the played position is
     refused, and the link cuts the item at the length the model states."""
     setting = replace(FIDELITY_MATRIX["no-latency"], truncate_shortfall_ms=1500)
-    async with RealtimeTestServer(RealtimeScript(), fidelity=setting) as server:
-        call = Call(server)
-        try:
-            server.script.policy = scripted_model([LONG_ANSWER])
-            session, adapter, controller = await call.start(INBOUND)
-            handle = session.generate_reply(user_input="When are you open?")
-            answer = await call.segment_playing(0)
-            await call.played(answer, 2.5)
-            call.microphone.speak(0.5)
-            await asyncio.wait_for(handle, 10)
-            truncated = await server.wait_for_event(
-                "conversation.item.truncated", direction="sent", timeout=10
-            )
-            refusals = [
-                e
-                for e in server.events_of_type("error", direction="sent")
-                if "already shorter than" in e.payload["error"]["message"]
-            ]
-            truncates = server.events_of_type("conversation.item.truncate")
-        finally:
-            await call.aclose()
+    async with served_call(setting) as call:
+        server = call.server
+        server.script.policy = scripted_model([LONG_ANSWER])
+        session, adapter, controller = await call.start(INBOUND)
+        handle = session.generate_reply(user_input="When are you open?")
+        answer = await call.segment_playing(0)
+        await call.played(answer, 2.5)
+        call.microphone.speak(0.5)
+        await asyncio.wait_for(handle, 10)
+        truncated = await server.wait_for_event(
+            "conversation.item.truncated", direction="sent", timeout=10
+        )
+        refusals = [
+            e
+            for e in server.events_of_type("error", direction="sent")
+            if "already shorter than" in e.payload["error"]["message"]
+        ]
+        truncates = server.events_of_type("conversation.item.truncate")
     (refused,) = refusals
     assert [t.payload["audio_end_ms"] for t in truncates][0] > answer.played * 1000 - 100
     item_ms = int(re.search(r"of (\d+)ms", refused.payload["error"]["message"]).group(1))

@@ -1,10 +1,10 @@
-"""An OpenAI Realtime protocol test server for offline LiveKit Agents sessions (test support).
+"""An OpenAI Realtime protocol test server for offline LiveKit Agents sessions.
 
-The real ``livekit.plugins.openai.realtime.RealtimeModel`` connects to it through
-``base_url``::
+The real ``livekit.plugins.openai.realtime.RealtimeModel`` connects to it in memory,
+through the ``http_session`` it is given (`transport`), or over TCP (``base_url``)::
 
     async with RealtimeTestServer(RealtimeScript(["Hello there."])) as server:
-        model = openai.realtime.RealtimeModel(api_key="dummy", base_url=server.base_url)
+        model = openai.realtime.RealtimeModel(api_key="dummy", http_session=server.http_session())
 
 The server speaks the GA event names that the installed plugin (livekit-agents 1.8.9)
 parses, e.g. ``response.output_audio.delta`` and ``conversation.item.added``. It cannot
@@ -24,11 +24,13 @@ tools it calls, and supplies the transcript of each user utterance. What it does
   truncation rules, which errors name the client event); `FIDELITY_MATRIX` holds the
   settings the realtime suite is run against;
 * conformance: every event sent and received is checked against the ``openai`` package's
-  typed event models (`realtime_conformance`); a malformed client event is rejected with
+  typed event models (`conformance`); a malformed client event is rejected with
   the real error, and leaving the server with unchecked violations raises
   `ConformanceError`;
-* a record of every event received and sent, with ``time.monotonic()`` timestamps taken
-  on the server's side of the network.
+* a record of every event received and sent, with timestamps taken on the server's side
+  of the network, on the event loop's clock (``loop.time()``: ``time.monotonic()`` on an
+  ordinary loop, the virtual time on a `VirtualClockLoop`, the clock the simulated
+  loudspeaker and microphone keep).
 
 Deliberate differences from the real service: the VAD ignores ``threshold`` and uses the
 server's ``vad_rms_threshold``; input transcription is emitted right after the user item
@@ -49,46 +51,42 @@ import logging
 import math
 import random
 import re
-import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from aiohttp import WSMsgType, web
+from aiohttp import WSMessage, WSMsgType, web
 from typing_extensions import Self
 
-from .realtime_conformance import (
+from .conformance import (
     ConformanceError,
     Violation,
     client_event_error,
     client_event_problems,
     server_event_problems,
 )
+from .fidelity import IDEAL, Fidelity
+from .script import (
+    RealtimeScript,
+    ResponseRequest,
+    ResponseTrigger,
+    ScriptedResponse,
+    ToolCall,
+)
+from .transport import Handshake, MemoryHttpSession, MemoryWebSocket, ServerSocket
 
 __all__ = [
-    "FIDELITY_MATRIX",
-    "IDEAL",
-    "REAL_PROTOCOL",
-    "UNEVEN_SPEECH",
     "SAMPLE_RATE",
-    "ConformanceError",
     "Direction",
-    "Fidelity",
     "RealtimeConnection",
-    "RealtimeScript",
     "RealtimeTestServer",
     "RecordedEvent",
-    "ResponsePolicy",
     "ResponseRecord",
-    "ResponseRequest",
-    "ResponseTrigger",
-    "ScriptedResponse",
     "SessionSnapshot",
-    "ToolCall",
-    "Violation",
+    "Transport",
 ]
 
 logger = logging.getLogger(__name__)
@@ -102,281 +100,17 @@ _DEFAULT_PREFIX_PADDING_MS = 300
 _SEMANTIC_EAGERNESS_SILENCE_MS = {"low": 1000, "medium": 500, "auto": 500, "high": 300}
 _WORD_PATTERN = re.compile(r"\s*\S+")
 
-ResponseTrigger = Literal["response.create", "turn_detected", "tool_output"]
-"""Why the server started a response: a client request, a user turn, or a tool result."""
-
 Direction = Literal["received", "sent"]
 """Which way an event went: ``received`` from the client or ``sent`` by the server."""
 
 
+def _now() -> float:
+    """The running loop's clock: the server's timestamps are on the loop's time."""
+    return asyncio.get_running_loop().time()
+
+
 def _new_id(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:16]}"
-
-
-# --------------------------------------------------------------------------- fidelity
-
-
-@dataclass(frozen=True)
-class Fidelity:
-    """How closely the server imitates the real OpenAI Realtime service.
-
-    The defaults (`IDEAL`) are the idealised server the realtime tests were first written
-    against; `REAL_PROTOCOL` switches on the service's rules; `FIDELITY_MATRIX` adds its
-    timing. Each value below names its source.
-
-    Attributes:
-        network_latency_ms: One-way latency, each direction: a client event is handled this
-            long after the client sent it, a server event reaches the client this long
-            after the server sent it.
-        cancel_latency_ms: How long a cancelled response (``response.cancel`` or a
-            ``turn_detected`` interruption) stays active, still streaming, before its
-            ``response.done``. The real service keeps a cancelled response active until
-            ``response.done`` and rejects ``response.create`` until then.
-        transcript_lead_ms: How far the transcript runs ahead of the audio that speaks it
-            (the real service streams text well ahead of audio).
-        generation_speed: Audio generated per second of wall time, after the ``lead_ms``
-            burst (the real service generates faster than real time).
-        truncate_shortfall_ms: How much shorter the server's item audio is than the audio
-            it sent: a ``conversation.item.truncate`` past the shorter length is rejected
-            with ``Audio content of <n>ms is already shorter than <m>ms`` (seen as 85 ms,
-            e.g. 6100 ms items for 6185 ms received).
-        truncate_clears_transcript: A truncated item loses its server-side transcript
-            (the ``openai`` package's ``ConversationItemTruncateEvent`` documents it);
-            False keeps the part whose speech started before ``audio_end_ms``.
-        state_errors_name_event: Errors about the conversation's state
-            (``conversation_already_has_active_response``, a truncate past the end, an
-            unknown item, no response to cancel) carry the client's ``event_id``. The real
-            service sends ``null`` there, so a client cannot match them to its request.
-        reject_malformed: A client event that does not conform to the ``openai`` package's
-            client-event models is rejected with the service's error and not applied.
-        speaking_rate_variation: How much each word's duration departs from the nominal
-            ``chars_per_second`` (0.3: each word 0.7x to 1.3x as long). Real speech is not
-            spoken at a constant rate, and the service gives no word timing.
-    """
-
-    network_latency_ms: int = 0
-    cancel_latency_ms: int = 0
-    transcript_lead_ms: int = 0
-    generation_speed: float = 1.0
-    truncate_shortfall_ms: int = 0
-    truncate_clears_transcript: bool = False
-    state_errors_name_event: bool = True
-    reject_malformed: bool = True
-    speaking_rate_variation: float = 0.0
-
-    def __post_init__(self) -> None:
-        for name in (
-            "network_latency_ms",
-            "cancel_latency_ms",
-            "transcript_lead_ms",
-            "truncate_shortfall_ms",
-        ):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"Fidelity.{name} must be an int >= 0, got {value!r}")
-        if not 0.0 <= self.speaking_rate_variation < 1.0:
-            raise ValueError(
-                "Fidelity.speaking_rate_variation must be in [0, 1), got "
-                f"{self.speaking_rate_variation!r}"
-            )
-        if not self.generation_speed >= 1.0:
-            raise ValueError(
-                f"Fidelity.generation_speed must be >= 1.0, got {self.generation_speed!r}"
-            )
-
-
-IDEAL = Fidelity()
-"""The idealised server: instant cancels, no latency, text aligned with real-time audio."""
-
-REAL_PROTOCOL = Fidelity(
-    truncate_shortfall_ms=85,
-    truncate_clears_transcript=True,
-    state_errors_name_event=False,
-)
-"""The real service's rules, with no latency."""
-
-FIDELITY_MATRIX: dict[str, Fidelity] = {
-    "no-latency": REAL_PROTOCOL,
-    "100ms-cancel-150ms": replace(
-        REAL_PROTOCOL, network_latency_ms=100, cancel_latency_ms=150, generation_speed=2.0
-    ),
-    "300ms-text-1s-ahead": replace(
-        REAL_PROTOCOL,
-        network_latency_ms=300,
-        cancel_latency_ms=150,
-        transcript_lead_ms=1000,
-        generation_speed=2.0,
-    ),
-}
-"""The settings the realtime suite runs against (issue 10), by name.
-
-Generation runs at 2x, not faster: a reply generated to its end before the caller barges
-in leaves no text ahead of the audio the client holds."""
-
-UNEVEN_SPEECH = replace(FIDELITY_MATRIX["300ms-text-1s-ahead"], speaking_rate_variation=0.3)
-"""The harshest setting: the matrix's last cell, with words 0.7x to 1.3x their nominal
-length, so no constant rate finds where the caller stopped hearing."""
-
-
-# --------------------------------------------------------------------------- scripting
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    """A function call the scripted model makes.
-
-    Attributes:
-        name: Name of the function tool.
-        arguments: Arguments as a mapping (serialised to JSON) or a raw JSON string.
-        call_id: Call id to use; a fresh ``call_...`` id when None.
-    """
-
-    name: str
-    arguments: Mapping[str, Any] | str = field(default_factory=dict)
-    call_id: str | None = None
-
-    def arguments_json(self) -> str:
-        """Returns the arguments as the JSON string sent on the wire."""
-        if isinstance(self.arguments, str):
-            return self.arguments
-        return json.dumps(dict(self.arguments))
-
-
-@dataclass(frozen=True)
-class ScriptedResponse:
-    """What one response contains: spoken text, then function calls, in that order.
-
-    Attributes:
-        text: Text to speak; no message item is produced when empty.
-        tool_calls: Function calls emitted after the message item.
-    """
-
-    text: str = ""
-    tool_calls: tuple[ToolCall, ...] = ()
-
-
-@dataclass(frozen=True)
-class ResponseRequest:
-    """What the scripted model sees when the server starts a response.
-
-    Attributes:
-        trigger: Why the response starts.
-        instructions: Effective instructions (per-response override, else the session's).
-        tool_choice: Effective tool choice, e.g. ``"auto"``, ``"none"`` or
-            ``{"type": "function", "name": ...}``.
-        tool_names: Names of the effective function tools.
-        conversation: Snapshot of the server-side conversation items.
-        params: The ``response`` object of ``response.create``; empty for server-initiated
-            responses.
-    """
-
-    trigger: ResponseTrigger
-    instructions: str | None
-    tool_choice: str | dict[str, Any]
-    tool_names: tuple[str, ...]
-    conversation: tuple[dict[str, Any], ...]
-    params: Mapping[str, Any]
-
-
-ResponsePolicy = Callable[[ResponseRequest], "ScriptedResponse | str"]
-"""Decides a response from its request; a ``str`` is shorthand for spoken text."""
-
-
-class RealtimeScript:
-    """Decides what the simulated model does, one response at a time.
-
-    Each response is decided in this order: ``always_call_tool`` (unless the effective
-    ``tool_choice`` is ``"none"`` or the tool is not declared), then the next queued
-    response, then ``policy``, then ``default_text``.
-
-    Args:
-        responses: Queued responses, consumed in order; a ``str`` is spoken text.
-        policy: Called when the queue is empty.
-        user_transcripts: Transcripts of the user's committed utterances, in order.
-        always_call_tool: Name of a tool that every response calls (loop tests).
-        tool_arguments: Arguments for ``always_call_tool``.
-        auto_tool_reply: If True, the server itself starts a response once every function
-            call in the conversation has an output, like models that reply to tool
-            results server-side.
-        default_text: Spoken when nothing else decides.
-        refuse_creates: How many of the client's next ``response.create`` the server
-            refuses with the error it sends while a response is active
-            (``conversation_already_has_active_response``), as the service does when a
-            cancelled response's ``response.done`` has not come yet.
-    """
-
-    def __init__(
-        self,
-        responses: Iterable[ScriptedResponse | str] = (),
-        *,
-        policy: ResponsePolicy | None = None,
-        user_transcripts: Iterable[str] = (),
-        always_call_tool: str | None = None,
-        tool_arguments: Mapping[str, Any] | None = None,
-        auto_tool_reply: bool = False,
-        default_text: str = "Okay.",
-        refuse_creates: int = 0,
-    ) -> None:
-        self._responses: deque[ScriptedResponse] = deque(
-            self._coerce(response) for response in responses
-        )
-        self._user_transcripts: deque[str] = deque(user_transcripts)
-        self._utterance_count = 0
-        self.policy = policy
-        self.always_call_tool = always_call_tool
-        self.tool_arguments: Mapping[str, Any] = dict(tool_arguments or {})
-        self.auto_tool_reply = auto_tool_reply
-        self.default_text = default_text
-        self.refuse_creates = refuse_creates
-        self.requests: list[ResponseRequest] = []
-        """Every request decided so far, in order."""
-
-    @staticmethod
-    def _coerce(response: ScriptedResponse | str) -> ScriptedResponse:
-        return ScriptedResponse(text=response) if isinstance(response, str) else response
-
-    def push_response(self, response: ScriptedResponse | str) -> None:
-        """Queues a response after the ones already queued."""
-        self._responses.append(self._coerce(response))
-
-    def push_user_transcript(self, transcript: str) -> None:
-        """Queues the transcript of a future user utterance."""
-        self._user_transcripts.append(transcript)
-
-    def next_response(self, request: ResponseRequest) -> ScriptedResponse:
-        """Decides the content of a response and records its request.
-
-        Args:
-            request: What the model is asked for.
-
-        Returns:
-            The scripted content of the response.
-        """
-        self.requests.append(request)
-        if (
-            self.always_call_tool is not None
-            and request.tool_choice != "none"
-            and self.always_call_tool in request.tool_names
-        ):
-            return ScriptedResponse(
-                tool_calls=(ToolCall(self.always_call_tool, self.tool_arguments),)
-            )
-        if self._responses:
-            return self._responses.popleft()
-        if self.policy is not None:
-            return self._coerce(self.policy(request))
-        return ScriptedResponse(text=self.default_text)
-
-    def next_user_transcript(self) -> str:
-        """Returns the transcript of the next committed utterance.
-
-        Returns:
-            The next scripted transcript, or ``"user utterance <n>"`` once they run out.
-        """
-        self._utterance_count += 1
-        if self._user_transcripts:
-            return self._user_transcripts.popleft()
-        return f"user utterance {self._utterance_count}"
 
 
 # --------------------------------------------------------------------------- records
@@ -390,7 +124,7 @@ class RecordedEvent:
         direction: ``"received"`` from the client or ``"sent"`` by the server.
         type: The event's ``type``.
         payload: The full event as JSON-decoded data.
-        timestamp: ``time.monotonic()`` on the server's side of the network: when the
+        timestamp: ``loop.time()`` on the server's side of the network: when the
             server handled a client event (``network_latency_ms`` after the client sent
             it) or sent a server event (it reaches the client ``network_latency_ms``
             later).
@@ -409,7 +143,7 @@ class SessionSnapshot:
     """The full session configuration after a ``session.update`` (or at connect).
 
     Attributes:
-        timestamp: ``time.monotonic()`` when the configuration took effect.
+        timestamp: ``loop.time()`` when the configuration took effect.
         session: The merged session configuration.
     """
 
@@ -426,13 +160,13 @@ class ResponseRecord:
         trigger: Why the response started.
         request: What the script was asked.
         reply: What the script decided.
-        created_at: ``time.monotonic()`` of ``response.created``.
+        created_at: ``loop.time()`` of ``response.created``.
         status: ``in_progress``, ``completed`` or ``cancelled``.
         status_reason: ``turn_detected`` or ``client_cancelled`` for cancelled responses.
         message_item_id: Id of the spoken message item, if any.
         transcript_sent: Transcript streamed before the response ended.
         audio_ms_sent: Audio streamed before the response ended, in milliseconds.
-        done_at: ``time.monotonic()`` of ``response.done``.
+        done_at: ``loop.time()`` of ``response.done``.
     """
 
     id: str
@@ -574,8 +308,8 @@ class RealtimeConnection:
         self,
         server: RealtimeTestServer,
         index: int,
-        request: web.Request,
-        ws: web.WebSocketResponse,
+        handshake: Handshake,
+        ws: ServerSocket,
     ) -> None:
         self._server = server
         self._ws = ws
@@ -603,11 +337,11 @@ class RealtimeConnection:
             "response.cancel": self._on_response_cancel,
         }
         self.index = index
-        self.path = request.path
-        self.query = dict(request.query)
-        self.authorization = request.headers.get("Authorization", "")
+        self.path = handshake.path
+        self.query = dict(handshake.query)
+        self.authorization = handshake.headers.get("Authorization", "")
         self.session = _default_session(self.query.get("model", "gpt-realtime"))
-        self.session_history = [SessionSnapshot(time.monotonic(), copy.deepcopy(self.session))]
+        self.session_history = [SessionSnapshot(_now(), copy.deepcopy(self.session))]
         self.conversation: list[dict[str, Any]] = []
         self.item_audio_ms: dict[str, int] = {}
         self.responses: list[ResponseRecord] = []
@@ -633,7 +367,7 @@ class RealtimeConnection:
         return self._active.record if self._active else None
 
     def turn_detection_at(self, timestamp: float) -> dict[str, Any] | None:
-        """The turn detection that was in force at a ``time.monotonic()`` timestamp.
+        """The turn detection that was in force at a ``loop.time()`` timestamp.
 
         Args:
             timestamp: A monotonic time, e.g. `RecordedEvent.timestamp`.
@@ -665,7 +399,7 @@ class RealtimeConnection:
         try:
             async for message in self._ws:
                 if message.type == WSMsgType.TEXT:
-                    self._inbox.put_nowait((time.monotonic() + latency, json.loads(message.data)))
+                    self._inbox.put_nowait((_now() + latency, json.loads(message.data)))
         finally:
             self._inbox.put_nowait(None)
             await reader
@@ -677,7 +411,7 @@ class RealtimeConnection:
         """Handles each client event once it has crossed the network, in order."""
         while (arrival := await self._inbox.get()) is not None:
             arrives_at, event = arrival
-            await asyncio.sleep(max(0.0, arrives_at - time.monotonic()))
+            await asyncio.sleep(max(0.0, arrives_at - _now()))
             if self._ws.closed:
                 continue  # the client left while its last events were in flight
             self._server._record("received", event, self.index)
@@ -693,11 +427,17 @@ class RealtimeConnection:
     async def _write_loop(self) -> None:
         while (departure := await self._outbox.get()) is not None:
             arrives_at, event = departure
-            await asyncio.sleep(max(0.0, arrives_at - time.monotonic()))
+            await asyncio.sleep(max(0.0, arrives_at - _now()))
             if self._ws.closed:
                 continue
             with contextlib.suppress(ConnectionError):
                 await self._ws.send_str(json.dumps(event))
+
+    def drop(self) -> None:
+        """Drops the connection as a network failure does: no close handshake, and the
+        events still in flight either way are lost. The client reads it as closed with
+        code 1006 (aiohttp's ``CLOSED``), as it would from a real socket."""
+        self._ws.drop()
 
     def send_event(self, event: dict[str, Any]) -> None:
         """Sends a raw server event as it is: for tests of what the client does with an
@@ -711,7 +451,7 @@ class RealtimeConnection:
         if problems:
             self._server._violation(Violation("server", str(event.get("type")), problems, event))
         latency = self._fidelity.network_latency_ms / 1000
-        self._outbox.put_nowait((time.monotonic() + latency, event))
+        self._outbox.put_nowait((_now() + latency, event))
 
     def _send_error(
         self, code: str, message: str, client_event: Mapping[str, Any], *, param: str | None = None
@@ -767,7 +507,7 @@ class RealtimeConnection:
         _merge_session(self.session, event.get("session", {}))
         if had_turn_detection and self.turn_detection is None:
             self._vad = _VadState()
-        self.session_history.append(SessionSnapshot(time.monotonic(), copy.deepcopy(self.session)))
+        self.session_history.append(SessionSnapshot(_now(), copy.deepcopy(self.session)))
         self._send({"type": "session.updated", "session": copy.deepcopy(self.session)})
 
     # ----------------------------------------------------------------- input audio
@@ -1075,7 +815,7 @@ class RealtimeConnection:
             trigger=trigger,
             request=request,
             reply=self._server.script.next_response(request),
-            created_at=time.monotonic(),
+            created_at=_now(),
         )
         self.responses.append(record)
         active = _ActiveResponse(record=record)
@@ -1190,10 +930,10 @@ class RealtimeConnection:
         tone = _ToneGenerator(server.tone_hz, server.tone_amplitude)
         speed = self._fidelity.generation_speed
         text_lead_ms = self._fidelity.transcript_lead_ms if audio else 0
-        started = time.monotonic()
+        started = _now()
         for chunk_index in range(math.ceil(total_ms / chunk_ms)):
             due = started + max(0, chunk_index * chunk_ms - server.lead_ms) / 1000 / speed
-            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            await asyncio.sleep(max(0.0, due - _now()))
             chunk_start_ms = chunk_index * chunk_ms
             # the words whose speech starts before this chunk ends, or text_lead_ms later
             spoken_by_ms = chunk_start_ms + chunk_ms + text_lead_ms
@@ -1337,7 +1077,7 @@ class RealtimeConnection:
     ) -> None:
         active.record.status = status
         active.record.status_reason = reason
-        active.record.done_at = time.monotonic()
+        active.record.done_at = _now()
         self._send({"type": "response.done", "response": self._response_payload(active)})
         self._active = None
         self._start_pending_response()
@@ -1346,11 +1086,45 @@ class RealtimeConnection:
 # --------------------------------------------------------------------------- server
 
 
-class RealtimeTestServer:
-    """An OpenAI Realtime protocol server on 127.0.0.1 for offline tests.
+Transport = Literal["memory", "tcp"]
+"""How clients reach the server: an in-memory websocket, or a websocket on 127.0.0.1."""
 
-    Use it as an async context manager; it binds a free port and serves
-    ``<base_url>/realtime`` (``ws://127.0.0.1:<port>/v1/realtime?model=...``).
+_PATHS = frozenset({"/v1/realtime", "/realtime"})
+
+
+class _TcpSocket:
+    """The server's end of a TCP websocket, as a `ServerSocket`."""
+
+    def __init__(self, request: web.Request, ws: web.WebSocketResponse) -> None:
+        self._request = request
+        self._ws = ws
+
+    @property
+    def closed(self) -> bool:
+        return self._ws.closed
+
+    async def send_str(self, data: str) -> None:
+        await self._ws.send_str(data)
+
+    async def close(self) -> bool:
+        return await self._ws.close()
+
+    def drop(self) -> None:
+        if self._request.transport is not None:
+            self._request.transport.abort()
+
+    def __aiter__(self) -> AsyncIterator[WSMessage]:
+        return self._ws.__aiter__()
+
+
+class RealtimeTestServer:
+    """An OpenAI Realtime protocol server for offline calls.
+
+    Use it as an async context manager. A ``RealtimeModel`` reaches it in memory through
+    `http_session` (no socket: on a virtual clock the whole call, network latency
+    included, runs in virtual time), or, with ``transport="tcp"``, over a websocket on
+    127.0.0.1 at `base_url` (``ws://127.0.0.1:<port>/v1/realtime?model=...``).
+    `model_options` gives whichever applies.
 
     Args:
         script: Decides responses and user transcripts; an empty script when None.
@@ -1365,10 +1139,12 @@ class RealtimeTestServer:
         vad_rms_threshold: Input RMS (fraction of full scale) above which a 10 ms window
             counts as speech for server turn detection.
         fidelity: How closely to imitate the real service; `default_fidelity` when None.
+        transport: ``"memory"`` (the default) or ``"tcp"``, which also serves 127.0.0.1.
 
     Attributes:
         script: The script in use; tests may push responses while the server runs.
         fidelity: The `Fidelity` in force.
+        transport: How clients reach the server.
         connections: Every websocket connection so far, oldest first.
         events: Every event received and sent, in order.
         violations: Every event, either way, that did not conform to the ``openai``
@@ -1378,7 +1154,7 @@ class RealtimeTestServer:
 
     default_fidelity: ClassVar[Fidelity] = IDEAL
     """The fidelity of servers created without one (the realtime suite's conftest sets it
-    from ``--realtime-fidelity``)."""
+    from ``TURNFSM_REALTIME_FIDELITY``)."""
 
     def __init__(
         self,
@@ -1391,7 +1167,10 @@ class RealtimeTestServer:
         tone_amplitude: float = 0.3,
         vad_rms_threshold: float = 0.02,
         fidelity: Fidelity | None = None,
+        transport: Transport = "memory",
     ) -> None:
+        if transport not in ("memory", "tcp"):
+            raise ValueError(f"transport must be 'memory' or 'tcp', got {transport!r}")
         self.script = script or RealtimeScript()
         self.fidelity = fidelity or self.default_fidelity
         self.chars_per_second = chars_per_second
@@ -1400,11 +1179,13 @@ class RealtimeTestServer:
         self.tone_hz = tone_hz
         self.tone_amplitude = tone_amplitude
         self.vad_rms_threshold = vad_rms_threshold
+        self.transport: Transport = transport
         self.connections: list[RealtimeConnection] = []
         self.events: list[RecordedEvent] = []
         self.violations: list[Violation] = []
         self._waiters: list[tuple[Callable[[RecordedEvent], bool], asyncio.Future[None]]] = []
-        self._sockets: set[web.WebSocketResponse] = set()
+        self._sockets: set[ServerSocket] = set()
+        self._served: set[asyncio.Task[None]] = set()
         self._runner: web.AppRunner | None = None
         self._port: int | None = None
 
@@ -1419,10 +1200,13 @@ class RealtimeTestServer:
         await self.aclose(check_conformance=exc_type is None)
 
     async def start(self) -> None:
-        """Binds 127.0.0.1 on a free port and starts serving."""
+        """Starts serving: over TCP, binds 127.0.0.1 on a free port (in memory there is
+        nothing to start)."""
+        if self.transport != "tcp":
+            return
         app = web.Application()
-        app.router.add_get("/v1/realtime", self._handle_websocket)
-        app.router.add_get("/realtime", self._handle_websocket)
+        for path in sorted(_PATHS):
+            app.router.add_get(path, self._handle_websocket)
         self._runner = web.AppRunner(app, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -1437,6 +1221,8 @@ class RealtimeTestServer:
         """
         for ws in list(self._sockets):
             await ws.close()
+        if self._served:
+            await asyncio.wait(self._served)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -1456,31 +1242,58 @@ class RealtimeTestServer:
         logger.error("realtime conformance: %s", violation)
         self.violations.append(violation)
 
+    def http_session(self) -> MemoryHttpSession:
+        """What to give ``RealtimeModel`` as ``http_session`` to reach this server in
+        memory: its ``ws_connect`` opens a connection to this server, whatever the URL's
+        host (``base_url`` may stay the default)."""
+        return MemoryHttpSession(self._accept, _PATHS)
+
     @property
     def port(self) -> int:
-        """The bound TCP port."""
+        """The bound TCP port (``transport="tcp"`` only)."""
         if self._port is None:
-            raise RuntimeError("RealtimeTestServer is not started")
+            raise RuntimeError(
+                "RealtimeTestServer has no port: it serves over TCP only when made with "
+                "transport='tcp' and started (in memory, use http_session())"
+            )
         return self._port
 
     @property
     def base_url(self) -> str:
-        """The ``base_url`` to give ``RealtimeModel``: ``http://127.0.0.1:<port>/v1``."""
+        """The ``base_url`` to give ``RealtimeModel`` over TCP:
+        ``http://127.0.0.1:<port>/v1``."""
         return f"http://127.0.0.1:{self.port}/v1"
+
+    def model_options(self) -> dict[str, Any]:
+        """How a ``RealtimeModel`` reaches this server, as its keyword arguments:
+        ``http_session`` in memory, ``base_url`` over TCP."""
+        if self.transport == "tcp":
+            return {"base_url": self.base_url}
+        return {"http_session": self.http_session()}
+
+    def _accept(self, handshake: Handshake, ws: MemoryWebSocket) -> None:
+        """Serves a new in-memory connection."""
+        served = asyncio.create_task(self._serve(handshake, ws), name="realtime-test-server")
+        self._served.add(served)
+        served.add_done_callback(self._served.discard)
 
     async def _handle_websocket(self, request: web.Request) -> web.StreamResponse:
         if not request.headers.get("Authorization", "").startswith("Bearer "):
             raise web.HTTPUnauthorized(text="missing bearer token")
         ws = web.WebSocketResponse()
         await ws.prepare(request)
+        handshake = Handshake(request.path, dict(request.query), dict(request.headers))
+        await self._serve(handshake, _TcpSocket(request, ws))
+        return ws
+
+    async def _serve(self, handshake: Handshake, ws: ServerSocket) -> None:
         self._sockets.add(ws)
-        connection = RealtimeConnection(self, len(self.connections), request, ws)
+        connection = RealtimeConnection(self, len(self.connections), handshake, ws)
         self.connections.append(connection)
         try:
             await connection.serve()
         finally:
             self._sockets.discard(ws)
-        return ws
 
     # ----------------------------------------------------------------- recording
 
@@ -1489,7 +1302,7 @@ class RealtimeTestServer:
             direction=direction,
             type=str(payload.get("type", "")),
             payload=copy.deepcopy(payload),
-            timestamp=time.monotonic(),
+            timestamp=_now(),
             connection=connection,
         )
         self.events.append(event)
@@ -1552,7 +1365,7 @@ class RealtimeTestServer:
                 and (predicate is None or predicate(event))
             )
 
-        deadline = time.monotonic() + timeout
+        deadline = _now() + timeout
         while True:
             found = [event for event in self.events if matches(event)]
             if len(found) >= count:
@@ -1560,7 +1373,7 @@ class RealtimeTestServer:
             waiter = (matches, asyncio.get_running_loop().create_future())
             self._waiters.append(waiter)
             try:
-                await asyncio.wait_for(waiter[1], deadline - time.monotonic())
+                await asyncio.wait_for(waiter[1], deadline - _now())
             finally:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
