@@ -646,6 +646,7 @@ IGNORED: dict[tuple[str, str], str] = {
             "tool_step_started",
             "tool_step_finished",
             "agent_speech_interrupted",
+            "user_turn_declined",  # a reply LiveKit prepared would have left awaiting_agent
         )
     },
     ("awaiting_agent", "model_reply_started"): "a realtime model answering a caller who"

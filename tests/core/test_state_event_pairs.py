@@ -127,6 +127,8 @@ def plausible_contexts(state: str, policy: TurnPolicy) -> list[TurnContext]:
     timers = set(fresh.timers)
     conversation = state in ("listening", "speaking", "tool_loop", "ended")
     discarding = state == "listening" and policy.greeting_overlap == "drop"
+    # after a greeting, a speech in flight is the agent's turn: never one in listening
+    quiet = state == "listening" and policy.has_greeting
     busy = attrs.evolve(
         fresh,
         turns_held=fresh.turns_held or discarding,
@@ -138,9 +140,9 @@ def plausible_contexts(state: str, policy: TurnPolicy) -> list[TurnContext]:
         and (policy.direction == "outbound" or policy.first_speaker == "user")
         else None,
         greeting_speech_id="s1" if state == "greeting" else None,
-        active_speeches=frozenset({"s1", "s2"}),
+        active_speeches=frozenset() if quiet else frozenset({"s1", "s2"}),
         dropped_speeches=frozenset({"s2"})
-        if state not in ("start", "ringing", "awaiting_user")
+        if state not in ("start", "ringing", "awaiting_user") and not quiet
         else frozenset(),
         tool_rounds=policy.max_tool_steps if conversation else 0,
         tool_speech_id=fresh.tool_speech_id,

@@ -644,7 +644,7 @@ def test_own_words_the_agents_first_speech_is_the_locked_greeting(
     # released exactly at its end
     ended = ev.AgentSpeechEnded(at=3.0, speech_id="g1", played_seconds=2.8)
     assert controller.handle(ended) == (released,)
-    assert controller.state == "listening"
+    assert controller.state == "speaking"  # the queued speech plays next
 
 
 def test_own_words_a_caller_who_speaks_first_is_answered_without_a_greeting() -> None:
