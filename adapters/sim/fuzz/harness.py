@@ -68,6 +68,8 @@ ANSWER_WAIT = 15.0
 """Virtual seconds the probe's answer may take to start (tools may run before it)."""
 PROBE_STATE_AGE = 2.0
 """The probe is asked this many seconds into the state the call is in."""
+PROBE_ATTEMPTS = 3
+"""How often the probe is asked when it falls where the caller is not heard by design."""
 POLL = 0.05
 """How often the harness looks at the call, in virtual seconds (an audio frame)."""
 FRAME_DURATION = 0.05
@@ -115,6 +117,8 @@ class Spoken:
     started_at: float | None = None
     ended_at: float | None = None
     delivered_seconds: float = 0.0
+    unheard_by_design: bool = False
+    """Said where the policy or LiveKit does not hear the caller on purpose."""
 
 
 @dataclass
@@ -156,6 +160,8 @@ class CallRecord:
     turn_detection_restored: bool = True
     fault_fired: int = 0
     closed_at: float | None = None
+    hung_up_at: float | None = None
+    """When the caller hung up (call time), if it did."""
     closed_by: str = ""
     """Who ended the call: ``"turnfsm"`` (an ``EndCall``), ``"caller"``, ``"limit"``."""
     state_at_end: str = ""
@@ -168,6 +174,15 @@ class CallRecord:
     def call_time(self, loop_time: float) -> float:
         """A loop time on the call clock."""
         return loop_time + self.loop_offset
+
+    def ended_at(self) -> float | None:
+        """When the call's end began: the caller's hang-up, or turnfsm's step into ``ended``
+        (the session closes a little later)."""
+        if self.hung_up_at is not None:
+            return self.hung_up_at
+        steps = self.trace.steps if self.trace is not None else []
+        ends = [step.at + self.trace_offset for step in steps if step.after == "ended"]
+        return ends[0] if ends else self.closed_at
 
     def end_reasons(self) -> list[str]:
         """The reasons of every ``EndCall`` turnfsm emitted."""
@@ -267,9 +282,20 @@ class FuzzAgent(TurnAgent):
     """The fuzzed calls' agent: three tools (slow, raising, handing over) and a note of
     every generation step for the judges."""
 
-    def __init__(self, recorder: _Recorder, *, chat_ctx: llm.ChatContext | None = None) -> None:
+    def __init__(
+        self,
+        recorder: _Recorder,
+        *,
+        chat_ctx: llm.ChatContext | None = None,
+        handed_over: bool = False,
+    ) -> None:
         super().__init__(instructions="You are Ada, on a call.", chat_ctx=chat_ctx)
         self._recorder = recorder
+        self._handed_over = handed_over
+
+    async def on_enter(self) -> None:
+        if self._handed_over:  # a colleague taking the call over introduces itself
+            self.session.generate_reply()
 
     def tts_node(self, text: Any, model_settings: ModelSettings) -> Any:
         self._recorder.step_started()
@@ -291,7 +317,8 @@ class FuzzAgent(TurnAgent):
     async def transfer(self, seconds: float) -> tuple[Agent, str]:
         """Hand the call to a colleague (after ``seconds``)."""
         await asyncio.sleep(seconds)
-        return FuzzAgent(self._recorder, chat_ctx=self.chat_ctx.copy()), "Transferring you."
+        colleague = FuzzAgent(self._recorder, chat_ctx=self.chat_ctx.copy(), handed_over=True)
+        return colleague, "Transferring you."
 
 
 class _Replies:
@@ -520,34 +547,67 @@ class _Harness:
             await self._hang_up()
             return
         await asyncio.sleep(plan.probe_delay)
-        for attempt in range(2):
+        for attempt in range(PROBE_ATTEMPTS):
             await call.sleep_until(self.state_entered() + PROBE_STATE_AGE)
             if self.closed.is_set():
                 return
             record.probe_states.append(self.state())
             cue = Cue("question", PROBE, duration=1.8, anchor="line_end", offset=0.0)
-            record.probes.append(await self._say(cue, f"probe-{attempt}"))
-            if self.closed.is_set() or await self._answered(after=record.probes[-1]):
+            probe = await self._say(cue, f"probe-{attempt}")
+            record.probes.append(probe)
+            deaf_until = self._unheard_until(probe)
+            if deaf_until is None:
+                await self._answered(after=probe)
                 break
-            if not self._deaf_by_design(record.probe_states[-1]):
-                break
-            # asked while the caller is not heard by design: asked again, 2 s into the next
-            await self._left(record.probe_states[-1])
+            # not heard by design (a dropped overlap, tools muting the caller, LiveKit's AEC
+            # warm-up, first words answered by the greeting): asked again once that is over,
+            # 2 s into the state the call is in then
+            probe.unheard_by_design = True
+            await call.sleep_until(deaf_until)
         await asyncio.sleep(0.3)
         await self._hang_up()
 
-    async def _left(self, state: str) -> None:
-        """Wait until the call is no longer in ``state`` (at most :data:`ANCHOR_WAIT`)."""
-        with contextlib.suppress(TimeoutError):
-            await self.call.wait_until(
-                lambda: self.state() != state, timeout=ANCHOR_WAIT, poll_interval=POLL
-            )
+    def _unheard_until(self, probe: Spoken) -> float | None:
+        """When the window ends in which the caller is not heard by design, if ``probe``
+        overlapped one (call time); None when it was heard."""
+        start, end = probe.started_at, probe.ended_at
+        if start is None or end is None:
+            return None
+        overlapping = [
+            window_end
+            for window_start, window_end in self._deaf_windows()
+            if window_start < end and start < window_end
+        ]
+        return max(overlapping, default=None)
 
-    def _deaf_by_design(self, state: str) -> bool:
-        policy = self.plan.policy
-        return (state == "greeting" and policy.greeting_overlap == "drop") or (
-            state == "tool_loop" and policy.mute_input_during_tools
-        )
+    def _deaf_windows(self) -> list[tuple[float, float]]:
+        """Where the policy or LiveKit does not hear the caller on purpose (call times)."""
+        policy, record = self.plan.policy, self.record
+        windows: list[tuple[float, float]] = []
+        warmup = self.plan.session_options.get("aec_warmup_duration")
+        started = [record.call_time(s.started_at) for s, _ in record.segments if s.started_at]
+        if warmup and started:
+            windows.append((min(started), min(started) + warmup))
+        if self.controller is None or self.controller.trace is None:
+            return windows
+        changes = [
+            (step.at + record.trace_offset, step.after)
+            for step in self.controller.trace.steps
+            if step.before != step.after
+        ]
+        deaf_states = {"ringing", "awaiting_user"} if policy.has_greeting else set()
+        if policy.greeting_overlap == "drop":
+            deaf_states.add("greeting")
+        if policy.mute_input_during_tools:
+            deaf_states.add("tool_loop")
+        spills = policy.mutes_greeting and policy.greeting_overlap == "drop"
+        for index, (at, state) in enumerate(changes):
+            left = changes[index + 1][0] if index + 1 < len(changes) else self.call.now()
+            if state in deaf_states:
+                windows.append((at, left))
+            if state == "greeting" and spills:
+                windows.append((left, left + policy.spill_over_window))  # a spill-over
+        return windows
 
     async def _answered(self, *, after: Spoken) -> bool:
         """Wait until the probe's answer played to its end (or the call ends); whether it did."""
@@ -629,7 +689,11 @@ class _Harness:
         if record.closed_by:
             return
         self._snapshot()
+        if self.closed.is_set() or (self.controller is not None and self.controller.is_ended):
+            record.closed_by = "turnfsm"  # it hung up first (the session may still close)
+            return
         record.closed_by = "caller"
+        record.hung_up_at = self.call.now()
         await self.call.session.aclose()
 
     def _snapshot(self) -> None:

@@ -136,7 +136,9 @@ def _heard_words(record: CallRecord, speech: SpeechRecord, step: int) -> int:
 
 
 def _closed_within(record: CallRecord, at: float | None, seconds: float) -> bool:
-    return at is not None and record.closed_at is not None and record.closed_at - at <= seconds
+    """Whether the call's end began no later than ``seconds`` after ``at``."""
+    ended = record.ended_at()
+    return at is not None and ended is not None and ended - at <= seconds
 
 
 def judge_greeting(record: CallRecord) -> list[str]:
@@ -270,6 +272,8 @@ def judge_no_deaf_call(record: CallRecord) -> list[str]:
     if not record.probes:
         return []
     probe = record.probes[-1]
+    if probe.unheard_by_design:
+        return []  # asked each time where the caller is not heard on purpose
     if probe.started_at is None:
         return ["the probe was never played"]
     answers = [
@@ -353,7 +357,7 @@ JUDGEMENTS: dict[str, Callable[[CallRecord], list[str]]] = {
 """Every judgement, by name (the table in the module's docstring)."""
 
 
-def judge(record: CallRecord) -> list[Finding]:
+def judge_call(record: CallRecord) -> list[Finding]:
     """Every finding of every judgement on ``record``, minus what its fault excuses."""
     excused: frozenset[str] = frozenset()
     if record.plan.fault is not None and record.fault_fired:
