@@ -106,6 +106,8 @@ class OutcomeMonitor:
         self._greeting_ended_at: float | None = None
         self._user_speaking = False
         self._in_overlap = False
+        self._hearing_overlap = False
+        """The caller's speech now is the overlap's (its transcripts are the overlap's)."""
         self._overlap_texts: list[str] = []
         self._held_audio_replayed = True
         self._judged_turn: ev.UserTurnCommitted | None = None
@@ -217,20 +219,24 @@ class OutcomeMonitor:
                 self._held_audio_replayed = gate.held_seconds > 0
         if isinstance(event, ev.UserSpeechStarted):
             self._user_speaking = True
-            if before == "greeting" or self._in_spill_over_window(event.at):
-                if not self._in_overlap:
-                    self._in_overlap = True
-                    self._overlap_texts = []
-            elif not self._in_overlap:
+            self._hearing_overlap = before == "greeting" or self._in_spill_over_window(event.at)
+            if self._hearing_overlap and not self._in_overlap:
+                self._in_overlap = True
+                self._overlap_texts = []
+            elif not self._hearing_overlap and not self._overlap_texts:
+                self._in_overlap = False  # new speech; nothing of the overlap was transcribed
+            if not self._in_overlap:
                 self._judged_turn = None
         elif isinstance(event, ev.UserSpeechEnded):
             self._user_speaking = False
-        elif isinstance(event, ev.UserTranscript) and event.is_final and self._in_overlap:
+        elif isinstance(event, ev.UserTranscript) and event.is_final and self._hearing_overlap:
             if event.text.strip():
                 self._overlap_texts.append(event.text)
         elif isinstance(event, ev.UserTurnCommitted) and before not in PRE_GREETING_STATES:
             rejected = any(isinstance(e, fx.RejectUserTurn) for e in effects)
             self._judged_turn = None if rejected else event
+            if not rejected:  # what the caller says from now on is no part of the overlap
+                self._hearing_overlap = False
         elif isinstance(event, ev.AgentSpeechCreated) and event.source == "say":
             self._said_speeches.add(event.speech_id)
         elif (
