@@ -4,7 +4,9 @@
 with Graphviz; ``--trace`` overlays a recorded call. ``turnfsm diagrams`` writes the
 committed diagrams (``make diagrams``) and, with ``--check``, fails when they are
 stale. ``turnfsm timeline`` draws a recorded call as an SVG timeline. ``turnfsm report``
-sums many recorded calls into one HTML page, reading one trace at a time.
+sums many recorded calls into one HTML page, reading one trace at a time. ``turnfsm
+fuzz`` runs seeded simulated calls (it imports :mod:`turnfsm.adapters.sim.fuzz`, and so
+LiveKit, only when run).
 
 This is the only module that reads or writes files or runs a program.
 """
@@ -169,6 +171,24 @@ def _parser() -> argparse.ArgumentParser:
         "--random-calls", type=int, default=300, metavar="N", help="0 to skip (default 300)"
     )
     check.set_defaults(run=_check)
+
+    fuzz = commands.add_parser(
+        "fuzz",
+        help="run seeded simulated calls on the virtual clock and judge them",
+        description="Draw whole calls from seeds (policy, LiveKit settings, caller lines and "
+        "timing, tools, handoffs, faults), run each in a real AgentSession on the virtual "
+        "clock, and judge what the caller got. Prints one line per failing call, then "
+        "'N calls, K failures, X calls/min'. Needs turnfsm[livekit].",
+    )
+    fuzz.add_argument("--seed", type=int, default=0, help="the first call's seed (default 0)")
+    fuzz.add_argument("--calls", type=int, default=100, help="how many calls (default 100)")
+    fuzz.add_argument("--realtime", action="store_true", help="realtime-model calls")
+    fuzz.add_argument("--workers", type=int, help="worker processes (default: one per core)")
+    fuzz.add_argument("--replay", type=int, metavar="SEED", help="run one call again")
+    fuzz.add_argument(
+        "--out", type=Path, help="write each failing call's (or the replayed call's) files here"
+    )
+    fuzz.set_defaults(run=_fuzz)
     return parser
 
 
@@ -363,6 +383,15 @@ def _check(args: argparse.Namespace) -> int:
         raise CliError(f"the check could not run: {type(error).__name__}: {error}") from None
     print(format_check(report))
     return 0 if report.ok else 1
+
+
+def _fuzz(args: argparse.Namespace) -> int:
+    # the fuzzer runs LiveKit sessions: imported only when asked for (fsm stays pure)
+    runner = _import("turnfsm.adapters.sim.fuzz.runner:main", "fuzz")
+    try:
+        return int(runner(args))
+    except ValueError as error:
+        raise CliError(str(error)) from None
 
 
 def _import_class(spec: str, flag: str, base: type, what: str) -> type:

@@ -31,11 +31,16 @@ CueKind = Literal[
     "hello", "overlap", "backchannel", "barge_in", "question", "long_turn", "hang_up"
 ]
 
-PROBE = "Are you open on Saturday?"
-"""The no-deaf-call probe: asked once the script is through, 2 s into whatever state
-the call is in then; it must be answered."""
-PROBE_ANSWER = "Yes, we are open on Saturday until noon."
-"""The model's answer to :data:`PROBE` (no tools: the judgement stays crisp)."""
+PROBES: dict[str, str] = {
+    "Are you open on Saturday?": "Yes, we are open on Saturday until noon.",
+    "And what about Sunday mornings?": "On Sundays we are closed, sorry.",
+    "Could I come in on Monday instead?": "Monday works, we have slots at ten.",
+}
+"""The no-deaf-call probes and the model's answers (no tools: the judgement stays crisp).
+The first is asked once the script is through, 2 s into whatever state the call is in
+then, and must be answered; the others are asked instead when it fell where the caller
+is not heard on purpose (every attempt in other words, so that none can pass for the
+other)."""
 
 GREETINGS = (
     "Hi, this is Ada.",
@@ -44,6 +49,9 @@ GREETINGS = (
     "morning, do you have a minute?",
 )
 GREETING_INSTRUCTIONS = "Greet the callee and say who you are."
+HANDOVER_INSTRUCTIONS = "Introduce yourself: you are taking the call over."
+HANDOVER_GREETING = "Hi, this is Bea, I am taking over from Ada."
+"""What the agent a ``transfer`` tool hands the call to says as it enters."""
 GENERATED_GREETING = "Hello there, this is Ada from Acme Dental."
 """What the scripted model says when asked for the greeting by instructions."""
 

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import math
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -50,8 +51,9 @@ from ..speech import spoken_line
 from .draw import (
     GENERATED_GREETING,
     GREETING_INSTRUCTIONS,
-    PROBE,
-    PROBE_ANSWER,
+    HANDOVER_GREETING,
+    HANDOVER_INSTRUCTIONS,
+    PROBES,
     CallPlan,
     Cue,
     ReplyPlan,
@@ -68,8 +70,6 @@ ANSWER_WAIT = 15.0
 """Virtual seconds the probe's answer may take to start (tools may run before it)."""
 PROBE_STATE_AGE = 2.0
 """The probe is asked this many seconds into the state the call is in."""
-PROBE_ATTEMPTS = 3
-"""How often the probe is asked when it falls where the caller is not heard by design."""
 POLL = 0.05
 """How often the harness looks at the call, in virtual seconds (an audio frame)."""
 FRAME_DURATION = 0.05
@@ -295,7 +295,7 @@ class FuzzAgent(TurnAgent):
 
     async def on_enter(self) -> None:
         if self._handed_over:  # a colleague taking the call over introduces itself
-            self.session.generate_reply()
+            self.session.generate_reply(instructions=HANDOVER_INSTRUCTIONS)
 
     def tts_node(self, text: Any, model_settings: ModelSettings) -> Any:
         self._recorder.step_started()
@@ -331,16 +331,19 @@ class _Replies:
     def __call__(self, request: LLMRequest) -> ScriptedReply:
         items = request.chat_ctx.items
         user_at = max((i for i, item in enumerate(items) if _is_message(item, "user")), default=-1)
-        if any(
-            isinstance(item, llm.ChatMessage)
-            and item.role in ("system", "developer")
-            and GREETING_INSTRUCTIONS in (item.text_content or "")
+        instructions = " ".join(
+            item.text_content or ""
             for item in items[user_at + 1 :]
-        ):
+            if isinstance(item, llm.ChatMessage) and item.role in ("system", "developer")
+        )
+        if GREETING_INSTRUCTIONS in instructions:
             return ScriptedReply(text=GENERATED_GREETING)
+        if HANDOVER_INSTRUCTIONS in instructions:
+            return ScriptedReply(text=HANDOVER_GREETING)
         turn = request.last_user_text or ""
-        if PROBE in turn:
-            return ScriptedReply(text=PROBE_ANSWER)
+        for probe, answer in PROBES.items():
+            if probe in turn:
+                return ScriptedReply(text=answer)
         plan = self._by_turn.get(turn)
         if plan is None:
             plan = self._by_turn[turn] = next(self._plans, ReplyPlan("Okay."))
@@ -403,6 +406,8 @@ def run_call(
     log = logging.getLogger("turnfsm")
     handler = _TurnfsmLog(record.warnings)
     log.addHandler(handler)
+    level = log.level
+    log.setLevel(min(log.getEffectiveLevel(), logging.WARNING))  # heard, however configured
     try:
         harness = _Harness(plan, record, mutation or Mutation(), turnfsm=turnfsm)
         loop.run_until_complete(harness.run())
@@ -410,6 +415,7 @@ def run_call(
         record.harness_error = traceback.format_exc(limit=8)
     finally:
         log.removeHandler(handler)
+        log.setLevel(level)
         _close(loop)
     return record
 
@@ -547,12 +553,12 @@ class _Harness:
             await self._hang_up()
             return
         await asyncio.sleep(plan.probe_delay)
-        for attempt in range(PROBE_ATTEMPTS):
+        for attempt, text in enumerate(PROBES):
             await call.sleep_until(self.state_entered() + PROBE_STATE_AGE)
             if self.closed.is_set():
                 return
             record.probe_states.append(self.state())
-            cue = Cue("question", PROBE, duration=1.8, anchor="line_end", offset=0.0)
+            cue = Cue("question", text, duration=1.8, anchor="line_end", offset=0.0)
             probe = await self._say(cue, f"probe-{attempt}")
             record.probes.append(probe)
             deaf_until = self._unheard_until(probe)
@@ -563,13 +569,26 @@ class _Harness:
             # warm-up, first words answered by the greeting): asked again once that is over,
             # 2 s into the state the call is in then
             probe.unheard_by_design = True
-            await call.sleep_until(deaf_until)
+            if deaf_until == math.inf:
+                await self._left(record.probe_states[-1])
+            else:
+                await call.sleep_until(deaf_until)
         await asyncio.sleep(0.3)
         await self._hang_up()
 
+    async def _left(self, state: str) -> None:
+        """Wait until the call is no longer in ``state`` (at most :data:`ANCHOR_WAIT`)."""
+        with contextlib.suppress(TimeoutError):
+            await self.call.wait_until(
+                lambda: self.state() != state or self.closed.is_set(),
+                timeout=ANCHOR_WAIT,
+                poll_interval=POLL,
+            )
+
     def _unheard_until(self, probe: Spoken) -> float | None:
         """When the window ends in which the caller is not heard by design, if ``probe``
-        overlapped one (call time); None when it was heard."""
+        overlapped one (call time; ``math.inf`` while the call is still in it); None when
+        it was heard."""
         start, end = probe.started_at, probe.ended_at
         if start is None or end is None:
             return None
@@ -602,7 +621,7 @@ class _Harness:
             deaf_states.add("tool_loop")
         spills = policy.mutes_greeting and policy.greeting_overlap == "drop"
         for index, (at, state) in enumerate(changes):
-            left = changes[index + 1][0] if index + 1 < len(changes) else self.call.now()
+            left = changes[index + 1][0] if index + 1 < len(changes) else math.inf
             if state in deaf_states:
                 windows.append((at, left))
             if state == "greeting" and spills:
@@ -618,7 +637,7 @@ class _Harness:
                 segment.finished
                 and segment.started_at is not None
                 and record.call_time(segment.started_at) >= (after.started_at or 0.0)
-                and _says(record.speeches.get(speech_id or ""), PROBE_ANSWER)
+                and _says(record.speeches.get(speech_id or ""), PROBES[after.cue.text])
                 for segment, speech_id in record.segments
             )
 

@@ -39,7 +39,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .draw import GENERATED_GREETING, PROBE_ANSWER
+from .draw import GENERATED_GREETING, PROBES
 from .harness import CallRecord, SpeechRecord
 
 PLAYED_TOLERANCE = 0.03
@@ -281,7 +281,7 @@ def judge_no_deaf_call(record: CallRecord) -> list[str]:
         for at, speech_id, index in _segments_started(record)
         if at >= probe.started_at
         and (speech := record.speeches.get(speech_id or "")) is not None
-        and _step_of(speech, PROBE_ANSWER) is not None
+        and _step_of(speech, PROBES[probe.cue.text]) is not None
         for segment in (record.segments[index][0],)
     ]
     if any(segment.finished and not segment.interrupted for segment, _ in answers):
@@ -325,9 +325,11 @@ def judge_outcomes(record: CallRecord) -> list[str]:
 
 
 def judge_turnfsm_warnings(record: CallRecord) -> list[str]:
+    # the plan's own lever fault is expected; outcome breaches are judged by "outcomes"
+    expected = ("SimulatedLeverFailure", "turnfsm: outcome check")
     return list(
         dict.fromkeys(
-            warning for warning in record.warnings if "SimulatedLeverFailure" not in warning
+            warning for warning in record.warnings if not any(e in warning for e in expected)
         )
     )
 
