@@ -32,9 +32,9 @@ CueKind = Literal[
 ]
 
 PROBES: dict[str, str] = {
-    "Are you open on Saturday?": "Yes, we are open on Saturday until noon.",
-    "And what about Sunday mornings?": "On Sundays we are closed, sorry.",
-    "Could I come in on Monday instead?": "Monday works, we have slots at ten.",
+    "Open on Saturday?": "Yes, until noon.",
+    "And on Sunday?": "No, closed.",
+    "Monday then?": "Monday works.",
 }
 """The no-deaf-call probes and the model's answers (no tools: the judgement stays crisp).
 The first is asked once the script is through, 2 s into whatever state the call is in
@@ -63,10 +63,8 @@ QUESTIONS = (
     "How much will the cleaning cost?",
 )
 LONG_TURNS = (
-    "Well I was thinking about it and I am not sure the morning works for me because "
-    "I have to drop the kids at school first and then drive across town",
-    "Sorry I missed what you said before, the line was breaking up a little, could you "
-    "tell me again what this call is about and who you are",
+    "Well I am not sure the morning works for me, I have to drop the kids at school first",
+    "Sorry the line was breaking up, could you tell me again what this call is about",
 )
 BACKCHANNELS = ("Mhm.", "Yes.", "Uh-huh.", "Okay.")
 BARGE_INS = ("Wait, stop.", "Sorry, hold on a second.", "No no, that is wrong.")
@@ -259,7 +257,7 @@ def _draw_policy(rng: random.Random) -> TurnPolicy:
         first_speaker=first_speaker,
         greeting=greeting,
         greeting_instructions=instructions,
-        await_user_timeout=rng.choice((1.5, 4.0, 8.0)),
+        await_user_timeout=rng.choice((1.5, 3.0, 6.0)),
         on_await_user_timeout=rng.choice(("greet", "greet", "greet", "hang_up")),
         greeting_lock=rng.choice(("mute_input", "keep_listening")),
         greeting_overlap=rng.choice(("drop", "answer_whole")),
@@ -312,11 +310,11 @@ def _draw_replies(rng: random.Random, policy: TurnPolicy) -> tuple[ReplyPlan, ..
             replies.append(ReplyPlan(rng.choice(SHORT_REPLIES + LONG_REPLIES)))
             continue
         rounds = []
-        for _ in range(rng.randint(1, policy.max_tool_steps + 2)):
+        for _ in range(rng.choice((1, policy.max_tool_steps, policy.max_tool_steps + 1))):
             calls = []
             for _ in range(rng.choice((1, 1, 1, 2, 3))):
                 kind: ToolName = rng.choice(TOOL_NAMES)
-                calls.append(ToolCall(kind, rng.choice((0.1, 0.5, 1.5, 3.0))))
+                calls.append(ToolCall(kind, rng.choice((0.1, 0.3, 1.0, 2.5))))
             rounds.append(tuple(calls))
         replies.append(
             ReplyPlan(
@@ -344,14 +342,14 @@ def _draw_cues(rng: random.Random, policy: TurnPolicy, greeting_seconds: float) 
         kind: CueKind = "backchannel" if text in BACKCHANNELS else "overlap"
         at = rng.uniform(-0.3, 1.1) * greeting_seconds
         cues.append(_cue(rng, kind, text, "agent_audio", max(0.0, at)))
-    for _ in range(rng.choice((0, 1, 1, 2, 2, 3))):
+    for _ in range(rng.choice((0, 1, 1, 1, 2, 2, 3))):
         roll = rng.random()
         if roll < 0.55:
             text = rng.choice(QUESTIONS)
-            cues.append(_cue(rng, "question", text, "line_end", rng.uniform(0.3, 4.0)))
+            cues.append(_cue(rng, "question", text, "line_end", rng.uniform(0.3, 2.5)))
         elif roll < 0.7:
             text = rng.choice(LONG_TURNS)
-            cues.append(_cue(rng, "long_turn", text, "line_end", rng.uniform(0.3, 3.0)))
+            cues.append(_cue(rng, "long_turn", text, "line_end", rng.uniform(0.3, 2.0)))
         else:
             text = rng.choice(BACKCHANNELS + BARGE_INS)
             kind = "backchannel" if text in BACKCHANNELS else "barge_in"
@@ -392,7 +390,7 @@ def _draw_pipeline(seed: int) -> CallPlan:
         pace=pace,
         cues=tuple(cues),
         replies=replies,
-        probe_delay=None if ends_early else round(rng.uniform(0.0, 3.0), 3),
+        probe_delay=None if ends_early else round(rng.uniform(0.0, 2.0), 3),
         fault=fault,
     )
 

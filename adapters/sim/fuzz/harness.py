@@ -70,6 +70,13 @@ ANSWER_WAIT = 15.0
 """Virtual seconds the probe's answer may take to start (tools may run before it)."""
 PROBE_STATE_AGE = 2.0
 """The probe is asked this many seconds into the state the call is in."""
+PROBE_SECONDS = 1.2
+"""How long the caller takes to ask the probe."""
+PROBE_GAP = 1.5
+"""...and at least this long after the caller's previous line, so that it is a turn of its
+own (LiveKit ends a turn after 0.55 s of silence and its endpointing delay)."""
+HANG_UP_AFTER = 0.1
+"""Seconds after the probe's answer (or after the last line) before the caller hangs up."""
 POLL = 0.05
 """How often the harness looks at the call, in virtual seconds (an audio frame)."""
 FRAME_DURATION = 0.05
@@ -554,11 +561,14 @@ class _Harness:
             return
         await asyncio.sleep(plan.probe_delay)
         for attempt, text in enumerate(PROBES):
-            await call.sleep_until(self.state_entered() + PROBE_STATE_AGE)
+            said = [line.ended_at for line in record.lines + record.probes if line.ended_at]
+            await call.sleep_until(
+                max(self.state_entered() + PROBE_STATE_AGE, max(said, default=0.0) + PROBE_GAP)
+            )
             if self.closed.is_set():
                 return
             record.probe_states.append(self.state())
-            cue = Cue("question", text, duration=1.8, anchor="line_end", offset=0.0)
+            cue = Cue("question", text, duration=PROBE_SECONDS, anchor="line_end", offset=0.0)
             probe = await self._say(cue, f"probe-{attempt}")
             record.probes.append(probe)
             deaf_until = self._unheard_until(probe)
@@ -573,7 +583,7 @@ class _Harness:
                 await self._left(record.probe_states[-1])
             else:
                 await call.sleep_until(deaf_until)
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(HANG_UP_AFTER)
         await self._hang_up()
 
     async def _left(self, state: str) -> None:
