@@ -188,6 +188,13 @@ def _parser() -> argparse.ArgumentParser:
     fuzz.add_argument(
         "--out", type=Path, help="write each failing call's (or the replayed call's) files here"
     )
+    fuzz.add_argument(
+        "--known",
+        type=Path,
+        metavar="FILE.toml",
+        help="a regression list: calls it lists as open that fail as listed are reported "
+        "as known, not counted as failures",
+    )
     fuzz.set_defaults(run=_fuzz)
     return parser
 

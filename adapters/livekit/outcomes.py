@@ -108,6 +108,9 @@ class OutcomeMonitor:
         self._in_overlap = False
         self._hearing_overlap = False
         """The caller's speech now is the overlap's (its transcripts are the overlap's)."""
+        self._overlap_committed = False
+        """A turn was committed after the greeting: speech from then on is new speech,
+        even within the spill-over window."""
         self._overlap_texts: list[str] = []
         self._held_audio_replayed = True
         self._judged_turn: ev.UserTurnCommitted | None = None
@@ -219,7 +222,8 @@ class OutcomeMonitor:
                 self._held_audio_replayed = gate.held_seconds > 0
         if isinstance(event, ev.UserSpeechStarted):
             self._user_speaking = True
-            self._hearing_overlap = before == "greeting" or self._in_spill_over_window(event.at)
+            spill_over = self._in_spill_over_window(event.at) and not self._overlap_committed
+            self._hearing_overlap = before == "greeting" or spill_over
             if self._hearing_overlap and not self._in_overlap:
                 self._in_overlap = True
                 self._overlap_texts = []
@@ -237,6 +241,7 @@ class OutcomeMonitor:
             self._judged_turn = None if rejected else event
             if not rejected:  # what the caller says from now on is no part of the overlap
                 self._hearing_overlap = False
+                self._overlap_committed = self._greeting_ended_at is not None
         elif isinstance(event, ev.AgentSpeechCreated) and event.source == "say":
             self._said_speeches.add(event.speech_id)
         elif (

@@ -75,6 +75,8 @@ PROBE_SECONDS = 1.2
 PROBE_GAP = 1.5
 """...and at least this long after the caller's previous line, so that it is a turn of its
 own (LiveKit ends a turn after 0.55 s of silence and its endpointing delay)."""
+HANDOFF_SETTLE = 2.0
+"""Seconds after a handoff during which LiveKit may still drop the caller's speech."""
 HANG_UP_AFTER = 0.1
 """Seconds after the probe's answer (or after the last line) before the caller hangs up."""
 POLL = 0.05
@@ -156,6 +158,12 @@ class CallRecord:
     """User messages as LiveKit added them to the history."""
     assistant_messages: list[tuple[str, str | None]] = field(default_factory=list)
     """``(item id, speech id)`` of assistant messages as LiveKit added them."""
+    added_at: dict[str, float] = field(default_factory=dict)
+    """When LiveKit added each message to the history."""
+    handoffs: list[float] = field(default_factory=list)
+    """When an agent a ``transfer`` handed the call to entered."""
+    transfers: list[float] = field(default_factory=list)
+    """When each ``transfer`` tool started."""
     tool_steps: list[float] = field(default_factory=list)
     """When each ``function_tools_executed`` came."""
     history: list[tuple[str, str, str]] = field(default_factory=list)
@@ -302,6 +310,8 @@ class FuzzAgent(TurnAgent):
 
     async def on_enter(self) -> None:
         if self._handed_over:  # a colleague taking the call over introduces itself
+            record = self._recorder.record
+            record.handoffs.append(record.call_time(asyncio.get_running_loop().time()))
             self.session.generate_reply(instructions=HANDOVER_INSTRUCTIONS)
 
     def tts_node(self, text: Any, model_settings: ModelSettings) -> Any:
@@ -323,6 +333,8 @@ class FuzzAgent(TurnAgent):
     @function_tool
     async def transfer(self, seconds: float) -> tuple[Agent, str]:
         """Hand the call to a colleague (after ``seconds``)."""
+        record = self._recorder.record
+        record.transfers.append(record.call_time(asyncio.get_running_loop().time()))
         await asyncio.sleep(seconds)
         colleague = FuzzAgent(self._recorder, chat_ctx=self.chat_ctx.copy(), handed_over=True)
         return colleague, "Transferring you."
@@ -579,21 +591,21 @@ class _Harness:
             # warm-up, first words answered by the greeting): asked again once that is over,
             # 2 s into the state the call is in then
             probe.unheard_by_design = True
-            if deaf_until == math.inf:
-                await self._left(record.probe_states[-1])
-            else:
-                await call.sleep_until(deaf_until)
+            await self._until_heard(probe)
         await asyncio.sleep(HANG_UP_AFTER)
         await self._hang_up()
 
-    async def _left(self, state: str) -> None:
-        """Wait until the call is no longer in ``state`` (at most :data:`ANCHOR_WAIT`)."""
+    async def _until_heard(self, probe: Spoken) -> None:
+        """Wait until the window that ``probe`` fell in is over (one still open: until it
+        closes, at most :data:`ANCHOR_WAIT`)."""
+        call = self.call
         with contextlib.suppress(TimeoutError):
-            await self.call.wait_until(
-                lambda: self.state() != state or self.closed.is_set(),
+            await call.wait_until(
+                lambda: self._unheard_until(probe) != math.inf,
                 timeout=ANCHOR_WAIT,
                 poll_interval=POLL,
             )
+        await call.sleep_until(min(self._unheard_until(probe) or 0.0, call.now() + ANCHOR_WAIT))
 
     def _unheard_until(self, probe: Spoken) -> float | None:
         """When the window ends in which the caller is not heard by design, if ``probe``
@@ -609,6 +621,25 @@ class _Harness:
         ]
         return max(overlapping, default=None)
 
+    def _handoff_windows(self) -> list[tuple[float, float]]:
+        """From a ``transfer`` tool's start to the end of what the outgoing agent still says
+        (at least :data:`HANDOFF_SETTLE` after the handoff; open while the tool runs):
+        LiveKit commits no turn of speech that spans a handoff (seen on plain LiveKit
+        sessions, without turnfsm)."""
+        record, windows = self.record, []
+        for began in record.transfers:
+            handed_at = min((h for h in record.handoffs if h >= began), default=math.inf)
+            ends = [
+                record.call_time(segment.finished_at)
+                for segment, _ in record.segments
+                if segment.started_at is not None
+                and segment.finished_at is not None
+                and record.call_time(segment.started_at) < handed_at + HANDOFF_SETTLE
+                and record.call_time(segment.finished_at) > handed_at
+            ]
+            windows.append((began, max([handed_at + HANDOFF_SETTLE, *ends])))
+        return windows
+
     def _deaf_windows(self) -> list[tuple[float, float]]:
         """Where the policy or LiveKit does not hear the caller on purpose (call times)."""
         policy, record = self.plan.policy, self.record
@@ -617,6 +648,7 @@ class _Harness:
         started = [record.call_time(s.started_at) for s, _ in record.segments if s.started_at]
         if warmup and started:
             windows.append((min(started), min(started) + warmup))
+        windows.extend(self._handoff_windows())
         if self.controller is None or self.controller.trace is None:
             return windows
         changes = [
@@ -760,10 +792,11 @@ def _make_lever_fail(adapter: TurnAdapter, plan: CallPlan, record: CallRecord) -
 
 def _item_added(record: CallRecord, session: AgentSession, event: Any) -> None:
     item = event.item
+    at = record.call_time(asyncio.get_running_loop().time())
     if not isinstance(item, llm.ChatMessage):
         return
+    record.added_at.setdefault(item.id, at)
     if item.role == "user":
-        at = record.call_time(asyncio.get_running_loop().time())
         record.user_turns.append((at, item.text_content or ""))
     elif item.role == "assistant":
         speech = session.current_speech

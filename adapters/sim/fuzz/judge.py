@@ -20,7 +20,8 @@ tool_rounds                 at most ``max_tool_steps`` tool rounds per user turn
                             the call ended)
 no_deaf_call                the probe question, asked 2 s into whatever state the call is
                             in, is answered: its answer plays whole
-history_is_agent_context    the history's messages are the agent's ``chat_ctx`` messages
+history_is_agent_context    the history's messages are the agent's ``chat_ctx`` messages (the
+                            same text; since a handoff, the same messages)
 input_released              when the call ends, the input is not muted, user turns are not
                             held and turn detection is the session's own again
 invariants                  no safety invariant (I1–I10) broke
@@ -35,6 +36,7 @@ A lever the plan makes raise excuses only what it directly carries out
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -57,13 +59,16 @@ NAMED_END_REASONS = frozenset(
 )
 """End reasons turnfsm gives when it ends a call itself (a caller's hang-up is none)."""
 
-EXCUSED_BY_FAULT: dict[str, frozenset[str]] = {
-    "drop_unspoken_text": frozenset({"committed_heard"}),
-    "cancel_tool_reply": frozenset({"tool_rounds"}),
-    "final_reply_without_tools": frozenset({"tool_rounds"}),
-    "interrupt": frozenset({"greeting"}),
+EXCUSED_BY_FAULT: dict[str, tuple[tuple[str, str], ...]] = {
+    "drop_unspoken_text": (("committed_heard", ""), ("outcomes", "O4 ")),
+    "cancel_tool_reply": (("tool_rounds", ""), ("outcomes", "O5 ")),
+    "final_reply_without_tools": (("tool_rounds", ""),),
+    "interrupt": (("greeting", ""), ("outcomes", "O1 ")),
+    "mute_input": (("outcomes", "O3 "),),  # no audio held: the monitor sees none replayed
+    "unmute_input": (("outcomes", "O3 "),),  # the held audio is not replayed
 }
-"""What a failing lever excuses: the outcome that lever alone carries out."""
+"""What a failing lever excuses, as ``(judgement, start of its message)``: the outcome that
+lever alone carries out."""
 
 
 @dataclass(frozen=True)
@@ -295,23 +300,51 @@ def judge_no_deaf_call(record: CallRecord) -> list[str]:
 
 
 def judge_history_is_agent_context(record: CallRecord) -> list[str]:
-    if record.agent_context is None or record.agent_context == record.history:
+    """The history and the agent's context agree: the same text for every message both
+    hold, and every message since the agent took the call in both. (An agent handed the
+    call holds what its application gave it: messages from before the handoff, and what
+    the agent before it still said, may be in one and not the other.)"""
+    if record.agent_context is None:
         return []
-    history, context = set(record.history), set(record.agent_context)
-    only_history = [item[2] for item in record.history if item not in context]
-    only_context = [item[2] for item in record.agent_context if item not in history]
-    if not only_history and not only_context:
-        return ["the history and the agent's chat_ctx hold the same messages in another order"]
-    return [f"history only: {only_history!r}; agent's chat_ctx only: {only_context!r}"]
+    since = max(record.handoffs, default=-math.inf)
+    history = {item_id: text for item_id, _, text in record.history}
+    context = {item_id: text for item_id, _, text in record.agent_context}
+    findings = [
+        f"{history[item_id]!r} in the history, {context[item_id]!r} in the agent's chat_ctx"
+        for item_id in history.keys() & context.keys()
+        if history[item_id] != context[item_id]
+    ]
+    sides = (("the history", history, context), ("the agent's chat_ctx", context, history))
+    speech_of = dict(record.assistant_messages)
+
+    def agents_own(item_id: str) -> bool:
+        """Added since the agent took the call, and not said by the one before it."""
+        speech = record.speeches.get(speech_of.get(item_id) or "")
+        spoken_before = speech is not None and 0 <= speech.created_at < since
+        return record.added_at.get(item_id, math.inf) >= since and not spoken_before
+
+    for name, mine, other in sides:
+        missing = [
+            text for item_id, text in mine.items() if item_id not in other and agents_own(item_id)
+        ]
+        if missing:
+            findings.append(f"only in {name}: {missing!r}")
+    return findings
 
 
 def judge_input_released(record: CallRecord) -> list[str]:
+    """Checked as the caller hangs up (or turnfsm does): a state that mutes or holds the
+    caller by design may do so then."""
+    policy, state = record.plan.policy, record.state_at_end
+    muting = (state == "greeting" and policy.mutes_greeting) or (
+        state == "tool_loop" and policy.mute_input_during_tools
+    )
     findings = []
-    if record.input_muted:
-        findings.append("the input is muted as the call ends")
-    if record.turns_held:
-        findings.append("user turns are held as the call ends")
-    if not record.turn_detection_restored:
+    if record.input_muted and not muting:
+        findings.append(f"the input is muted as the call ends in {state}")
+    if record.turns_held and state not in ("greeting", "listening"):
+        findings.append(f"user turns are held as the call ends in {state}")
+    if not record.turn_detection_restored and not record.turns_held:
         findings.append("turn detection is not the session's own as the call ends")
     return findings
 
@@ -361,12 +394,15 @@ JUDGEMENTS: dict[str, Callable[[CallRecord], list[str]]] = {
 
 def judge_call(record: CallRecord) -> list[Finding]:
     """Every finding of every judgement on ``record``, minus what its fault excuses."""
-    excused: frozenset[str] = frozenset()
+    excused: tuple[tuple[str, str], ...] = ()
     if record.plan.fault is not None and record.fault_fired:
-        excused = EXCUSED_BY_FAULT.get(record.plan.fault.effect, frozenset())
+        excused = EXCUSED_BY_FAULT.get(record.plan.fault.effect, ())
     return [
         Finding(name, message)
         for name, judgement in JUDGEMENTS.items()
-        if name not in excused
         for message in judgement(record)
+        if not any(
+            name == judgement_name and message.startswith(start)
+            for judgement_name, start in excused
+        )
     ]

@@ -16,16 +16,19 @@ import logging
 import multiprocessing
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
+
+import tomllib
 
 from turnfsm.timeline import render_timeline
 
 from ..session import load_silero_vad
 from .draw import World
 from .harness import CallRecord, Mutation, run_call
-from .judge import Finding, judge_call
+from .judge import JUDGEMENTS, Finding, judge_call
 
 CHUNK = 4
 """Calls a worker takes at a time (fewer round trips; still an even spread)."""
@@ -45,10 +48,66 @@ class Verdict:
     def failed(self) -> bool:
         return bool(self.findings)
 
+    @property
+    def judgements(self) -> frozenset[str]:
+        """The names of the judgements the call failed."""
+        return frozenset(finding.judgement for finding in self.findings)
+
     def line(self) -> str:
         """The call in one line: its seed, what failed, and what it drew."""
         names = ",".join(dict.fromkeys(finding.judgement for finding in self.findings))
         return f"seed {self.seed}: {names}: {self.findings[0].message} [{self.description}]"
+
+
+@dataclass(frozen=True)
+class KnownCall:
+    """A call listed in a regression file (``tests/fuzz/regressions.toml``): a seed that
+    once failed, what it found, why, and whether that is fixed (it must pass now) or still
+    open (it must still fail with exactly ``found``)."""
+
+    seed: int
+    found: tuple[str, ...]
+    status: Literal["fixed", "open"]
+    cause: str
+    world: World = "pipeline"
+
+    def expects(self, verdict: Verdict) -> bool:
+        """Whether ``verdict`` is what this entry says the call does now."""
+        if self.status == "fixed":
+            return not verdict.failed
+        return verdict.judgements == frozenset(self.found)
+
+
+def load_known(path: Path) -> dict[int, KnownCall]:
+    """The calls a regression file lists, by seed.
+
+    Raises:
+        ValueError: naming the entry and field that is wrong.
+    """
+    with path.open("rb") as stream:
+        data = tomllib.load(stream)
+    known: dict[int, KnownCall] = {}
+    for index, entry in enumerate(data.get("call", [])):
+        where = f"{path}: call #{index + 1}"
+        try:
+            call = KnownCall(
+                seed=int(entry["seed"]),
+                found=tuple(entry["found"]),
+                status=entry["status"],
+                cause=str(entry["cause"]),
+                world=entry.get("world", "pipeline"),
+            )
+        except KeyError as missing:
+            raise ValueError(f"{where}: {missing.args[0]} is missing") from None
+        if call.status not in ("fixed", "open"):
+            raise ValueError(f"{where}: status must be 'fixed' or 'open', got {call.status!r}")
+        unknown = set(call.found) - set(JUDGEMENTS)
+        if unknown:
+            raise ValueError(f"{where}: found names no judgement: {sorted(unknown)}")
+        if call.seed in known:
+            raise ValueError(f"{where}: seed {call.seed} is listed twice")
+        known[call.seed] = call
+    return known
 
 
 @dataclass(frozen=True)
@@ -57,6 +116,9 @@ class Summary:
 
     calls: int
     failures: tuple[Verdict, ...]
+    """Failing calls, but those a regression file lists as open with these very findings."""
+    known: tuple[Verdict, ...]
+    """Failing calls a regression file lists as open, failing as it says."""
     wall_seconds: float
     cpu_seconds: float
     virtual_seconds: float
@@ -141,7 +203,8 @@ def fuzz(
     world: World = "pipeline",
     workers: int | None = None,
     out: Path | None = None,
-    on_verdict: Callable[[Verdict], None] | None = None,
+    known: Mapping[int, KnownCall] | None = None,
+    on_verdict: Callable[[Verdict, bool], None] | None = None,
 ) -> Summary:
     """Run and judge the calls of ``seeds`` on ``workers`` processes (one per core).
 
@@ -150,11 +213,15 @@ def fuzz(
         world: Which kind of calls.
         workers: Worker processes; by default one per core this process may use.
         out: Where failing calls' files go (``out/<seed>/``), if anywhere.
-        on_verdict: Called with each call's verdict as it comes in.
+        known: Calls a regression file lists: one listed as open that fails as listed is
+            counted as known, not as a failure.
+        on_verdict: Called with each call's verdict as it comes in, and whether it is a
+            known failure.
     """
     seeds = list(seeds)
+    known = known or {}
     workers = workers or len(os.sched_getaffinity(0))
-    began, failures = time.monotonic(), []
+    began, failures, known_failures = time.monotonic(), [], []
     cpu = virtual = 0.0
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([__name__])
@@ -167,14 +234,25 @@ def fuzz(
             for verdict in future.result():
                 cpu += verdict.cpu_seconds
                 virtual += verdict.virtual_seconds
-                if verdict.failed:
+                listed = known.get(verdict.seed)
+                is_known = (
+                    verdict.failed
+                    and listed is not None
+                    and listed.status == "open"
+                    and listed.expects(verdict)
+                )
+                if is_known:
+                    known_failures.append(verdict)
+                elif verdict.failed:
                     failures.append(verdict)
                 if on_verdict is not None:
-                    on_verdict(verdict)
+                    on_verdict(verdict, is_known)
     failures.sort(key=lambda verdict: verdict.seed)
+    known_failures.sort(key=lambda verdict: verdict.seed)
     return Summary(
         calls=len(seeds),
         failures=tuple(failures),
+        known=tuple(known_failures),
         wall_seconds=time.monotonic() - began,
         cpu_seconds=cpu,
         virtual_seconds=virtual,
@@ -215,13 +293,21 @@ def main(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
     if args.calls < 1:
         raise ValueError(f"--calls must be at least 1, got {args.calls}")
 
-    def report(verdict: Verdict) -> None:
+    known = load_known(args.known) if args.known is not None else {}
+
+    def report(verdict: Verdict, is_known: bool) -> None:
         if verdict.failed:
-            echo(verdict.line())
+            echo(f"known, open: {verdict.line()}" if is_known else verdict.line())
 
     summary = fuzz(
-        seeds_from(args.seed, args.calls), workers=args.workers, out=args.out, on_verdict=report
+        seeds_from(args.seed, args.calls),
+        workers=args.workers,
+        out=args.out,
+        known=known,
+        on_verdict=report,
     )
+    if summary.known:
+        echo(f"{len(summary.known)} failing calls are listed as open in {args.known}")
     echo(summary.cost_line())
     echo(summary.line())
     return 1 if summary.failures else 0
