@@ -161,7 +161,7 @@ class CallRecord:
     added_at: dict[str, float] = field(default_factory=dict)
     """When LiveKit added each message to the history."""
     handoffs: list[float] = field(default_factory=list)
-    """When an agent a ``transfer`` handed the call to entered."""
+    """When a tool round with a ``transfer`` ended (LiveKit hands the call over then)."""
     transfers: list[float] = field(default_factory=list)
     """When each ``transfer`` tool started."""
     tool_steps: list[float] = field(default_factory=list)
@@ -189,6 +189,77 @@ class CallRecord:
     def call_time(self, loop_time: float) -> float:
         """A loop time on the call clock."""
         return loop_time + self.loop_offset
+
+    def unheard_until(self, line: Spoken) -> float | None:
+        """When the window ends in which the caller is not heard by design, if ``line``
+        overlapped one (call time; ``math.inf`` while the call is still in it); None when
+        it was heard."""
+        start, end = line.started_at, line.ended_at
+        if start is None or end is None:
+            return None
+        overlapping = [
+            window_end
+            for window_start, window_end in self.deaf_windows()
+            if window_start < end and start < window_end
+        ]
+        return max(overlapping, default=None)
+
+    def handoff_windows(self) -> list[tuple[float, float]]:
+        """Around a handoff, from a ``transfer`` tool's start (or from the start of what the
+        caller said that no turn had committed yet) to the end of what the outgoing agent
+        still says (at least :data:`HANDOFF_SETTLE` after the handoff; open while the tool
+        runs): LiveKit commits no turn of speech in flight at a handoff (seen on plain
+        LiveKit sessions, without turnfsm)."""
+        record, windows = self, []
+        for began in record.transfers:
+            handed_at = min((h for h in record.handoffs if h >= began), default=math.inf)
+            committed = " ".join(text for at, text in record.user_turns if at <= handed_at)
+            in_flight = [
+                line.started_at
+                for line in record.lines + record.probes
+                if line.started_at is not None
+                and line.started_at < handed_at
+                and line.cue.text not in committed
+            ]
+            ends = [
+                math.inf if segment.finished_at is None else record.call_time(segment.finished_at)
+                for segment, _ in record.segments
+                if record.call_time(segment.captured_at) < handed_at + HANDOFF_SETTLE
+            ]
+            ends = [end for end in ends if end > handed_at]
+            start = min([began, *in_flight])
+            windows.append((start, max([handed_at + HANDOFF_SETTLE, *ends])))
+        return windows
+
+    def deaf_windows(self) -> list[tuple[float, float]]:
+        """Where the policy or LiveKit does not hear the caller on purpose (call times)."""
+        policy, record = self.plan.policy, self
+        windows: list[tuple[float, float]] = []
+        warmup = self.plan.session_options.get("aec_warmup_duration")
+        started = [record.call_time(s.started_at) for s, _ in record.segments if s.started_at]
+        if warmup and started:
+            windows.append((min(started), min(started) + warmup))
+        windows.extend(self.handoff_windows())
+        if self.trace is None:
+            return windows
+        changes = [
+            (step.at + record.trace_offset, step.after)
+            for step in self.trace.steps
+            if step.before != step.after
+        ]
+        deaf_states = {"ringing", "awaiting_user"} if policy.has_greeting else set()
+        if policy.greeting_overlap == "drop":
+            deaf_states.add("greeting")
+        if policy.mute_input_during_tools:
+            deaf_states.add("tool_loop")
+        spills = policy.mutes_greeting and policy.greeting_overlap == "drop"
+        for index, (at, state) in enumerate(changes):
+            left = changes[index + 1][0] if index + 1 < len(changes) else math.inf
+            if state in deaf_states:
+                windows.append((at, left))
+            if state == "greeting" and spills:
+                windows.append((left, left + policy.spill_over_window))  # a spill-over
+        return windows
 
     def ended_at(self) -> float | None:
         """When the call's end began: the caller's hang-up, or turnfsm's step into ``ended``
@@ -310,8 +381,6 @@ class FuzzAgent(TurnAgent):
 
     async def on_enter(self) -> None:
         if self._handed_over:  # a colleague taking the call over introduces itself
-            record = self._recorder.record
-            record.handoffs.append(record.call_time(asyncio.get_running_loop().time()))
             self.session.generate_reply(instructions=HANDOVER_INSTRUCTIONS)
 
     def tts_node(self, text: Any, model_settings: ModelSettings) -> Any:
@@ -508,7 +577,7 @@ class _Harness:
         self.output.session = session
         session.on("conversation_item_added", lambda event: _item_added(record, session, event))
         session.on("speech_created", lambda event: _speech_created(record, call, event))
-        session.on("function_tools_executed", lambda _: record.tool_steps.append(call.now()))
+        session.on("function_tools_executed", lambda event: _tools_executed(record, call, event))
         session.on("close", lambda _: self.closed.set())
 
     async def run(self) -> None:
@@ -583,10 +652,9 @@ class _Harness:
             cue = Cue("question", text, duration=PROBE_SECONDS, anchor="line_end", offset=0.0)
             probe = await self._say(cue, f"probe-{attempt}")
             record.probes.append(probe)
-            deaf_until = self._unheard_until(probe)
-            if deaf_until is None:
-                await self._answered(after=probe)
-                break
+            if self.record.unheard_until(probe) is None:
+                if await self._answered(after=probe) or self.record.unheard_until(probe) is None:
+                    break  # answered, or not, where it was to be (a handoff may come later)
             # not heard by design (a dropped overlap, tools muting the caller, LiveKit's AEC
             # warm-up, first words answered by the greeting): asked again once that is over,
             # 2 s into the state the call is in then
@@ -601,74 +669,13 @@ class _Harness:
         call = self.call
         with contextlib.suppress(TimeoutError):
             await call.wait_until(
-                lambda: self._unheard_until(probe) != math.inf,
+                lambda: self.record.unheard_until(probe) != math.inf,
                 timeout=ANCHOR_WAIT,
                 poll_interval=POLL,
             )
-        await call.sleep_until(min(self._unheard_until(probe) or 0.0, call.now() + ANCHOR_WAIT))
-
-    def _unheard_until(self, probe: Spoken) -> float | None:
-        """When the window ends in which the caller is not heard by design, if ``probe``
-        overlapped one (call time; ``math.inf`` while the call is still in it); None when
-        it was heard."""
-        start, end = probe.started_at, probe.ended_at
-        if start is None or end is None:
-            return None
-        overlapping = [
-            window_end
-            for window_start, window_end in self._deaf_windows()
-            if window_start < end and start < window_end
-        ]
-        return max(overlapping, default=None)
-
-    def _handoff_windows(self) -> list[tuple[float, float]]:
-        """From a ``transfer`` tool's start to the end of what the outgoing agent still says
-        (at least :data:`HANDOFF_SETTLE` after the handoff; open while the tool runs):
-        LiveKit commits no turn of speech that spans a handoff (seen on plain LiveKit
-        sessions, without turnfsm)."""
-        record, windows = self.record, []
-        for began in record.transfers:
-            handed_at = min((h for h in record.handoffs if h >= began), default=math.inf)
-            ends = [
-                record.call_time(segment.finished_at)
-                for segment, _ in record.segments
-                if segment.started_at is not None
-                and segment.finished_at is not None
-                and record.call_time(segment.started_at) < handed_at + HANDOFF_SETTLE
-                and record.call_time(segment.finished_at) > handed_at
-            ]
-            windows.append((began, max([handed_at + HANDOFF_SETTLE, *ends])))
-        return windows
-
-    def _deaf_windows(self) -> list[tuple[float, float]]:
-        """Where the policy or LiveKit does not hear the caller on purpose (call times)."""
-        policy, record = self.plan.policy, self.record
-        windows: list[tuple[float, float]] = []
-        warmup = self.plan.session_options.get("aec_warmup_duration")
-        started = [record.call_time(s.started_at) for s, _ in record.segments if s.started_at]
-        if warmup and started:
-            windows.append((min(started), min(started) + warmup))
-        windows.extend(self._handoff_windows())
-        if self.controller is None or self.controller.trace is None:
-            return windows
-        changes = [
-            (step.at + record.trace_offset, step.after)
-            for step in self.controller.trace.steps
-            if step.before != step.after
-        ]
-        deaf_states = {"ringing", "awaiting_user"} if policy.has_greeting else set()
-        if policy.greeting_overlap == "drop":
-            deaf_states.add("greeting")
-        if policy.mute_input_during_tools:
-            deaf_states.add("tool_loop")
-        spills = policy.mutes_greeting and policy.greeting_overlap == "drop"
-        for index, (at, state) in enumerate(changes):
-            left = changes[index + 1][0] if index + 1 < len(changes) else math.inf
-            if state in deaf_states:
-                windows.append((at, left))
-            if state == "greeting" and spills:
-                windows.append((left, left + policy.spill_over_window))  # a spill-over
-        return windows
+        await call.sleep_until(
+            min(self.record.unheard_until(probe) or 0.0, call.now() + ANCHOR_WAIT)
+        )
 
     async def _answered(self, *, after: Spoken) -> bool:
         """Wait until the probe's answer played to its end (or the call ends); whether it did."""
@@ -801,6 +808,12 @@ def _item_added(record: CallRecord, session: AgentSession, event: Any) -> None:
     elif item.role == "assistant":
         speech = session.current_speech
         record.assistant_messages.append((item.id, speech.id if speech is not None else None))
+
+
+def _tools_executed(record: CallRecord, call: SimulatedCall, event: Any) -> None:
+    record.tool_steps.append(call.now())
+    if any(function_call.name == "transfer" for function_call in event.function_calls):
+        record.handoffs.append(call.now())  # LiveKit hands over once the round is done
 
 
 def _speech_created(record: CallRecord, call: SimulatedCall, event: Any) -> None:

@@ -277,7 +277,7 @@ def judge_no_deaf_call(record: CallRecord) -> list[str]:
     if not record.probes:
         return []
     probe = record.probes[-1]
-    if probe.unheard_by_design:
+    if probe.unheard_by_design or record.unheard_until(probe) is not None:
         return []  # asked each time where the caller is not heard on purpose
     if probe.started_at is None:
         return ["the probe was never played"]
@@ -320,7 +320,7 @@ def judge_history_is_agent_context(record: CallRecord) -> list[str]:
     def agents_own(item_id: str) -> bool:
         """Added since the agent took the call, and not said by the one before it."""
         speech = record.speeches.get(speech_of.get(item_id) or "")
-        spoken_before = speech is not None and 0 <= speech.created_at < since
+        spoken_before = speech is not None and 0 <= speech.created_at <= since
         return record.added_at.get(item_id, math.inf) >= since and not spoken_before
 
     for name, mine, other in sides:
