@@ -240,6 +240,8 @@ class OutcomeMonitor:
             rejected = any(isinstance(e, fx.RejectUserTurn) for e in effects)
             self._judged_turn = None if rejected else event
             if not rejected:  # what the caller says from now on is no part of the overlap
+                if self._overlap_committed:  # a later turn: the overlap had its own
+                    self._in_overlap, self._overlap_texts = False, []
                 self._hearing_overlap = False
                 self._overlap_committed = self._greeting_ended_at is not None
         elif isinstance(event, ev.AgentSpeechCreated) and event.source == "say":

@@ -429,9 +429,9 @@ class _Replies:
         if HANDOVER_INSTRUCTIONS in instructions:
             return ScriptedReply(text=HANDOVER_GREETING)
         turn = request.last_user_text or ""
-        for probe, answer in PROBES.items():
-            if probe in turn:
-                return ScriptedReply(text=answer)
+        asked = [probe for probe in PROBES if probe in turn]
+        if asked:  # the latest probe in the turn (two may share one: the first held back)
+            return ScriptedReply(text=PROBES[max(asked, key=turn.rindex)])
         plan = self._by_turn.get(turn)
         if plan is None:
             plan = self._by_turn[turn] = next(self._plans, ReplyPlan("Okay."))

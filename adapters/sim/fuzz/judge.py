@@ -64,6 +64,7 @@ EXCUSED_BY_FAULT: dict[str, tuple[tuple[str, str], ...]] = {
     "cancel_tool_reply": (("tool_rounds", ""), ("outcomes", "O5 ")),
     "final_reply_without_tools": (("tool_rounds", ""),),
     "interrupt": (("greeting", ""), ("outcomes", "O1 ")),
+    "clear_user_turn": (("outcomes", "O3 "),),  # the overlap to drop is not cleared
     "mute_input": (("outcomes", "O3 "),),  # no audio held: the monitor sees none replayed
     "unmute_input": (("outcomes", "O3 "),),  # the held audio is not replayed
 }
@@ -259,8 +260,10 @@ def judge_tool_rounds(record: CallRecord) -> list[str]:
         if len(rounds) > cap:
             findings.append(f"{len(rounds)} tool rounds in one user turn (cap {cap})")
         last = rounds[-1]
-        caller_spoke = any(
-            line.started_at is not None and last - 0.5 <= line.started_at <= last + REPLY_WAIT
+        caller_spoke = any(  # the caller talking keeps the reply back, or cuts it
+            line.started_at is not None
+            and line.started_at <= last + REPLY_WAIT
+            and (line.ended_at is None or line.ended_at >= last - 0.5)
             for line in record.lines + record.probes
         )
         if caller_spoke or _closed_within(record, last, REPLY_WAIT):

@@ -69,6 +69,8 @@ class KnownCall:
     found: tuple[str, ...]
     status: Literal["fixed", "open"]
     cause: str
+    plan: str = ""
+    """Fingerprint of the call the seed drew when listed (see tests/fuzz)."""
     world: World = "pipeline"
 
     def expects(self, verdict: Verdict) -> bool:
@@ -95,6 +97,7 @@ def load_known(path: Path) -> dict[int, KnownCall]:
                 found=tuple(entry["found"]),
                 status=entry["status"],
                 cause=str(entry["cause"]),
+                plan=str(entry.get("plan", "")),
                 world=entry.get("world", "pipeline"),
             )
         except KeyError as missing:
