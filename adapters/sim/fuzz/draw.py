@@ -68,7 +68,7 @@ LONG_TURNS = (
 )
 BACKCHANNELS = ("Mhm.", "Yes.", "Uh-huh.", "Okay.")
 BARGE_INS = ("Wait, stop.", "Sorry, hold on a second.", "No no, that is wrong.")
-OVERLAPS = ("Sorry, who is this?", "Hello? Can you hear me?", "Yes, speaking.")
+OVERLAPS = ("Sorry, who is this?", "Hello? Can you hear me?", "Speaking, go ahead.")
 SHORT_REPLIES = (
     "Sure, we open at nine.",
     "Yes, that works.",
@@ -328,6 +328,15 @@ def _draw_replies(rng: random.Random, policy: TurnPolicy) -> tuple[ReplyPlan, ..
 
 def _draw_cues(rng: random.Random, policy: TurnPolicy, greeting_seconds: float) -> list[Cue]:
     cues: list[Cue] = []
+    said: set[str] = set()
+
+    def fresh(texts: tuple[str, ...]) -> str:
+        """A text not said yet in this call: a caller repeating words is no overlap
+        repeated (turnfsm's outcome monitor tells speech apart by its words)."""
+        text = rng.choice([text for text in texts if text not in said] or list(texts))
+        said.add(text)
+        return text
+
     user_first = policy.first_speaker == "user"
     if user_first:
         opening = rng.choice(("hello", "hello", "double_hello", "silence", "long"))
@@ -338,20 +347,20 @@ def _draw_cues(rng: random.Random, policy: TurnPolicy, greeting_seconds: float) 
         if opening == "long":
             cues.append(_cue(rng, "hello", "Hello? Yes, who is calling please?", "call", 0.5))
     if policy.has_greeting and rng.random() < 0.6:
-        text = rng.choice(BACKCHANNELS + OVERLAPS + LONG_TURNS[:1])
+        text = fresh(BACKCHANNELS + OVERLAPS + LONG_TURNS[:1])
         kind: CueKind = "backchannel" if text in BACKCHANNELS else "overlap"
         at = rng.uniform(-0.3, 1.1) * greeting_seconds
         cues.append(_cue(rng, kind, text, "agent_audio", max(0.0, at)))
     for _ in range(rng.choice((0, 1, 1, 1, 2, 2, 3))):
         roll = rng.random()
         if roll < 0.55:
-            text = rng.choice(QUESTIONS)
+            text = fresh(QUESTIONS)
             cues.append(_cue(rng, "question", text, "line_end", rng.uniform(0.3, 2.5)))
         elif roll < 0.7:
-            text = rng.choice(LONG_TURNS)
+            text = fresh(LONG_TURNS)
             cues.append(_cue(rng, "long_turn", text, "line_end", rng.uniform(0.3, 2.0)))
         else:
-            text = rng.choice(BACKCHANNELS + BARGE_INS)
+            text = fresh(BACKCHANNELS + BARGE_INS)
             kind = "backchannel" if text in BACKCHANNELS else "barge_in"
             cues.append(_cue(rng, kind, text, "agent_audio", rng.uniform(0.0, 3.0)))
     if rng.random() < 0.05:
