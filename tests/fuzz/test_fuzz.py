@@ -173,6 +173,7 @@ def test_the_fuzzer_finds_a_seeded_bug(bug: str, summary_line: Any) -> None:
         (["fuzz", "--calls", "0"], "--calls"),
         (["fuzz", "--replay", "3"], "--out"),
         (["fuzz", "--realtime"], "--realtime"),
+        (["fuzz", "--known", "no/such/file.toml"], "--known"),
     ],
 )
 def test_bad_options_are_refused_naming_them(

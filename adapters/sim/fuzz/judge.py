@@ -19,11 +19,14 @@ tool_rounds                 at most ``max_tool_steps`` tool rounds per user turn
                             spoken reply after the last one (unless the caller spoke or
                             the call ended)
 no_deaf_call                the probe question, asked 2 s into whatever state the call is
-                            in, is answered: its answer plays whole
+                            in, is answered: its answer plays whole (a probe that fell
+                            where the caller is not heard by design is asked again and
+                            only the last is judged: :meth:`CallRecord.deaf_windows`)
 history_is_agent_context    the history's messages are the agent's ``chat_ctx`` messages (the
                             same text; since a handoff, the same messages)
 input_released              when the call ends, the input is not muted, user turns are not
-                            held and turn detection is the session's own again
+                            held and turn detection is the session's own again (unless the
+                            state it ends in mutes or holds by design)
 invariants                  no safety invariant (I1–I10) broke
 outcomes                    the adapter's outcome monitor (O1–O6) saw no breach
 turnfsm_warnings            turnfsm logged no failure but the plan's own lever fault

@@ -86,8 +86,11 @@ def load_known(path: Path) -> dict[int, KnownCall]:
     Raises:
         ValueError: naming the entry and field that is wrong.
     """
-    with path.open("rb") as stream:
-        data = tomllib.load(stream)
+    try:
+        with path.open("rb") as stream:
+            data = tomllib.load(stream)
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise ValueError(f"--known {path}: {error}") from None
     known: dict[int, KnownCall] = {}
     for index, entry in enumerate(data.get("call", [])):
         where = f"{path}: call #{index + 1}"
