@@ -223,13 +223,20 @@ class CallRecord:
             ]
             ends = [
                 math.inf if segment.finished_at is None else record.call_time(segment.finished_at)
-                for segment, _ in record.segments
+                for segment, speech_id in record.segments
                 if record.call_time(segment.captured_at) < handed_at + HANDOFF_SETTLE
+                or self.spoken_before(speech_id, handed_at)  # the outgoing agent's
             ]
             ends = [end for end in ends if end > handed_at]
             start = min([began, *in_flight])
             windows.append((start, max([handed_at + HANDOFF_SETTLE, *ends])))
         return windows
+
+    def spoken_before(self, speech_id: str | None, at: float) -> bool:
+        """Whether ``speech_id`` is a speech created by ``at`` (call time): after a
+        handoff, one of the outgoing agent's."""
+        speech = self.speeches.get(speech_id or "")
+        return speech is not None and 0 <= speech.created_at <= at
 
     def deaf_windows(self) -> list[tuple[float, float]]:
         """Where the policy or LiveKit does not hear the caller on purpose (call times)."""

@@ -325,9 +325,8 @@ def judge_history_is_agent_context(record: CallRecord) -> list[str]:
 
     def agents_own(item_id: str) -> bool:
         """Added since the agent took the call, and not said by the one before it."""
-        speech = record.speeches.get(speech_of.get(item_id) or "")
-        spoken_before = speech is not None and 0 <= speech.created_at <= since
-        return record.added_at.get(item_id, math.inf) >= since and not spoken_before
+        outgoing = record.spoken_before(speech_of.get(item_id), since)
+        return record.added_at.get(item_id, math.inf) >= since and not outgoing
 
     for name, mine, other in sides:
         missing = [
