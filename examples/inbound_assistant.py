@@ -10,19 +10,23 @@
 * After 12 s of silence the agent asks once if the caller is still there, then hangs up.
 * Each call's trace is written to ``traces/`` (or ``$TRACE_DIR``) as it happens
   (``turnfsm timeline``, ``turnfsm report``).
+* Set up as LiveKit's telephony examples are: the caller's audio cleaned for the phone
+  band (``noise_cancellation.BVCTelephony()``, on LiveKit Cloud, when
+  ``livekit-plugins-noise-cancellation`` is installed), LiveKit's turn detector, and the
+  models' usage logged when the call ends.
 
-Run it (``LIVEKIT_URL``, ``LIVEKIT_API_KEY``, ``LIVEKIT_API_SECRET`` and
-``OPENAI_API_KEY`` set, e.g. in ``.env``; a SIP dispatch rule sends inbound calls to
-``inbound-assistant``)::
+Run it from the repository root with the LiveKit CLI (``lk``), after
+``pip install 'turnfsm[examples]'`` and ``cp examples/.env.example .env`` with your keys
+filled in (a SIP dispatch rule sends inbound calls to ``inbound-assistant``)::
 
-    python examples/inbound_assistant.py download-files
-    python examples/inbound_assistant.py start
-
-``python examples/inbound_assistant.py console`` talks to it from the terminal.
+    lk agent console examples/inbound_assistant.py   # talk to it from the terminal
+    lk agent dev examples/inbound_assistant.py       # a worker on your LiveKit project
+    lk agent start examples/inbound_assistant.py     # the same, for production
 """
 
 from __future__ import annotations
 
+import logging
 import os
 
 from dotenv import load_dotenv
@@ -32,8 +36,11 @@ from livekit.agents import (
     JobContext,
     JobProcess,
     RunContext,
+    TurnHandlingOptions,
     cli,
     function_tool,
+    inference,
+    room_io,
 )
 from livekit.plugins import openai, silero
 
@@ -41,9 +48,15 @@ from turnfsm import TurnController, TurnPolicy
 from turnfsm.adapters.livekit import TurnAgent, attach
 from turnfsm.adapters.livekit.job import hang_up_room, trace_writer
 
+try:  # LiveKit Cloud's noise cancellation (pip install livekit-plugins-noise-cancellation)
+    from livekit.plugins import noise_cancellation
+except ImportError:  # not installed: the caller's audio reaches the STT as it comes
+    noise_cancellation = None
+
 load_dotenv()
 
 AGENT_NAME = "inbound-assistant"
+logger = logging.getLogger(AGENT_NAME)
 GREETING = "Thanks for calling Acme Dental, this is Ada. How can I help you today?"
 
 _APPOINTMENTS = {"+15550100": "Tuesday at 10:00 with Dr. Lee"}
@@ -93,7 +106,16 @@ def build_session(proc: JobProcess) -> AgentSession:
         stt=openai.STT(),
         tts=openai.TTS(voice="ash"),
         vad=proc.userdata["vad"],
+        # LiveKit's turn detector (its default, written out): LiveKit Cloud's model where
+        # the worker reaches it, else the local one that comes with livekit-agents
+        turn_handling=TurnHandlingOptions(turn_detection=inference.TurnDetector()),
     )
+
+
+def build_room_options() -> room_io.RoomOptions:
+    """The caller's audio, cleaned for the phone band when the plugin is installed."""
+    cleaner = noise_cancellation.BVCTelephony() if noise_cancellation is not None else None
+    return room_io.RoomOptions(audio_input=room_io.AudioInputOptions(noise_cancellation=cleaner))
 
 
 def prewarm(proc: JobProcess) -> None:
@@ -114,8 +136,15 @@ async def inbound_assistant(ctx: JobContext) -> None:
     )
     # before start: the machine greets as soon as the session starts
     attach(session, controller, end_call=hang_up_room(ctx))
-    await session.start(Receptionist(), room=ctx.room)
+
+    async def log_usage() -> None:  # tokens, characters and audio seconds per model
+        logger.info("usage: %s", session.usage)
+
+    ctx.add_shutdown_callback(log_usage)
+    await session.start(Receptionist(), room=ctx.room, room_options=build_room_options())
 
 
+# LiveKit's older CLI (`python <file> start`), deprecated in 1.8.9 for `lk agent`; kept, as
+# LiveKit's own examples keep it
 if __name__ == "__main__":
     cli.run_app(server)

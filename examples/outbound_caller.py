@@ -10,28 +10,42 @@
 * LiveKit's answering-machine detection feeds the machine: a voicemail is hung up on.
 * Each call's trace is written to ``traces/`` (or ``$TRACE_DIR``) as it happens
   (``turnfsm timeline``, ``turnfsm report``).
+* Set up as LiveKit's telephony examples are: the callee's audio cleaned for the phone
+  band (``noise_cancellation.BVCTelephony()``, on LiveKit Cloud, when
+  ``livekit-plugins-noise-cancellation`` is installed), LiveKit's turn detector, and the
+  models' usage logged when the call ends.
 
-Run a worker (``LIVEKIT_URL``, ``LIVEKIT_API_KEY``, ``LIVEKIT_API_SECRET``,
-``OPENAI_API_KEY`` and ``SIP_OUTBOUND_TRUNK_ID`` set, e.g. in ``.env``)::
+Run it from the repository root with the LiveKit CLI (``lk``), after
+``pip install 'turnfsm[examples]'`` and ``cp examples/.env.example .env`` with your keys
+and ``SIP_OUTBOUND_TRUNK_ID`` filled in::
 
-    python examples/outbound_caller.py download-files
-    python examples/outbound_caller.py start
+    lk agent console examples/outbound_caller.py   # talk to it from the terminal
+    lk agent dev examples/outbound_caller.py       # a worker on your LiveKit project
+    lk agent start examples/outbound_caller.py     # the same, for production
 
-and dispatch a call to it::
+Under ``console`` no call is placed: the call is answered at once and the agent waits for
+your "Hello?". A worker places a call when a job is dispatched to it::
 
     lk dispatch create --new-room --agent-name outbound-caller \\
         --metadata '{"phone_number": "+15550100"}'
-
-``python examples/outbound_caller.py console`` talks to the agent from the terminal:
-no call is placed, the call is answered at once and the agent waits for your "Hello?".
 """
 
 from __future__ import annotations
 
+import logging
 import os
 
 from dotenv import load_dotenv
-from livekit.agents import AgentServer, AgentSession, JobContext, JobProcess, cli, room_io
+from livekit.agents import (
+    AgentServer,
+    AgentSession,
+    JobContext,
+    JobProcess,
+    TurnHandlingOptions,
+    cli,
+    inference,
+    room_io,
+)
 from livekit.plugins import openai, silero
 
 from turnfsm import TurnController, TurnPolicy
@@ -43,9 +57,15 @@ from turnfsm.adapters.livekit.job import (
     trace_writer,
 )
 
+try:  # LiveKit Cloud's noise cancellation (pip install livekit-plugins-noise-cancellation)
+    from livekit.plugins import noise_cancellation
+except ImportError:  # not installed: the callee's audio reaches the STT as it comes
+    noise_cancellation = None
+
 load_dotenv()
 
 AGENT_NAME = "outbound-caller"
+logger = logging.getLogger(AGENT_NAME)
 GREETING = "Hi, this is Ada calling from Acme Dental about your appointment tomorrow."
 
 
@@ -85,6 +105,18 @@ def build_session(proc: JobProcess) -> AgentSession:
         stt=openai.STT(),
         tts=openai.TTS(voice="ash"),
         vad=proc.userdata["vad"],
+        # LiveKit's turn detector (its default, written out): LiveKit Cloud's model where
+        # the worker reaches it, else the local one that comes with livekit-agents
+        turn_handling=TurnHandlingOptions(turn_detection=inference.TurnDetector()),
+    )
+
+
+def build_room_options(participant_identity: str) -> room_io.RoomOptions:
+    """The callee's audio, cleaned for the phone band when the plugin is installed."""
+    cleaner = noise_cancellation.BVCTelephony() if noise_cancellation is not None else None
+    return room_io.RoomOptions(
+        participant_identity=participant_identity,
+        audio_input=room_io.AudioInputOptions(noise_cancellation=cleaner),
     )
 
 
@@ -110,11 +142,12 @@ async def outbound_caller(ctx: JobContext) -> None:
         build_policy(), trace_sink=trace_writer(ctx, session, os.getenv("TRACE_DIR", "traces"))
     )
     adapter = attach(session, controller, end_call=hang_up_room(ctx))
-    await session.start(
-        Caller(),
-        room=ctx.room,
-        room_options=room_io.RoomOptions(participant_identity=identity),
-    )
+
+    async def log_usage() -> None:  # tokens, characters and audio seconds per model
+        logger.info("usage: %s", session.usage)
+
+    ctx.add_shutdown_callback(log_usage)
+    await session.start(Caller(), room=ctx.room, room_options=build_room_options(identity))
     await place_sip_call(
         ctx,
         adapter,
@@ -124,5 +157,7 @@ async def outbound_caller(ctx: JobContext) -> None:
     )
 
 
+# LiveKit's older CLI (`python <file> start`), deprecated in 1.8.9 for `lk agent`; kept, as
+# LiveKit's own examples keep it
 if __name__ == "__main__":
     cli.run_app(server)

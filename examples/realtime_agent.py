@@ -16,23 +16,29 @@ on its own runs tools forever. turnfsm holds both (``turnfsm.adapters.livekit.re
 
 * LiveKit's answering-machine detection feeds the machine; each call's trace is
   written to ``traces/`` (or ``$TRACE_DIR``) as it happens.
+* Set up as LiveKit's telephony examples are: the callee's audio cleaned for the phone
+  band (``noise_cancellation.BVCTelephony()``, on LiveKit Cloud, when
+  ``livekit-plugins-noise-cancellation`` is installed) and the models' usage logged when
+  the call ends; the model's server detects the turns, so no turn detector runs here.
 
-Run a worker (``LIVEKIT_URL``, ``LIVEKIT_API_KEY``, ``LIVEKIT_API_SECRET``,
-``OPENAI_API_KEY`` and ``SIP_OUTBOUND_TRUNK_ID`` set, e.g. in ``.env``)::
+Run it from the repository root with the LiveKit CLI (``lk``), after
+``pip install 'turnfsm[examples]'`` and ``cp examples/.env.example .env`` with your keys
+and ``SIP_OUTBOUND_TRUNK_ID`` filled in::
 
-    python examples/realtime_agent.py start
+    lk agent console examples/realtime_agent.py   # talk to it from the terminal
+    lk agent dev examples/realtime_agent.py       # a worker on your LiveKit project
+    lk agent start examples/realtime_agent.py     # the same, for production
 
-and dispatch a call to it::
+Under ``console`` no call is placed: the call is answered at once and the agent waits for
+your "Hello?". A worker places a call when a job is dispatched to it::
 
     lk dispatch create --new-room --agent-name realtime-agent \\
         --metadata '{"phone_number": "+15550100"}'
-
-``python examples/realtime_agent.py console`` talks to it from the terminal: no call is
-placed, the call is answered at once and the agent waits for your "Hello?".
 """
 
 from __future__ import annotations
 
+import logging
 import os
 
 from dotenv import load_dotenv
@@ -56,9 +62,15 @@ from turnfsm.adapters.livekit.job import (
     trace_writer,
 )
 
+try:  # LiveKit Cloud's noise cancellation (pip install livekit-plugins-noise-cancellation)
+    from livekit.plugins import noise_cancellation
+except ImportError:  # not installed: the callee's audio reaches the model as it comes
+    noise_cancellation = None
+
 load_dotenv()
 
 AGENT_NAME = "realtime-agent"
+logger = logging.getLogger(AGENT_NAME)
 GREETING = "Hi, this is Ada from Acme, calling about the order you placed last week."
 
 
@@ -112,6 +124,15 @@ def build_session(*, api_key: str | None = None, base_url: str | None = None) ->
     return AgentSession(llm=model, vad=None)
 
 
+def build_room_options(participant_identity: str) -> room_io.RoomOptions:
+    """The callee's audio, cleaned for the phone band when the plugin is installed."""
+    cleaner = noise_cancellation.BVCTelephony() if noise_cancellation is not None else None
+    return room_io.RoomOptions(
+        participant_identity=participant_identity,
+        audio_input=room_io.AudioInputOptions(noise_cancellation=cleaner),
+    )
+
+
 server = AgentServer()  # no prewarm: the model's server detects turns (no local VAD)
 
 
@@ -129,11 +150,12 @@ async def realtime_agent(ctx: JobContext) -> None:
         build_policy(), trace_sink=trace_writer(ctx, session, os.getenv("TRACE_DIR", "traces"))
     )
     adapter = attach(session, controller, end_call=hang_up_room(ctx))
-    await session.start(
-        Caller(),
-        room=ctx.room,
-        room_options=room_io.RoomOptions(participant_identity=identity),
-    )
+
+    async def log_usage() -> None:  # tokens and audio seconds per model
+        logger.info("usage: %s", session.usage)
+
+    ctx.add_shutdown_callback(log_usage)
+    await session.start(Caller(), room=ctx.room, room_options=build_room_options(identity))
     await place_sip_call(
         ctx,
         adapter,
@@ -144,5 +166,7 @@ async def realtime_agent(ctx: JobContext) -> None:
     )
 
 
+# LiveKit's older CLI (`python <file> start`), deprecated in 1.8.9 for `lk agent`; kept, as
+# LiveKit's own examples keep it
 if __name__ == "__main__":
     cli.run_app(server)

@@ -12,6 +12,10 @@ from .machine import TurnMachine
 from .policy import TurnPolicy
 from .trace import Trace, TraceFormatError, TraceStep, TraceWriter
 
+__version__ = "0.1.0"
+"""The release (the distribution's version is read from here; CHANGELOG.md says what it
+holds)."""
+
 __all__ = [
     "ConcurrentUseError",
     "INVARIANTS",

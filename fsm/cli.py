@@ -4,18 +4,21 @@
 with Graphviz; ``--trace`` overlays a recorded call. ``turnfsm diagrams`` writes the
 committed diagrams (``make diagrams``) and, with ``--check``, fails when they are
 stale. ``turnfsm timeline`` draws a recorded call as an SVG timeline. ``turnfsm report``
-sums many recorded calls into one HTML page, reading one trace at a time. ``turnfsm
+sums many recorded calls into one HTML page, reading one trace at a time: a trace it
+cannot read or fold is listed (by a printable name) and the others are reported. ``turnfsm
 fuzz`` runs seeded simulated calls (it imports :mod:`turnfsm.adapters.sim.fuzz`, and so
 LiveKit, only when run).
 
-This is the only module that reads or writes files or runs a program.
+This is the only module that reads or writes files or runs a program. Every line it
+prints goes through :func:`turnfsm.escape.printable`, file names through
+:func:`~turnfsm.escape.printable_path`: nothing a trace or a file name holds reaches the
+terminal raw, and no name can forge a second ``turnfsm:`` line.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.metadata
 import json
 import os
 import re
@@ -26,8 +29,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
+from . import __version__
 from .diagram import (
     build_diagram,
     parallel_regions,
@@ -36,12 +38,17 @@ from .diagram import (
     to_overview,
     whole_call_transitions,
 )
-from .escape import printable
+from .escape import printable, printable_path
 from .machine import TurnChart, TurnMachine
 from .policy import TurnPolicy
-from .report import CallReport
+from .report import CallFilter, CallReport, timeline_file
 from .timeline import render_timeline
 from .trace import Trace, TraceFormatError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the same parser, as a package, before Python 3.11
+    import tomli as tomllib
 
 PRESETS: dict[str, TurnPolicy] = {
     direction: TurnPolicy(
@@ -84,19 +91,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.run(args))
     except CliError as error:
-        print(f"turnfsm: error: {printable(str(error))}", file=sys.stderr)
+        _say("error", str(error))
         return 1
     except Exception as error:  # a bug of ours: one line, never a traceback for any input
-        message = printable(f"{type(error).__name__}: {error}")[:300]
-        print(f"turnfsm: internal error: {message} (please report it)", file=sys.stderr)
+        _say("internal error", f"{_internal(error)} (please report it)")
         return 1
+
+
+def _say(kind: str, message: str) -> None:
+    """One line on stderr: ``turnfsm: <kind>: <message>``, made printable."""
+    print(f"turnfsm: {kind}: {printable(message)}", file=sys.stderr)
+
+
+def _internal(error: BaseException) -> str:
+    return printable(f"{type(error).__name__}: {error}")[:300]
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="turnfsm", description="Draw the turn machine and recorded calls."
     )
-    parser.add_argument("--version", action="version", version=f"turnfsm {_version()}")
+    parser.add_argument("--version", action="version", version=f"turnfsm {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     diagram = commands.add_parser(
@@ -153,7 +168,37 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument(
         "traces", type=Path, nargs="+", metavar="CALL.jsonl|DIR", help="traces, or folders of them"
     )
-    report.add_argument("-o", "--output", type=Path, help="write the HTML here (default stdout)")
+    report.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        help="write the HTML here (default stdout), and each call's timeline beside it, "
+        "in <name>-timelines/, linked from the calls table",
+    )
+    report.add_argument(
+        "--policy",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="only calls under this policy (its id in a report's 'By policy'); repeatable",
+    )
+    report.add_argument(
+        "--agent",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="only calls taken by this agent ('unknown': traces that do not say); repeatable",
+    )
+    report.add_argument(
+        "--day",
+        action="append",
+        default=[],
+        metavar="YYYY-MM-DD",
+        help="only calls started on this day (as their trace's start time says); repeatable",
+    )
+    report.add_argument(
+        "--no-timelines", action="store_true", help="do not write the calls' timelines"
+    )
     report.set_defaults(run=_report)
     check = commands.add_parser(
         "check",
@@ -207,7 +252,7 @@ def _diagram(args: argparse.Namespace) -> int:
     policy = _policy(args.policy) if args.policy else (trace.policy if trace else None)
     diagram = build_diagram(policy=policy, trace=trace)
     for warning in diagram.warnings:
-        print(f"turnfsm: warning: {printable(warning)}", file=sys.stderr)
+        _say("warning", warning)
     fmt = _diagram_format(args.format, args.output)
     if fmt == "mermaid":
         _emit(to_mermaid(diagram).encode(), args.output)
@@ -227,24 +272,21 @@ def _diagram_format(fmt: str | None, output: Path | None) -> str:
     suffix = output.suffix.lower()
     if suffix not in SUFFIX_FORMATS:
         known = ", ".join(SUFFIX_FORMATS)
-        raise CliError(f"cannot write a diagram as {output}: name the output {known}")
+        raise CliError(
+            f"cannot write a diagram as {printable_path(output)}: name the output {known}"
+        )
     if fmt is not None and SUFFIX_FORMATS[suffix] != fmt:
-        raise CliError(f"--format {fmt} but {output} names {SUFFIX_FORMATS[suffix]}")
+        raise CliError(
+            f"--format {fmt} but {printable_path(output)} names {SUFFIX_FORMATS[suffix]}"
+        )
     return SUFFIX_FORMATS[suffix]
-
-
-def _version() -> str:
-    try:
-        return importlib.metadata.version("turnfsm")
-    except importlib.metadata.PackageNotFoundError:  # a source tree never installed
-        return "0+unknown"
 
 
 def _diagrams(args: argparse.Namespace) -> int:
     if args.check:
         stale = stale_diagrams(args.out)
         for message in stale:
-            print(f"turnfsm: {message}", file=sys.stderr)
+            _say("stale", message)
         return 1 if stale else 0
     args.out.mkdir(parents=True, exist_ok=True)
     if args.readme:
@@ -253,7 +295,7 @@ def _diagrams(args: argparse.Namespace) -> int:
     for name, text in files.items():
         _write(args.out / name, text.encode())
     if shutil.which("dot") is None:
-        print(f"turnfsm: skipped the svg files: {MISSING_DOT}", file=sys.stderr)
+        _say("warning", f"skipped the svg files: {MISSING_DOT}")
         return 0
     for name in PRESETS:
         _write(args.out / f"{name}.svg", render_graphviz(files[f"{name}.dot"], "svg"))
@@ -262,25 +304,70 @@ def _diagrams(args: argparse.Namespace) -> int:
 
 def _timeline(args: argparse.Namespace) -> int:
     if args.output and args.output.suffix != ".svg":
-        raise CliError(f"the timeline is an SVG: name the output *.svg, got {args.output}")
+        raise CliError(
+            f"the timeline is an SVG: name the output *.svg, got {printable_path(args.output)}"
+        )
     _emit(render_timeline(_read_trace(args.trace)).encode(), args.output)
     return 0
 
 
 def _report(args: argparse.Namespace) -> int:
     if args.output and args.output.suffix not in (".html", ".htm"):
-        raise CliError(f"the report is an HTML page: name the output *.html, got {args.output}")
-    report = CallReport()
+        name = printable_path(args.output)
+        raise CliError(f"the report is an HTML page: name the output *.html, got {name}")
+    days = [day for day in args.day if not re.fullmatch(r"\d{4}-\d{2}-\d{2}|unknown", day)]
+    if days:
+        raise CliError(f"--day must be YYYY-MM-DD (or unknown), got {days[0]!r}")
+    timelines = (
+        None
+        if args.output is None or args.no_timelines
+        else args.output.with_name(f"{args.output.stem}-timelines")
+    )
+    report = CallReport(
+        CallFilter(frozenset(args.policy), frozenset(args.agent), frozenset(args.day)),
+        timelines=timelines.name if timelines is not None else "",
+    )
     for path in _trace_files(args.traces):
+        name = printable_path(path)
         try:
-            report.add(_read_trace(path))
-        except CliError as error:
-            print(f"turnfsm: warning: skipped {error}", file=sys.stderr)
-            report.skip(str(path), str(error).removeprefix(f"{path}: "))
+            trace = Trace.read(path)
+        except OSError as error:
+            _skip(report, name, f"cannot read it: {error.strerror}")
+            continue
+        except TraceFormatError as error:
+            _skip(report, name, str(error))
+            continue
+        try:
+            _fold(report, trace, name, timelines)
+        except CliError:
+            raise
+        except Exception as error:  # a bug of ours: this trace alone is left out
+            _skip(report, name, f"internal error: {_internal(error)} (please report it)")
     if not report.calls:
-        raise CliError(f"no readable trace among {report.unreadable} file(s)")
-    _emit(report.render().encode(), args.output)
+        raise CliError(
+            f"no readable trace among {report.unreadable} file(s)"
+            if not report.filter
+            else f"no call of {report.filter.describe()} among the traces read"
+        )
+    _emit_parts(report.render_parts(), args.output)
     return 0
+
+
+def _fold(report: CallReport, trace: Trace, name: str, timelines: Path | None) -> None:
+    """Count one read trace (when the filter takes it), with its timeline written."""
+    for warning in trace.warnings():
+        _say("warning", f"{name}: {warning}")
+    if not report.filter.takes(trace):
+        return
+    if timelines is not None:
+        timelines.mkdir(exist_ok=True)
+        _write(timelines / timeline_file(report.calls + 1), render_timeline(trace).encode())
+    report.add(trace, source=os.path.basename(name), timeline=timelines is not None)
+
+
+def _skip(report: CallReport, name: str, problem: str) -> None:
+    _say("warning", f"skipped {name}: {problem}")
+    report.skip(name, problem)
 
 
 def _trace_files(paths: list[Path]) -> Iterator[str | Path]:
@@ -345,7 +432,9 @@ def update_readme(readme: Path, machine_class: type[TurnChart] = TurnMachine) ->
     """Rewrite ``readme``'s generated diagram; whether it changed."""
     text = readme.read_text(encoding="utf-8")
     if not README_BLOCK.search(text):
-        raise CliError(f"{readme} has no <!-- diagram:overview --> block to update")
+        raise CliError(
+            f"{printable_path(readme)} has no <!-- diagram:overview --> block to update"
+        )
     block = readme_diagram(machine_class)
     updated = README_BLOCK.sub(lambda match: match[1] + block + match[2], text)
     if updated != text:
@@ -359,9 +448,9 @@ def stale_diagrams(out: Path, machine_class: type[TurnChart] = TurnMachine) -> l
     for name, text in committed_diagrams(machine_class).items():
         path = out / name
         if not path.exists():
-            stale.append(f"{path} is missing: run `make diagrams`")
+            stale.append(f"{printable_path(path)} is missing: run `make diagrams`")
         elif path.read_text(encoding="utf-8") != text:
-            stale.append(f"{path} differs from the machine: run `make diagrams`")
+            stale.append(f"{printable_path(path)} differs from the machine: run `make diagrams`")
     return stale
 
 
@@ -396,7 +485,7 @@ def _fuzz(args: argparse.Namespace) -> int:
     # the fuzzer runs LiveKit sessions: imported only when asked for (fsm stays pure)
     runner = _import("turnfsm.adapters.sim.fuzz.runner:main", "fuzz")
     try:
-        return int(runner(args))
+        return int(runner(args, echo=lambda line: print(printable(line), flush=True)))
     except ValueError as error:
         raise CliError(str(error)) from None
 
@@ -427,10 +516,24 @@ def _check_policy(spec: str) -> TurnPolicy:
 
 
 def _import(spec: str, option: str) -> Any:
+    """What ``spec`` (``module:attr``) names in the user's code. Whatever importing it
+    does wrong is the user's to fix (a syntax error, an exception, an exit), never a
+    check that passed having checked nothing."""
     module_name, _, attr = spec.partition(":")
     try:
-        return getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError, ValueError) as error:
+        module = importlib.import_module(module_name)
+    except SystemExit as exit_:
+        raise CliError(
+            f"{option}: importing {module_name!r} exited (SystemExit: {exit_.code}): "
+            "nothing was checked"
+        ) from None
+    except Exception as error:  # the user's module: SyntaxError, ImportError, its own raise
+        raise CliError(
+            f"{option}: cannot import {spec!r}: {type(error).__name__}: {error}"
+        ) from None
+    try:
+        return getattr(module, attr)
+    except AttributeError as error:
         raise CliError(f"{option}: cannot import {spec!r}: {error}") from None
 
 
@@ -473,20 +576,24 @@ def _policy_file(path: Path) -> TurnPolicy:
         data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
         return TurnPolicy.from_dict(data)
     except OSError as error:
-        raise CliError(f"cannot read {path}: {error.strerror}") from None
+        raise CliError(f"cannot read {printable_path(path)}: {error.strerror}") from None
     except UnicodeDecodeError:
-        raise CliError(f"{path}: not UTF-8 text") from None
+        raise CliError(f"{printable_path(path)}: not UTF-8 text") from None
     except (ValueError, tomllib.TOMLDecodeError) as error:  # JSONDecodeError is a ValueError
-        raise CliError(f"{path}: {error}") from None
+        raise CliError(f"{printable_path(path)}: {error}") from None
 
 
 def _read_trace(path: str | Path) -> Trace:
+    name = printable_path(path)
     try:
-        return Trace.read(path)
+        trace = Trace.read(path)
     except OSError as error:
-        raise CliError(f"cannot read {path}: {error.strerror}") from None
+        raise CliError(f"cannot read {name}: {error.strerror}") from None
     except TraceFormatError as error:
-        raise CliError(f"{path}: {error}") from None
+        raise CliError(f"{name}: {error}") from None
+    for warning in trace.warnings():
+        _say("warning", f"{name}: {warning}")
+    return trace
 
 
 def _emit(data: bytes, output: Path | None) -> None:
@@ -497,8 +604,22 @@ def _emit(data: bytes, output: Path | None) -> None:
         _write(output, data)
 
 
+def _emit_parts(parts: Iterator[str], output: Path | None) -> None:
+    """Write text piece by piece (a page is never held whole)."""
+    try:
+        if output is None:
+            sys.stdout.buffer.writelines(part.encode() for part in parts)
+            sys.stdout.buffer.flush()
+        else:
+            with open(output, "wb") as stream:
+                stream.writelines(part.encode() for part in parts)
+    except OSError as error:
+        where = "stdout" if output is None else printable_path(output)
+        raise CliError(f"cannot write {where}: {error.strerror}") from None
+
+
 def _write(path: Path, data: bytes) -> None:
     try:
         path.write_bytes(data)
     except OSError as error:
-        raise CliError(f"cannot write {path}: {error.strerror}") from None
+        raise CliError(f"cannot write {printable_path(path)}: {error.strerror}") from None

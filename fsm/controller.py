@@ -45,7 +45,7 @@ from .machine import (
 )
 from .policy import TurnPolicy
 from .rules import TIMER_POLICY_FIELDS, TurnRules
-from .trace import Trace, TraceSink, TraceStep, redact
+from .trace import CallInfo, Trace, TraceSink, TraceStep, redact, turnfsm_version
 
 DEFAULT_MAX_TRACE_STEPS = 10_000
 """Steps a controller's trace keeps by default: a few MB, the last ~hour of a busy call.
@@ -69,13 +69,16 @@ class TurnController:
         strict: check every step against the safety invariants and raise
             :class:`~turnfsm.invariants.InvariantViolation` on a breach (tests, debugging).
         record: keep a :class:`~turnfsm.trace.Trace` of the call's steps.
-        keep_text: keep transcript and policy text in the trace and sink (redacted by
-            default, see :func:`turnfsm.trace.redact`).
+        keep_text: keep transcript and policy text in the trace and sink, and in what
+            the LiveKit adapter logs and puts on spans, errors included (all redacted by
+            default, by :func:`turnfsm.trace.redact`).
         max_trace_steps: the trace keeps this many last steps (``None``: all of them), so
             a long call holds bounded memory; ``trace.dropped`` counts the others.
         trace_sink: also send every step, as it happens, here (e.g. a
             :class:`~turnfsm.trace.TraceWriter` appending to a JSON lines file); it works
             with ``record=False`` too.
+        call: which call this is (its id, start time, agent), written in the trace's
+            header so a report can name and group it.
         machine_class: the machine to run: :data:`~turnfsm.machine.TurnMachine` or a
             class from :func:`~turnfsm.machine.build_machine`.
         rules_class: the guards and actions it runs; a subclass of
@@ -91,10 +94,14 @@ class TurnController:
         keep_text: bool = False,
         max_trace_steps: int | None = DEFAULT_MAX_TRACE_STEPS,
         trace_sink: TraceSink | None = None,
+        call: CallInfo | None = None,
         machine_class: type[TurnChart] = TurnMachine,
         rules_class: type[TurnRules] = TurnRules,
     ) -> None:
+        if call is not None and not isinstance(call, CallInfo):
+            raise TypeError(f"call must be a turnfsm.trace.CallInfo, got {type(call).__name__}")
         self.policy = policy
+        self.call = call or CallInfo()
         self._rules = rules_class(policy=policy)
         self._machine_class = machine_class
         self._machine = machine_class(listeners=[self._rules])
@@ -107,17 +114,20 @@ class TurnController:
         self._handled = _handled(machine_class, self._configuration)
         self._monitor = SafetyMonitor(policy) if strict else None
         self._keep_text = keep_text
-        traced_policy = policy if keep_text else redact(policy)
+        traced_policy = redact(policy, keep_text=keep_text)
         self.trace: Trace | None = None
         if record:
+            version = turnfsm_version()
             self.trace = (
-                Trace(policy=traced_policy)
+                Trace(policy=traced_policy, call=self.call, turnfsm_version=version)
                 if max_trace_steps is None
-                else Trace.bounded(traced_policy, max_trace_steps)
+                else Trace.bounded(
+                    traced_policy, max_trace_steps, call=self.call, turnfsm_version=version
+                )
             )
         self.trace_sink = trace_sink
         if trace_sink is not None:
-            trace_sink.start(traced_policy)
+            trace_sink.start(traced_policy, self.call)
         self._owner: int | None = None
         self._busy = False
 
@@ -145,7 +155,8 @@ class TurnController:
 
     @property
     def keep_text(self) -> bool:
-        """Whether transcript text is kept (in the trace, and in the adapter's logs)."""
+        """Whether transcript and policy text is kept (in the trace, and in the adapter's
+        logs, errors and spans)."""
         return self._keep_text
 
     @property
@@ -279,9 +290,9 @@ class TurnController:
         self._monitor = monitor
 
     def _record(self, event: Event, before: str, effects: tuple[fx.Effect, ...]) -> None:
-        if not self._keep_text:
-            event = redact(event)
-            effects = tuple(redact(effect) for effect in effects)
+        keep_text = self._keep_text
+        event = redact(event, keep_text=keep_text)
+        effects = tuple(redact(effect, keep_text=keep_text) for effect in effects)
         step = TraceStep(event.at, event, before, self.state, effects)
         if self.trace_sink is not None:
             self.trace_sink.append(step)  # first: if it raises, the step never happened
@@ -398,7 +409,12 @@ def replay(trace: Trace, **controller_options: object) -> Trace:
             f"the trace lost its first {trace.dropped} steps (max_trace_steps): a replay "
             "needs the whole call; record it with a trace_sink (TraceWriter)"
         )
-    options = {"keep_text": True, "max_trace_steps": None, **controller_options}
+    options = {
+        "keep_text": True,
+        "max_trace_steps": None,
+        "call": trace.call,
+        **controller_options,
+    }
     controller = TurnController(trace.policy, **options)  # type: ignore[arg-type]
     for step in trace:
         controller.handle(step.event)

@@ -43,7 +43,8 @@ Candidates = tuple["Transition", ...]
 _TABLES: weakref.WeakKeyDictionary[type, dict[tuple[str, str | None], Candidates]] = (
     weakref.WeakKeyDictionary()
 )
-"""One table per chart class, shared by its machines and filled as pairs are met."""
+"""One table per chart class, shared by its machines and filled as pairs are met: it holds
+the class's transitions and plain names only, never a machine."""
 
 
 def candidates(state: State, event: str | None) -> Candidates:
@@ -107,7 +108,10 @@ class TurnEngine(SyncEngine):
         return enabled
 
     def _candidates(self, state: State, event: str | None) -> Candidates:
-        key = (state.id, event)
+        # The event arrives as this machine's BoundEvent (a str that holds the machine):
+        # the shared table is keyed by its plain name, or it would keep the first machine
+        # that met each pair (its rules, policy and context) for the life of the process.
+        key = (state.id, None if event is None else str(event))
         found = self._table.get(key)
         if found is None:
             found = self._table[key] = candidates(state, event)

@@ -38,6 +38,9 @@ AnsweringMachineResult = Literal["human", "machine"]
 EffectOutcomeKind = Literal["done", "refused", "failed"]
 """What a lever did with an effect: ``done``, ``refused`` by LiveKit, or ``failed`` (raised)."""
 
+OutcomeCheck = Literal["O1", "O2", "O3", "O4", "O5", "O6"]
+"""The outcome monitor's checks (``turnfsm.adapters.livekit.outcomes.OUTCOME_CHECKS``)."""
+
 
 def _seconds(value: object) -> object:
     """An integer number of seconds as a float; anything else is left to the checks."""
@@ -227,6 +230,16 @@ class EffectOutcome(Event):
 
 
 @attrs.frozen
+class OutcomeBreached(Event):
+    """What the session did broke a guarantee (the LiveKit adapter's outcome monitor: O1
+    agent audio before the greeting ... O6 the input left muted). Traced only, so that a
+    report names the calls that broke one; the machine's decisions do not change."""
+
+    name: ClassVar[str] = "outcome_breached"
+    check: OutcomeCheck
+
+
+@attrs.frozen
 class SessionError(Event):
     """The session reported an error; an unrecoverable one ends the call."""
 
@@ -299,6 +312,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     SessionError,
     AgentSpeechInterrupted,
     EffectOutcome,
+    OutcomeBreached,
     RealtimeModelLinked,
     ModelReplyStarted,
     ModelResponseCreated,

@@ -11,7 +11,7 @@ annotation              accepted values
 ``float``               a finite number >= 0 (every float in turnfsm data is seconds)
 ``int``                 an integer >= 0 (a count), never a bool
 ``bool``                ``True`` or ``False`` only (``"no"`` is not false)
-``str``                 a string
+``str``                 a string (text: no lone surrogate, which no file can hold)
 ``Literal[...]``        one of the listed values
 ``frozenset[X]``        a frozenset of ``X``
 ``X | None``            ``None`` or ``X``
@@ -36,6 +36,7 @@ TypeError: Ping.speech_id must be a string, got ['s1'] (list)
 from __future__ import annotations
 
 import math
+import re
 import sys
 import types
 import typing
@@ -171,7 +172,22 @@ def _flag(value: object) -> str | None:
 
 
 def _text(value: object) -> str | None:
-    return None if isinstance(value, str) else "must be a string"
+    if not isinstance(value, str):
+        return "must be a string"
+    if lone_surrogate(value) is not None:
+        return "!must be text: a lone surrogate (\\ud800-\\udfff) cannot be written to a trace"
+    return None
+
+
+def lone_surrogate(text: str) -> int | None:
+    """Where ``text`` holds half a surrogate pair (no UTF-8 file can hold one), if it does."""
+    if text.isascii():
+        return None
+    match = _SURROGATE.search(text)
+    return None if match is None else match.start()
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _any(value: object) -> str | None:

@@ -589,6 +589,10 @@ IGNORED: dict[tuple[str, str], str] = {
     **_everywhere("user_transcript", "transcripts are traced only; turns are decided on commit"),
     **_everywhere("agent_speech_started", "playback is traced only; the state follows creation"),
     **_everywhere("call_ringing", "informational: the call starts on call_answered"),
+    **_everywhere(
+        "outcome_breached",
+        "the outcome monitor's verdict on the session: traced only, for the report",
+    ),
     **{
         (state, "call_answered"): "the call is already answered (a duplicate, or inbound)"
         for state in ("awaiting_user", "greeting", "listening", "speaking", "tool_loop")

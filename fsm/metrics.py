@@ -35,11 +35,12 @@ import attrs
 from . import effects as fx
 from . import events as ev
 from .policy import GreetingOverlap, TurnPolicy
-from .trace import Trace, TraceStep
+from .trace import MAX_LINE_BYTES, Trace, TraceStep
 
 BARGE_IN_STATES: frozenset[str] = frozenset({"greeting", "listening", "speaking", "tool_loop"})
-"""States where an interrupted agent speech is a barge-in by the caller. Before the answer
-the machine itself stops early speech; after the end, the hang-up cut it."""
+"""States where an interrupted agent speech that played audio is a barge-in by the caller.
+Before the answer the machine itself stops early speech; after the end, the hang-up cut
+it."""
 
 _SAY_COUNTS: dict[str, str] = {
     "reprompt": "reprompts",
@@ -98,10 +99,20 @@ class CallMetrics:
     """Agent speeches that started playing."""
 
     barge_ins: int
-    """Agent speeches interrupted by the caller (see :data:`BARGE_IN_STATES`)."""
+    """Agent speeches the caller interrupted after some of their audio played (see
+    :data:`BARGE_IN_STATES`)."""
+
+    discarded_speeches: int
+    """Agent speeches interrupted before any of their audio played, in any state: replies
+    LiveKit prepared early and threw away (preemptive generation, on by default, replaces
+    its reply when the caller goes on talking), a reply the machine stopped before the
+    greeting, a tool step cut before it said anything. Not barge-ins."""
 
     drops: int
-    """Interrupted replies whose unspoken text was dropped from the history."""
+    """Interrupted replies whose unspoken text was dropped from the history. A speech
+    LiveKit committed no text for (one discarded before any audio, or cut within its first
+    syllable) left nothing to drop: neither the drop the machine asks for it nor that
+    lever's refusal ("no assistant message committed") is counted."""
 
     dropped_chars: int
     """Unspoken characters dropped, over the drops that could be measured."""
@@ -133,7 +144,8 @@ class CallMetrics:
 
     lever_outcomes: Mapping[str, int] = attrs.field(factory=dict)
     """Levers that did not do their effect, as ``"effect:outcome"`` (``refused`` by
-    LiveKit or ``failed``) -> count, from ``effect_outcome`` events."""
+    LiveKit or ``failed``) -> count, from ``effect_outcome`` events (but for drops with
+    nothing to drop, see :attr:`drops`)."""
 
     @property
     def greeted(self) -> bool:
@@ -156,14 +168,21 @@ class CallMeter:
         self._greeting_speeches: set[str] = set()
         self._greeting_heard_at: float | None = None
         self._started: set[str] = set()
+        self._played: set[str] = set()
+        """Speeches whose end reported played audio (the start may not be reported when
+        one speech follows another without the agent's state leaving ``speaking``)."""
         self._interrupted: set[str] = set()
+        self._barged: set[str] = set()
+        """Interrupted in a state where an interruption is the caller's (a barge-in, if
+        the speech played audio)."""
         self._message_chars: dict[str, int | None] = {}
         self._heard_chars: dict[str, int | None] = {}
         self._drops: list[fx.DropUnspokenText] = []
         self._counts: Counter[str] = Counter()
         self._overlapped = False
         """The caller talked over the greeting being played."""
-        self._outcomes: Counter[str] = Counter()
+        self._outcomes: list[ev.EffectOutcome] = []
+        """Outcomes other than done."""
 
     def add(self, step: TraceStep) -> None:
         """Take the next step of the call."""
@@ -201,14 +220,18 @@ class CallMeter:
             refused = any(isinstance(effect, fx.CancelToolReply) for effect in step.effects)
             self._counts["tool_rounds_refused" if refused else "tool_rounds"] += 1
         elif isinstance(event, ev.EffectOutcome) and event.outcome != "done":
-            self._outcomes[f"{event.effect}:{event.outcome}"] += 1
-        if isinstance(event, ev.AgentSpeechEnded) and event.played_text is not None:
-            self._heard_chars[event.speech_id] = _length(event.played_text)
-        if step.before in BARGE_IN_STATES and (
-            isinstance(event, ev.AgentSpeechInterrupted)
-            or (isinstance(event, ev.AgentSpeechEnded) and event.interrupted)
+            self._outcomes.append(event)
+        if isinstance(event, ev.AgentSpeechEnded):
+            if event.played_text is not None:
+                self._heard_chars[event.speech_id] = _length(event.played_text)
+            if event.played_seconds > 0:
+                self._played.add(event.speech_id)
+        if isinstance(event, ev.AgentSpeechInterrupted) or (
+            isinstance(event, ev.AgentSpeechEnded) and event.interrupted
         ):
             self._interrupted.add(event.speech_id)
+            if step.before in BARGE_IN_STATES:
+                self._barged.add(event.speech_id)
 
     def _count(self, step: TraceStep, effect: fx.Effect) -> None:
         if isinstance(effect, fx.EndCall) and self._end_reason is None:
@@ -234,8 +257,18 @@ class CallMeter:
 
     def result(self) -> CallMetrics:
         """The call's metrics so far."""
+        audible = self._started | self._played
+        nothing_to_drop = {drop.speech_id for drop in self._drops} - self._message_chars.keys()
+        drops = [drop for drop in self._drops if drop.speech_id not in nothing_to_drop]
+        outcomes = Counter(
+            f"{outcome.effect}:{outcome.outcome}"
+            for outcome in self._outcomes
+            if not (
+                outcome.effect == fx.DropUnspokenText.name and outcome.speech_id in nothing_to_drop
+            )
+        )
         dropped_chars = unmeasured = 0
-        for drop in self._drops:
+        for drop in drops:
             full = self._message_chars.get(drop.speech_id)
             spoken = (
                 _length(drop.played_text)
@@ -266,8 +299,9 @@ class CallMeter:
             ),
             overlap_dropped=counts["overlap_dropped"],
             agent_speeches=len(self._started),
-            barge_ins=len(self._interrupted),
-            drops=len(self._drops),
+            barge_ins=len(self._barged & audible),
+            discarded_speeches=len(self._interrupted - audible),
+            drops=len(drops),
             dropped_chars=dropped_chars,
             unmeasured_drops=unmeasured,
             tool_rounds=counts["tool_rounds"],
@@ -276,7 +310,7 @@ class CallMeter:
             tool_fallbacks=counts["tool_fallbacks"],
             reprompts=counts["reprompts"],
             greeting_retries=counts["greeting_retries"],
-            lever_outcomes=dict(self._outcomes),
+            lever_outcomes=dict(outcomes),
         )
 
 
@@ -303,8 +337,12 @@ def _answers(step: TraceStep) -> bool:
 
 def _length(text: str) -> int | None:
     """The length of a transcript field, kept or redacted; ``None`` when redacted without
-    its length."""
+    its length, or with one no trace line could hold (``[redacted <5,000 digits> chars]``
+    is no length: ``int()`` refuses so many digits)."""
     match = _REDACTED.fullmatch(text)
     if match is None:
         return len(text)
-    return int(match[1]) if match[1] is not None else None
+    claimed = match[1]
+    if claimed is None or len(claimed) > len(str(MAX_LINE_BYTES)):
+        return None
+    return int(claimed) if int(claimed) <= MAX_LINE_BYTES else None

@@ -16,10 +16,13 @@ ValueError: direction must be one of ('inbound', 'outbound'), got 'sideways'
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Mapping
 from typing import Any, Literal, get_args
 
 import attrs
+
+from .fields import lone_surrogate
 
 Direction = Literal["inbound", "outbound"]
 Speaker = Literal["user", "agent"]
@@ -28,6 +31,12 @@ GreetingLock = Literal["mute_input", "keep_listening"]
 GreetingOverlap = Literal["drop", "answer_whole"]
 InterruptedText = Literal["spoken", "drop", "keep"]
 AnsweringMachineAction = Literal["hang_up", "continue"]
+
+MAX_COUNT = 1_000_000
+"""The largest count a policy takes (``max_tool_steps``, ``idle_max_reprompts``)."""
+
+MAX_TEXT_CHARS = 10_000
+"""The longest text a policy takes (about ten minutes of speech)."""
 
 
 def _one_of(choices: Any) -> Any:
@@ -46,8 +55,13 @@ def _seconds(*, optional: bool) -> Any:
     def check(_instance: object, attribute: attrs.Attribute, value: object) -> None:
         if value is None and optional:
             return
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            allowed = "a number of seconds > 0" + (" or None" if optional else "")
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not (math.isfinite(value) and value > 0)
+        ):
+            # infinity is no duration a trace can hold (JSON has none): None is "no limit"
+            allowed = "a finite number of seconds > 0" + (" or None (no limit)" * optional)
             raise ValueError(f"{attribute.name} must be {allowed}, got {value!r}")
 
     return check
@@ -55,8 +69,14 @@ def _seconds(*, optional: bool) -> Any:
 
 def _count(minimum: int) -> Any:
     def check(_instance: object, attribute: attrs.Attribute, value: object) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ValueError(f"{attribute.name} must be an integer >= {minimum}, got {value!r}")
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or not (minimum <= value <= MAX_COUNT)
+        ):
+            raise ValueError(
+                f"{attribute.name} must be an integer from {minimum} to {MAX_COUNT}, got {value!r}"
+            )
 
     return check
 
@@ -69,11 +89,26 @@ def _flag(_instance: object, attribute: attrs.Attribute, value: object) -> None:
 def _optional_text(_instance: object, attribute: attrs.Attribute, value: object) -> None:
     if value is not None and (not isinstance(value, str) or not value.strip()):
         raise ValueError(f"{attribute.name} must be a non-empty string or None, got {value!r}")
+    if value is not None:
+        _writable(attribute.name, value)
 
 
 def _text(_instance: object, attribute: attrs.Attribute, value: object) -> None:
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{attribute.name} must be a non-empty string, got {value!r}")
+    _writable(attribute.name, value)
+
+
+def _writable(name: str, text: str) -> None:
+    """Refuse a text a trace kept with ``keep_text`` could not hold; the message shows
+    its length or the offending position, never the text (it may be private)."""
+    if len(text) > MAX_TEXT_CHARS:
+        raise ValueError(f"{name} must be at most {MAX_TEXT_CHARS} characters, got {len(text)}")
+    if (index := lone_surrogate(text)) is not None:
+        raise ValueError(
+            f"{name} must be text: a lone surrogate (\\ud800-\\udfff, at index {index}) "
+            "cannot be written to a trace"
+        )
 
 
 @attrs.frozen(kw_only=True)

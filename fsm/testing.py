@@ -11,12 +11,21 @@ late times), and the policy bounds the counters, so the search ends.
 []
 >>> report.configurations > 100
 True
+
+Testing your own agent's turn-taking in simulated calls (your ``TurnAgent`` and policy in
+a real ``AgentSession``, on a virtual clock) is here too: :class:`CallerLine`,
+:func:`simulate_call`, :class:`SimulatedTurnCall`, :class:`AgentSpeech`,
+:class:`ScriptedLLM`, :class:`ScriptedReply` and :class:`ScriptedToolCall` are
+:mod:`turnfsm.adapters.sim.testing`'s, imported on first use. They run LiveKit; this
+module does not, and importing it imports no LiveKit (``fsm/`` is pure).
 """
 
 from __future__ import annotations
 
+import importlib
 from collections import deque
 from collections.abc import Hashable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -28,6 +37,43 @@ from .invariants import InvariantViolation, SafetyMonitor
 from .machine import TurnChart, TurnMachine, handled_events
 from .policy import TurnPolicy
 from .rules import TurnRules
+
+if TYPE_CHECKING:  # for type checkers only: at run time they come from __getattr__
+    from .adapters.sim.testing import AgentSpeech as AgentSpeech
+    from .adapters.sim.testing import CallerLine as CallerLine
+    from .adapters.sim.testing import ScriptedLLM as ScriptedLLM
+    from .adapters.sim.testing import ScriptedReply as ScriptedReply
+    from .adapters.sim.testing import ScriptedToolCall as ScriptedToolCall
+    from .adapters.sim.testing import SimulatedTurnCall as SimulatedTurnCall
+    from .adapters.sim.testing import simulate_call as simulate_call
+
+SIMULATED_CALLS = "turnfsm.adapters.sim.testing"
+"""Where the simulated-call helpers live (they run LiveKit)."""
+
+FORWARDED: frozenset[str] = frozenset(
+    {
+        "AgentSpeech",
+        "CallerLine",
+        "ScriptedLLM",
+        "ScriptedReply",
+        "ScriptedToolCall",
+        "SimulatedTurnCall",
+        "simulate_call",
+    }
+)
+"""The names of :data:`SIMULATED_CALLS` this module hands out, importing it on first use."""
+
+
+def __getattr__(name: str) -> Any:
+    """A simulated-call helper (:data:`FORWARDED`), importing LiveKit only now (PEP 562)."""
+    if name in FORWARDED:
+        return getattr(importlib.import_module(SIMULATED_CALLS), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | FORWARDED)
+
 
 EARLY = 1.0
 LATE = 100.0
@@ -66,6 +112,7 @@ def event_alphabet() -> tuple[ev.Event, ...]:
         ev.EffectOutcome(at=EARLY, effect="start_greeting", outcome="done"),
         ev.EffectOutcome(at=EARLY, effect="say", outcome="refused"),
         ev.EffectOutcome(at=EARLY, effect="lock_speech", outcome="refused"),
+        ev.OutcomeBreached(at=EARLY, check="O2"),
     ]
     for speech in speeches:
         alphabet += [

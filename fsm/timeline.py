@@ -160,7 +160,9 @@ class _Timeline:
         self.timed, self.jumps = _timed(trace)
         self.last = self.timed[-1][1] if self.timed else 0.0
         self.tick = _tick_step(self.last)
-        self.end = max(self.tick, math.ceil(self.last / self.tick) * self.tick)
+        # rounded up to a tick, unless that overflows (times near the largest float)
+        end = math.ceil(self.last / self.tick) * self.tick
+        self.end = max(self.tick, end if math.isfinite(end) else self.last)
         self.out: list[str] = []
         self.legend: dict[str, str] = {}
 
@@ -496,16 +498,19 @@ def _tick_step(duration: float) -> float:
     """A 1, 2 or 5 times a power of ten giving at most 15 ticks over ``duration``."""
     if duration <= 0:
         return 1.0
-    magnitude = 10 ** math.floor(math.log10(duration / 15))
+    magnitude = 10.0 ** math.floor(math.log10(duration / 15))  # a float: no huge ints
     return next(step * magnitude for step in (1, 2, 5, 10) if duration / (step * magnitude) <= 15)
 
 
 def _ticks(end: float, step: float) -> list[float]:
-    return [index * step for index in range(round(end / step) + 1)]
+    return [index * step for index in range(round(end / step) + 1) if index * step <= end]
 
 
 def _seconds(value: float) -> str:
-    """``12``, ``12.5``, ``0.25``: seconds without trailing zeros."""
+    """``12``, ``12.5``, ``0.25``: seconds without trailing zeros; ``1.7e+308`` (exact,
+    as Python writes it) for times too large to write out in full."""
+    if value >= 1e12:
+        return repr(float(value))
     return f"{value:.3f}".rstrip("0").rstrip(".")
 
 

@@ -1,16 +1,20 @@
 """Traces: every step of a call as data, written and read as JSON lines.
 
-The first line is a header with the format version and the policy; each further line
-is one step ``{"at", "event", "before", "after", "effects"}``. A trace file is
-untrusted input: reading is JSON only, bounded (:data:`MAX_LINE_BYTES`,
-:data:`MAX_TRACE_BYTES`), and checks every value (types, ranges, known names and state
-ids, real Unicode), so whatever is read replays and draws; anything else raises
-:class:`TraceFormatError` naming the line.
+The first line is a header: the format version, the turnfsm version that wrote it, the
+call (:class:`CallInfo`: its id, start time and agent) and the policy; each further line
+is one step ``{"at", "event", "before", "after", "effects"}``. Format 1 traces (a header
+with the policy alone) are still read. A trace file is untrusted input: reading is JSON
+only, bounded (:data:`MAX_LINE_BYTES`, :data:`MAX_TRACE_BYTES`), and checks every value
+(types, ranges, known names and state ids, real Unicode), so whatever is read replays and
+draws; anything else raises :class:`TraceFormatError` naming the line. The one exception
+is a file's last line cut short (no newline: the writer stopped mid-step): it is skipped,
+and :attr:`Trace.torn_line` says so.
 
 Transcript text (what the caller said, what the agent said) and the policy's texts (the
 greeting, which often names the callee and the reason for calling; the re-prompt; the
 tool-cap fallback) are redacted when a step is recorded unless the controller was asked
-to keep them, lengths included: every such text reads ``[redacted]``.
+to keep them, lengths included: every such text reads ``[redacted]``. :func:`redact` is
+the one redaction of every channel (the LiveKit adapter's logs, errors and spans too).
 
 A long call need not be held in memory: a trace can keep only its last steps
 (:meth:`Trace.bounded`, what :class:`~turnfsm.TurnController` does by default) and a
@@ -26,25 +30,35 @@ turnfsm.trace.TraceFormatError: line 2: number out of range: 1e400
 from __future__ import annotations
 
 import collections
+import functools
+import importlib.metadata
 import json
 import re
 from collections.abc import Iterable, Iterator, MutableSequence
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, TypeVar, overload
 
 import attrs
 
 from . import effects as fx
 from . import events as ev
 from .fields import check_fields, show
+from .invariants import InvariantViolation
 from .machine import leaf_states
 from .policy import TurnPolicy
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""The format written: 2 names the call and the turnfsm version in the header."""
+
+READ_VERSIONS: tuple[int, ...] = (1, 2)
+"""The formats read: 1 is a header with the policy alone."""
 
 MAX_LINE_BYTES = 1_000_000
-"""The longest line read (a step is a few hundred bytes): a longer one is refused before
-it is held in memory."""
+"""The longest line read, in bytes, its newline aside (a step is a few hundred bytes): a
+longer one is refused before it is held in memory."""
+
+MAX_CALL_TEXT = 1000
+"""The longest call id, start time or agent name a header holds."""
 
 MAX_TRACE_BYTES = 200_000_000
 """The largest trace file read by default (a two-hour call is about 5 MB)."""
@@ -71,6 +85,57 @@ TEXT_FIELDS: dict[type, tuple[str, ...]] = {
 
 class TraceFormatError(ValueError):
     """A trace line is not valid; the message names the line and the problem."""
+
+
+_ISO_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})")
+"""An ISO 8601 date and time with its offset from UTC, e.g. ``2025-06-02T09:30:12Z``."""
+
+
+@attrs.frozen(kw_only=True)
+class CallInfo:
+    """Which call a trace records, as its header says: given to the controller (``call=``;
+    the LiveKit adapter's ``call_info(ctx)`` fills it from the job). Each is ``None`` when
+    unknown (a format 1 trace knows none)."""
+
+    call_id: str | None = None
+    """The call's id, e.g. LiveKit's room name."""
+
+    started_at: str | None = None
+    """When the call started: ISO 8601 with the offset from UTC (``2025-06-02T09:30:12Z``);
+    its first ten characters are the day the report groups it under."""
+
+    agent_name: str | None = None
+    """The agent that took the call (LiveKit's ``agent_name``)."""
+
+    def __attrs_post_init__(self) -> None:
+        check_fields(self)
+        for field in attrs.fields(CallInfo):
+            value = getattr(self, field.name)
+            if value is not None and len(value) > MAX_CALL_TEXT:
+                raise ValueError(
+                    f"CallInfo.{field.name} must be at most {MAX_CALL_TEXT} characters, "
+                    f"got {len(value)}"
+                )
+        if self.started_at is not None and not _ISO_TIME.fullmatch(self.started_at):
+            raise ValueError(
+                "CallInfo.started_at must be an ISO 8601 time with its offset from UTC, "
+                f"e.g. 2025-06-02T09:30:12Z, got {show(self.started_at)}"
+            )
+
+    @property
+    def day(self) -> str | None:
+        """The day the call started (``2025-06-02``), in the offset it was written with."""
+        return None if self.started_at is None else self.started_at[:10]
+
+
+@functools.cache
+def turnfsm_version() -> str:
+    """The installed turnfsm's version, written in every trace header (``0+unknown`` for a
+    source tree never installed)."""
+    try:
+        return importlib.metadata.version("turnfsm")
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown"
 
 
 @attrs.frozen
@@ -102,22 +167,40 @@ class StepRing(collections.deque[TraceStep]):
 
 @attrs.define
 class Trace:
-    """A recorded call: its policy and its steps.
+    """A recorded call: its policy and its steps, which call it was and which turnfsm
+    recorded it.
 
     ``dropped`` counts the steps a bounded trace let go (its oldest); such a trace shows
-    the end of a call and cannot be replayed.
+    the end of a call and cannot be replayed. ``torn_line`` is the number of the last line
+    of a file, cut short when its writer stopped mid-step, skipped when it was read.
     """
 
     policy: TurnPolicy
     steps: MutableSequence[TraceStep] = attrs.field(factory=list)
     dropped: int = 0
+    call: CallInfo = attrs.field(factory=CallInfo)
+    turnfsm_version: str | None = None
+    """The version of turnfsm that recorded the call (``None``: a format 1 trace)."""
+    torn_line: int | None = None
 
     @classmethod
-    def bounded(cls, policy: TurnPolicy, max_steps: int) -> Trace:
+    def bounded(
+        cls,
+        policy: TurnPolicy,
+        max_steps: int,
+        *,
+        call: CallInfo | None = None,
+        turnfsm_version: str | None = None,
+    ) -> Trace:
         """A trace that keeps the last ``max_steps`` steps (a ring buffer)."""
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
             raise ValueError(f"max_steps must be an integer >= 1, got {max_steps!r}")
-        return cls(policy=policy, steps=StepRing(maxlen=max_steps))
+        return cls(
+            policy=policy,
+            steps=StepRing(maxlen=max_steps),
+            call=call or CallInfo(),
+            turnfsm_version=turnfsm_version,
+        )
 
     @property
     def max_steps(self) -> int | None:
@@ -136,9 +219,19 @@ class Trace:
     def __len__(self) -> int:
         return len(self.steps)
 
+    def warnings(self) -> list[str]:
+        """What a reader of this trace should know: a last line skipped as torn."""
+        if self.torn_line is None:
+            return []
+        return [
+            f"line {self.torn_line} was cut short (its writer stopped mid-step): skipped, "
+            "the call's last step is missing"
+        ]
+
     def header(self) -> str:
-        """The first line: format version, policy and (when some were) dropped steps."""
-        return _header_line(self.policy, self.dropped)
+        """The first line: format and turnfsm versions, call, policy and (when some were)
+        dropped steps."""
+        return _header_line(self.policy, self.call, self.turnfsm_version, self.dropped)
 
     def to_jsonl(self) -> str:
         """The trace as JSON lines (header first)."""
@@ -158,31 +251,42 @@ class Trace:
             OSError: the file cannot be opened.
         """
         with open(path, "rb") as stream:
-            return cls.parse(_decoded_lines(stream, max_bytes))
+            return cls._parse(_file_lines(stream, max_bytes))
 
     @classmethod
     def parse(cls, lines: Iterable[str] | IO[str]) -> Trace:
-        """Parse JSON lines; blank lines are skipped.
+        """Parse JSON lines (each whole: :meth:`read` alone knows a file's last line may be
+        torn); blank lines are skipped.
 
         Raises:
             TraceFormatError: naming the first bad line.
         """
+        return cls._parse((line, True) for line in lines)
+
+    @classmethod
+    def _parse(cls, lines: Iterable[tuple[str | bytes, bool]]) -> Trace:
+        """Parse ``(line, whole)`` pairs; a line that is not ``whole`` (only ever a file's
+        last) is skipped as torn when it does not read."""
         trace: Trace | None = None
         states = _STATE_IDS
-        for number, line in enumerate(lines, start=1):
+        for number, (line, whole) in enumerate(lines, start=1):
             try:
-                if len(line) > MAX_LINE_BYTES:
-                    raise ValueError(f"longer than {MAX_LINE_BYTES} characters")
-                if not line.strip():
+                text = _text(line)
+                if not text.strip():
                     continue
-                record = _json(line)
+                record = _json(text)
                 if trace is None:
-                    policy, dropped = _parse_header(record)
-                    trace = cls(policy=policy, dropped=dropped)
+                    trace = cls(**_parse_header(record))
                 else:
                     trace.steps.append(_step_from_dict(record, states))
             except (ValueError, TypeError, KeyError, RecursionError) as error:
-                raise TraceFormatError(f"line {number}: {_problem(error)}") from None
+                if whole:
+                    raise TraceFormatError(f"line {number}: {_problem(error)}") from None
+                if trace is None:
+                    raise TraceFormatError(
+                        f"line {number}: cut short before the header's end ({_problem(error)})"
+                    ) from None
+                trace.torn_line = number
         if trace is None:
             raise TraceFormatError("line 1: empty trace, expected a header line")
         return trace
@@ -192,11 +296,11 @@ class TraceSink(Protocol):
     """Where a controller sends each recorded step as it happens (see :class:`TraceWriter`).
 
     ``start`` is called once, with the policy as the trace shows it (redacted unless text
-    is kept); ``append`` once per step, already redacted. An ``append`` that raises makes
-    the controller's step fail as if it never happened.
+    is kept) and the call; ``append`` once per step, already redacted. An ``append`` that
+    raises makes the controller's step fail as if it never happened.
     """
 
-    def start(self, policy: TurnPolicy) -> None: ...
+    def start(self, policy: TurnPolicy, call: CallInfo) -> None: ...
 
     def append(self, step: TraceStep) -> None: ...
 
@@ -209,7 +313,7 @@ class TraceWriter:
     step being written, and memory stays flat however long the call::
 
         writer = TraceWriter(f"traces/{room_name}.jsonl")
-        controller = TurnController(policy, trace_sink=writer)
+        controller = TurnController(policy, call=CallInfo(call_id=room_name), trace_sink=writer)
         ...  # the call
         writer.close()  # e.g. in the session's "close" handler
 
@@ -223,11 +327,11 @@ class TraceWriter:
         self.steps = 0
         self._stream: IO[str] | None = None
 
-    def start(self, policy: TurnPolicy) -> None:
+    def start(self, policy: TurnPolicy, call: CallInfo) -> None:
         if self._stream is not None or self.steps:
             raise RuntimeError(f"{self.path}: a TraceWriter records one call; open another")
         self._stream = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 (closed in close)
-        self._write(_header_line(policy, 0))
+        self._write(_header_line(policy, call, turnfsm_version(), 0))
 
     def append(self, step: TraceStep) -> None:
         if self._stream is None:
@@ -259,9 +363,47 @@ class TraceWriter:
             self.close()
 
 
-def redact(item: Any) -> Any:
-    """``item`` with its transcript or policy text fields replaced by ``[redacted]``
-    (an empty text too: nothing about a text shows; a missing one stays ``None``)."""
+class RedactedError(Exception):
+    """An exception as it leaves the process when text is not kept: its type (and, for a
+    broken invariant, the invariant's name), never its message, which may quote the call
+    (a TTS plugin's error quoting the greeting it was given, an invariant violation
+    listing the step's effects). Logged, it reads ``RuntimeError('[redacted]')``."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error_type = type(error).__name__
+        """The original exception's class name."""
+        self.invariant = error.invariant if isinstance(error, InvariantViolation) else None
+        """The invariant a violation names (``"I3"``), otherwise ``None``."""
+        super().__init__(f"{self.invariant} {REDACTED}" if self.invariant else REDACTED)
+
+    def __repr__(self) -> str:
+        return f"{self.error_type}({str(self)!r})"
+
+
+_Item = TypeVar("_Item")
+
+
+@overload
+def redact(item: BaseException, *, keep_text: bool = False) -> BaseException: ...
+
+
+@overload
+def redact(item: _Item, *, keep_text: bool = False) -> _Item: ...
+
+
+def redact(item: Any, *, keep_text: bool = False) -> Any:
+    """``item`` as it may leave the process: the one redaction every channel uses (trace
+    file and sink, pictures drawn from them, logs, span attributes, lever errors).
+
+    With ``keep_text`` it is ``item`` itself. Otherwise an event's, effect's or policy's
+    transcript and policy text fields (:data:`TEXT_FIELDS`) read ``[redacted]`` (an empty
+    text too: nothing about a text shows; a missing one stays ``None``), and an exception
+    becomes a :class:`RedactedError`. Anything else holds no text and is returned as is.
+    """
+    if keep_text:
+        return item
+    if isinstance(item, BaseException):
+        return RedactedError(item)
     names = TEXT_FIELDS.get(type(item))
     if not names:
         return item
@@ -274,8 +416,13 @@ def step_line(step: TraceStep) -> str:
     return _dumps(_step_to_dict(step))
 
 
-def _header_line(policy: TurnPolicy, dropped: int) -> str:
-    header: dict[str, Any] = {"turnfsm_trace": FORMAT_VERSION, "policy": policy.to_dict()}
+def _header_line(policy: TurnPolicy, call: CallInfo, version: str | None, dropped: int) -> str:
+    header: dict[str, Any] = {
+        "turnfsm_trace": FORMAT_VERSION,
+        "turnfsm_version": version,
+        "call": attrs.asdict(call),
+        "policy": policy.to_dict(),
+    }
     if dropped:
         header["dropped_steps"] = dropped
     return _dumps(header)
@@ -302,27 +449,40 @@ def _step_to_dict(step: TraceStep) -> dict[str, Any]:
 # -- reading untrusted lines ------------------------------------------------------------
 
 
-def _decoded_lines(stream: IO[bytes], max_bytes: int) -> Iterator[str]:
-    """The stream's lines as text, each bounded, the whole bounded, UTF-8 checked."""
+def _file_lines(stream: IO[bytes], max_bytes: int) -> Iterator[tuple[bytes, bool]]:
+    """The stream's lines as ``(bytes, whole)``, each bounded, the whole file bounded; a
+    line is whole when its newline was written (only the last may lack it)."""
     total = 0
     number = 0
     while raw := stream.readline(MAX_LINE_BYTES + 1):
         number += 1
         total += len(raw)
-        if len(raw) > MAX_LINE_BYTES:
+        whole = raw.endswith(b"\n")
+        if len(raw) - whole > MAX_LINE_BYTES:
             raise TraceFormatError(f"line {number}: longer than {MAX_LINE_BYTES} bytes")
         if total > max_bytes:
             raise TraceFormatError(
                 f"line {number}: the trace is larger than {max_bytes} bytes "
                 "(Trace.read(path, max_bytes=...) reads larger ones)"
             )
+        yield raw, whole
+
+
+def _text(line: str | bytes) -> str:
+    """A line as text: bytes are decoded (UTF-8 checked); either is bounded."""
+    if isinstance(line, bytes):
         try:
-            yield raw.decode("utf-8")
+            return line.decode("utf-8")
         except UnicodeDecodeError as error:
-            raise TraceFormatError(
-                f"line {number}: not UTF-8 text (byte {raw[error.start]:#04x} at "
-                f"column {error.start + 1})"
+            raise ValueError(
+                f"not UTF-8 text (byte {line[error.start]:#04x} at column {error.start + 1})"
             ) from None
+    # a character is at least one byte: only a long line needs counting
+    if len(line) > MAX_LINE_BYTES // 4 and (
+        len(line.encode("utf-8", "surrogatepass")) - line.endswith("\n") > MAX_LINE_BYTES
+    ):
+        raise ValueError(f"longer than {MAX_LINE_BYTES} bytes")
+    return line
 
 
 def _json(line: str) -> Any:
@@ -374,11 +534,20 @@ _STATE_IDS = frozenset(state.id for state in leaf_states())
 """The states a step may name: the ones a call can be in."""
 
 
-def _parse_header(record: dict[str, Any]) -> tuple[TurnPolicy, int]:
+_HEADER_KEYS: dict[int, frozenset[str]] = {
+    1: frozenset({"turnfsm_trace", "policy", "dropped_steps"}),
+    2: frozenset({"turnfsm_trace", "turnfsm_version", "call", "policy", "dropped_steps"}),
+}
+"""The keys a header of each format may hold."""
+
+
+def _parse_header(record: dict[str, Any]) -> dict[str, Any]:
+    """The :class:`Trace` fields a header line holds."""
     version = record.get("turnfsm_trace")
-    if type(version) is not int or version != FORMAT_VERSION:
-        raise ValueError(f"header: turnfsm_trace must be {FORMAT_VERSION}, got {version!r}")
-    if unknown := sorted(set(record) - {"turnfsm_trace", "policy", "dropped_steps"}):
+    if type(version) is not int or version not in READ_VERSIONS:
+        readable = " or ".join(map(str, READ_VERSIONS))
+        raise ValueError(f"header: turnfsm_trace must be {readable}, got {version!r}")
+    if unknown := sorted(set(record) - _HEADER_KEYS[version]):
         raise ValueError(f"header: unknown keys {unknown}")
     policy = record.get("policy")
     if not isinstance(policy, dict):
@@ -386,7 +555,27 @@ def _parse_header(record: dict[str, Any]) -> tuple[TurnPolicy, int]:
     dropped = record.get("dropped_steps", 0)
     if isinstance(dropped, bool) or not isinstance(dropped, int) or dropped < 0:
         raise ValueError(f"header: dropped_steps must be an integer >= 0, got {show(dropped)}")
-    return TurnPolicy(**policy), dropped
+    fields: dict[str, Any] = {"policy": TurnPolicy(**policy), "dropped": dropped}
+    if version >= 2:
+        fields["call"] = _call(record["call"])
+        written_by = record["turnfsm_version"]
+        if written_by is not None and (
+            not isinstance(written_by, str) or len(written_by) > MAX_CALL_TEXT
+        ):
+            raise ValueError(
+                f"header: turnfsm_version must be a string or null, got {show(written_by)}"
+            )
+        fields["turnfsm_version"] = written_by
+    return fields
+
+
+def _call(data: Any) -> CallInfo:
+    if not isinstance(data, dict):
+        raise ValueError(f"header: call must be an object, got {show(data)}")
+    known = {field.name for field in attrs.fields(CallInfo)}
+    if unknown := sorted(set(data) - known):
+        raise ValueError(f"header: call has unknown keys {unknown}")
+    return CallInfo(**data)
 
 
 def _build(kinds: dict[str, type], data: Any, what: str) -> Any:

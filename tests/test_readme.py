@@ -9,6 +9,8 @@ from pathlib import Path
 
 from turnfsm.cli import readme_diagram
 
+from support.readme import readme_embed_block
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -32,14 +34,6 @@ def test_readme_diagram_is_the_generated_one() -> None:
     assert f"```mermaid\n{overview}```\n" in block.group(1)
 
 
-def _embed_block() -> str:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Embedding\n", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```python\n(.*?)```", section, flags=re.S)
-    assert block is not None
-    return block.group(1)
-
-
 def _calls(source: str) -> list[str]:
     """The names of the embedding's calls in ``source``, in source order."""
     wanted = {"TurnController", "trace_writer", "attach", "hang_up_room", "start"}
@@ -55,7 +49,7 @@ def _calls(source: str) -> list[str]:
 
 
 def test_readme_embed_imports_exist() -> None:
-    for node in ast.walk(ast.parse(_embed_block())):
+    for node in ast.walk(ast.parse(readme_embed_block())):
         if isinstance(node, ast.ImportFrom) and node.module:
             module = importlib.import_module(node.module)
             for alias in node.names:
@@ -66,5 +60,37 @@ def test_readme_embed_steps_are_the_outbound_examples_in_its_order() -> None:
     example = (ROOT / "examples" / "outbound_caller.py").read_text(encoding="utf-8")
     expected = ["TurnController", "trace_writer", "attach", "hang_up_room", "start"]
     expected.append("place_sip_call")
-    assert _calls(_embed_block()) == expected
+    assert _calls(readme_embed_block()) == expected
     assert _calls(example) == expected
+
+
+def _testing_section() -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    return readme.split("## Testing your agent\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_readme_testing_blocks_run_in_make_test() -> None:
+    """The README's plugin line is the project's own, and each test it shows is one of
+    examples/test_outbound_caller.py, word for word (so make test runs it)."""
+    blocks = re.findall(r"```python\n(.*?)```", _testing_section(), flags=re.S)
+    plugin, *tests = blocks
+    conftest = (ROOT / "conftest.py").read_text(encoding="utf-8")
+    assert plugin in conftest
+    example = (ROOT / "examples" / "test_outbound_caller.py").read_text(encoding="utf-8")
+    assert len(tests) == 2
+    for block in tests:
+        assert block in example
+
+
+def test_readme_testing_names_exist() -> None:
+    """Every ``call.expect`` check and ``call`` attribute the section names exists."""
+    from turnfsm.adapters.sim import testing
+
+    section = _testing_section()
+    bullet = section.split("`call.expect` checks", 1)[1].split("\n- ", 1)[0]
+    checks = set(re.findall(r"`(\w+)\(", bullet))
+    assert checks >= {"greeting_played_whole", "committed_as_heard", "no_breach"}
+    for name in checks:
+        assert callable(getattr(testing.Expect, name)), name
+    for name in set(re.findall(r"`call\.(\w+)", section)):
+        assert hasattr(testing.SimulatedTurnCall, name), name

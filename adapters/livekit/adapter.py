@@ -28,8 +28,9 @@ future a lever awaits) is logged once per lever and error type, as a warning nam
 effect and the state, and the call goes on; a controller that raises releases the input
 (gate open, user turns resumed) so a bug never leaves the caller muted. Transcript text
 reaches the logs only when the controller keeps it (``keep_text``): otherwise a failed
-lever's effect is shown redacted, and a failed controller step by its error type and
-traceback, without the message.
+lever's effect is shown redacted, and every error (a lever's, a plugin's it awaited, a
+failed controller step's, also with its traceback) by its type, without its message, which
+may quote the call (:func:`turnfsm.trace.redact`).
 
 Events duplicated, out of order or late are no error:
 
@@ -53,11 +54,14 @@ LiveKit                                          turnfsm event
 ``user_input_transcribed``                       ``UserTranscript``
 ``TurnAgent.on_user_turn_completed``             ``UserTurnCommitted`` (without ``TurnAgent``:
                                                  ``conversation_item_added``, role user)
+``generate_reply(user_input=...)`` (a typed       ``UserTurnCommitted``, before the reply is
+turn: ``session.run``, RoomIO's text input)      created (:mod:`.text_turns`)
 ``speech_created``                               ``AgentSpeechCreated``
 speech handle interrupted (``speech_handle.``   ``AgentSpeechInterrupted`` (before its
 ``wait_if_not_interrupted``)                     ``AgentSpeechEnded``)
 speech handle done                               ``AgentSpeechEnded`` (played seconds from
-                                                 :class:`~.audio.PlayoutMeter`)
+                                                 :class:`~.audio.PlayoutMeter`; a text-only
+                                                 session's, from the text sent)
 ``conversation_item_added``, role assistant      ``AssistantMessageCommitted`` (an interrupted
                                                  reply in full: the text
                                                  ``TurnAgent.transcription_node`` forwarded,
@@ -107,6 +111,7 @@ from turnfsm import TurnController, TurnPolicy
 from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.controller import ConcurrentUseError
+from turnfsm.metrics import CallMeter, CallMetrics
 from turnfsm.trace import TraceStep, redact
 
 from .audio import InputGate, PlayedSegment, PlayoutMeter
@@ -117,6 +122,9 @@ from .levers import LEVERS, Lever
 from .log import logger
 from .outcomes import OutcomeMonitor
 from .realtime import RealtimeLink
+from .telemetry import report_call
+from .text import estimated_seconds
+from .text_turns import report_text_turns, stop_reporting_text_turns
 from .turn_hook import UserTurnHook, reply_model
 
 _R = TypeVar("_R")
@@ -158,6 +166,7 @@ def attach(
     adapter = TurnAdapter(session, controller, end_call=end_call, strict=strict)
     adapter.subscribe()
     guard_start(adapter)  # the agent and room are checked when the session starts
+    report_text_turns(adapter)  # session.run(user_input=...): typed turns are turns too
     options = session.options
     options.max_tool_steps = max(options.max_tool_steps, controller.policy.max_tool_steps)
     return adapter
@@ -224,6 +233,11 @@ class TurnAdapter:
         done with what was said (``commit_user_turn`` need not wait for another)."""
         self._reported_turn: str | None = None
         """The last user message reported by the agent hook (reported once)."""
+        self.warned_realtime_typed_turn = False
+        """A typed turn reached a realtime model before the greeting (warned once)."""
+        self._typed_turns: set[str] = set()
+        """Typed turns reported before LiveKit commits them (:mod:`.text_turns`): their
+        ``conversation_item_added`` is not a second turn."""
         self.agent_hook: UserTurnHook | None = None
         """The agent's own ``on_user_turn_completed`` while it runs (after turnfsm's
         report): a speech created meanwhile is the agent's, not LiveKit's reply."""
@@ -271,6 +285,11 @@ class TurnAdapter:
         self.levers: dict[type[fx.Effect], Lever] = dict(LEVERS)
         self.observers: list[Callable[[TraceStep], None]] = []
         """Called with every step, before its effects run (the telemetry: telemetry.py)."""
+        self.call_meter = CallMeter(controller.policy)
+        """The call's turn metrics, fed every step (the figures of the call's summary line,
+        its meter instruments and its spans: telemetry.py)."""
+        self.call_metrics: CallMetrics | None = None
+        """The call's metrics, once the machine ended (and the call was reported)."""
         if isinstance(session.llm, llm.RealtimeModel):
             self.realtime = RealtimeLink(self)
             self.levers.update(self.realtime.levers)
@@ -304,6 +323,7 @@ class TurnAdapter:
             self.session.off(name, handler)  # type: ignore[arg-type]
         self._handlers.clear()
         unguard_start(self.session)
+        stop_reporting_text_turns(self.session)
         for handle in self.timers.values():
             handle.cancel()
         self.timers.clear()
@@ -397,12 +417,25 @@ class TurnAdapter:
             self._controller_failed(event, before, error)
             self._release_input()
             return ()
+        step = TraceStep(event.at, event, before, self.controller.state, effects)
+        self.call_meter.add(step)
         if self.observers:
-            self._observe(TraceStep(event.at, event, before, self.controller.state, effects))
+            self._observe(step)
         for effect in effects:
             self._execute(effect, before)
-        self.outcomes.step(before, event, self.controller.state, effects)
+        self.outcomes.step(before, event, step.after, effects)
+        if step.after == "ended" and self.call_metrics is None:
+            self._call_ended()
         return effects
+
+    def _call_ended(self) -> None:
+        """The machine ended: report the call (its summary line and meter instruments),
+        once its last effects ran and the outcome checks judged them."""
+        self.call_metrics = self.call_meter.result()
+        try:
+            report_call(self.call_metrics, dict(self.outcomes.counts))
+        except Exception as error:
+            self._report_failure("call report", error, "the call ended")
 
     def _observe(self, step: TraceStep) -> None:
         for observer in self.observers:
@@ -444,39 +477,34 @@ class TurnAdapter:
 
     def _describe(self, effect: fx.Effect, state: str) -> str:
         """The effect for a log line: its transcript text only if the controller keeps it."""
-        shown = effect if self.controller.keep_text else redact(effect)
-        return f"{shown!r} in {state}"
+        return f"{redact(effect, keep_text=self.controller.keep_text)!r} in {state}"
 
     def _controller_failed(self, event: ev.Event, state: str, error: Exception) -> None:
-        """Log a failing controller step. Its message may quote the call (an invariant
-        violation lists the step's effects), so it is logged only with ``keep_text``."""
-        if self.controller.keep_text:
-            logger.exception(
-                "turnfsm: controller failed on %s in %s",
-                event.name,
-                state,
-                extra={"event": event.name, "state": state, "error": type(error).__name__},
-            )
-            return
+        """Log a failing controller step with its traceback. Its message may quote the call
+        (an invariant violation lists the step's effects): it is redacted unless kept."""
+        shown = redact(error, keep_text=self.controller.keep_text)
         name = type(error).__name__
         if invariant := getattr(error, "invariant", None):
             name = f"{name} {invariant}"
         logger.error(
-            "turnfsm: controller failed on %s in %s: %s (message withheld: keep_text=False)\n%s",
+            "turnfsm: controller failed on %s in %s: %r\n%s",
             event.name,
             state,
-            name,
+            shown,
             "".join(traceback.format_tb(error.__traceback__)).rstrip(),
             extra={"event": event.name, "state": state, "error": name},
         )
 
     def _report_failure(self, where: str, error: BaseException, detail: str) -> None:
+        """Log a failure of a lever, a handler or an observer once per error type, its
+        message redacted unless text is kept (a plugin's error may quote its input)."""
+        shown = redact(error, keep_text=self.controller.keep_text)
         key = (where, type(error))
         if key in self._reported_failures:
             logger.debug(
                 "turnfsm: %s failed again: %r",
                 where,
-                error,
+                shown,
                 extra={"where": where, "error": type(error).__name__},
             )
             return
@@ -485,7 +513,7 @@ class TurnAdapter:
             "turnfsm: %s failed (%s): %r",
             where,
             detail,
-            error,
+            shown,
             extra={"where": where, "error": type(error).__name__},
         )
 
@@ -542,6 +570,19 @@ class TurnAdapter:
                 self._report_failure(where, error, detail)
 
         future.add_done_callback(done)
+
+    @property
+    def text_only(self) -> bool:
+        """The session has no audio, in nor out: the caller types and reads (LiveKit's
+        text testing, ``session.run(user_input=...)``). There is no audio to mute, and a
+        speech reaches the caller as the text it sends."""
+        session = self.session
+        return (
+            self.gate is None
+            and self.meter is None
+            and session.input.audio is None
+            and session.output.audio is None
+        )
 
     def require_gate(self) -> InputGate:
         """The input gate, or an error naming why it is missing."""
@@ -619,6 +660,8 @@ class TurnAdapter:
             return
         if item.role == "user" and self.realtime is not None and self.realtime.owns_user_turns:
             self.realtime.user_item(item)  # server turn detection: no TurnAgent hook runs
+        elif item.role == "user" and item.id in self._typed_turns:
+            self._typed_turns.discard(item.id)  # reported as it was typed
         elif item.role == "user" and not self.agent_hooks_active:
             self.dispatch(
                 ev.UserTurnCommitted(at=self.now(), text=item.text_content or "", item_id=item.id)
@@ -698,13 +741,17 @@ class TurnAdapter:
         try:
             self.interruptions.settle(handle)  # reported before its end
             segment = self.last_segment.get(handle.id)
+            played_seconds = self.played_seconds.get(handle.id, 0.0)
+            played_text = segment.synchronized_transcript if segment else None
+            if self.text_only:
+                played_text, played_seconds = self._text_sent(handle.id)
             self.dispatch(
                 ev.AgentSpeechEnded(
                     at=self.now(),
                     speech_id=handle.id,
                     interrupted=handle.interrupted,
-                    played_seconds=self.played_seconds.get(handle.id, 0.0),
-                    played_text=segment.synchronized_transcript if segment else None,
+                    played_seconds=played_seconds,
+                    played_text=played_text,
                 )
             )
         except Exception as error:
@@ -715,6 +762,15 @@ class TurnAdapter:
         self.forwarded_texts.pop(handle.id, None)
         if self._tool_step_speech == handle.id:
             self._tool_step_speech = None
+
+    def _text_sent(self, speech_id: str) -> tuple[str | None, float]:
+        """What a text-only session's caller got of a speech: the text it sent (no audio
+        plays), and how long it takes to say at LiveKit's standard rate (so a reply that
+        said something is never taken for a silent one)."""
+        sent = self.forwarded_texts.get(speech_id)
+        if sent is None and (message := self.assistant_messages.get(speech_id)) is not None:
+            sent = message.text_content
+        return sent, estimated_seconds(sent) if sent else 0.0
 
     def _current_speech_id(self) -> str:
         speech = self.session.current_speech
@@ -781,6 +837,16 @@ class TurnAdapter:
             raise StopResponse()
         self.agent_hook = hook
         return hook
+
+    def text_turn(self, hook: UserTurnHook) -> tuple[fx.Effect, ...]:
+        """Report a typed user turn (``generate_reply(user_input=...)``: no
+        ``on_user_turn_completed`` runs for it) before LiveKit replies from
+        ``hook.turn_ctx``; end it with :meth:`user_turn_hook_ended` once the reply was
+        asked for. Returns the step's effects (``()`` if it failed: logged)."""
+        self._reported_turn = hook.message.id
+        self._typed_turns.add(hook.message.id)
+        effects = self._guarded("generate_reply", self._commit_user_turn)(hook)
+        return effects if effects is not None else ()
 
     def _commit_user_turn(self, hook: UserTurnHook) -> tuple[fx.Effect, ...]:
         text, item_id = hook.message.text_content or "", hook.message.id

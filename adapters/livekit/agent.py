@@ -37,7 +37,7 @@ from livekit.agents.types import TimedString
 from livekit.agents.voice.agent import ModelSettings
 
 from .adapter import TurnAdapter, adapter_for
-from .turn_hook import requested_greeting
+from .turn_hook import asks_no_reply, requested_greeting
 
 
 class TurnAgent(Agent):
@@ -111,10 +111,13 @@ def _turnfsm_node(
 ) -> Any | None:
     """The reply turnfsm makes of this generation, or ``None`` to let the agent's own run:
     the greeting when the machine wants it said now, and no reply at all before the
-    callee was greeted (the adapter interrupts it; the model is not asked)."""
+    callee was greeted or to a typed turn the machine rejected (the adapter interrupts
+    it; the model is not asked)."""
     adapter = adapter_for(agent.session)
     if adapter is None:
         return None
+    if asks_no_reply(chat_ctx):
+        return _no_reply()
     greeting = requested_greeting(chat_ctx)
     if greeting is None:
         return _no_reply() if adapter.before_greeting() else None

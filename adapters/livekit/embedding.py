@@ -34,6 +34,8 @@ from livekit.agents import AgentSession, llm, utils
 
 from turnfsm import TurnPolicy
 
+from .text_turns import wait_for_text_greeting
+
 if TYPE_CHECKING:
     from .adapter import TurnAdapter
 
@@ -107,7 +109,9 @@ def check_start(adapter: TurnAdapter, agent: Any, room: Any, room_options: Any) 
 
 
 def guard_start(adapter: TurnAdapter) -> None:
-    """Run :func:`check_start` when this session starts, before LiveKit does anything.
+    """Run :func:`check_start` when this session starts, before LiveKit does anything;
+    in a text-only session, return once the greeting the session starts with was said
+    (:func:`.text_turns.wait_for_text_greeting`).
 
     The wrapper is set on the session instance only (its class is untouched) and
     removed by :meth:`~.adapter.TurnAdapter.detach`.
@@ -121,7 +125,9 @@ def guard_start(adapter: TurnAdapter) -> None:
         if not utils.is_given(room_options) or room_options is None:
             room_options = options.get("room_input_options")  # deprecated, same field
         check_start(adapter, agent, options.get("room"), room_options)
-        return await start(agent, **options)
+        started = await start(agent, **options)
+        await wait_for_text_greeting(adapter)
+        return started
 
     session.start = checked_start  # type: ignore[method-assign]
 

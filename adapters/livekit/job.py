@@ -4,7 +4,7 @@
 
     session = AgentSession(...)
     writer = trace_writer(ctx, session)            # traces/<room>-<job id>.jsonl
-    controller = TurnController(policy, trace_sink=writer)
+    controller = TurnController(policy, call=call_info(ctx), trace_sink=writer)
     adapter = attach(session, controller, end_call=hang_up_room(ctx))
     await session.start(agent, room=ctx.room, room_options=...)
     await place_sip_call(ctx, adapter, phone_number=phone_number_to_dial(ctx), ...)
@@ -17,6 +17,8 @@ outbound agent can be tried from the terminal.
 from __future__ import annotations
 
 import asyncio
+import datetime
+import hashlib
 import json
 import re
 from collections.abc import Callable
@@ -28,7 +30,7 @@ from livekit import api
 from livekit.agents import AMD, NOT_GIVEN, AgentSession, JobContext
 
 from turnfsm import events as ev
-from turnfsm.trace import TraceWriter
+from turnfsm.trace import MAX_CALL_TEXT, CallInfo, TraceWriter
 
 from .adapter import TurnAdapter
 from .log import logger
@@ -36,6 +38,10 @@ from .sip import watch_amd, watch_sip_participant
 
 RINGING_TIMEOUT = 30
 """Seconds an outbound call may ring before the SIP service gives up."""
+
+MAX_FILE_NAME = 120
+"""The longest trace file name :func:`trace_writer` makes (file systems allow 255 bytes,
+some encrypted ones about 140): a longer room name is shortened with a hash."""
 
 CONSOLE_NUMBER = "+15550100"
 """The number an outbound agent "calls" under ``console``, where nothing is dialed."""
@@ -80,20 +86,33 @@ def hang_up_room(ctx: JobContext) -> Callable[[str], None]:
     return hang_up
 
 
+def call_info(ctx: JobContext) -> CallInfo:
+    """This job's call, for the controller's ``call``: the room name as its id, the
+    agent's name, and now (UTC) as its start. Written in the trace's header, it names the
+    call in ``turnfsm report`` and groups it by agent and day."""
+    started = datetime.datetime.now(datetime.timezone.utc)
+    return CallInfo(
+        call_id=_shortened(ctx.room.name, MAX_CALL_TEXT) or None,
+        started_at=started.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        agent_name=_shortened(ctx.job.agent_name, MAX_CALL_TEXT) or None,
+    )
+
+
 def trace_writer(
     ctx: JobContext, session: AgentSession, directory: str | Path = "traces"
 ) -> TraceWriter:
     """A :class:`~turnfsm.trace.TraceWriter` for this call, closed when it ends.
 
     The file is ``<directory>/<room name>-<job id>.jsonl`` (characters other than letters,
-    digits, ``.``, ``_`` and ``-`` become ``_``); the directory is created. Each step is
-    written as it happens; the file is closed when the session closes or, at the latest,
-    when the job shuts down. Pass the writer as the controller's ``trace_sink``.
+    digits, ``.``, ``_`` and ``-`` become ``_``; a name longer than :data:`MAX_FILE_NAME`
+    keeps its start and ends with a hash of the whole); the directory is created. Each
+    step is written as it happens; the file is closed when the session closes or, at the
+    latest, when the job shuts down. Pass the writer as the controller's ``trace_sink``.
     """
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
     name = re.sub(r"[^A-Za-z0-9._-]", "_", f"{ctx.room.name or 'room'}-{ctx.job.id}")
-    writer = TraceWriter(folder / f"{name}.jsonl")
+    writer = TraceWriter(folder / f"{_shortened(name, MAX_FILE_NAME - len('.jsonl'))}.jsonl")
 
     async def close_at_shutdown() -> None:
         writer.close()
@@ -105,6 +124,15 @@ def trace_writer(
     session.on("close", close_after_the_last_step)
     ctx.add_shutdown_callback(close_at_shutdown)
     return writer
+
+
+def _shortened(text: str, limit: int) -> str:
+    """``text``, or when longer than ``limit``, its start and a hash of the whole (so two
+    long names that start alike stay apart)."""
+    if len(text) <= limit:
+        return text
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{text[: limit - len(digest) - 1]}-{digest}"
 
 
 async def place_sip_call(

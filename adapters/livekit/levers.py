@@ -13,7 +13,8 @@ greeting written into the ``turn_ctx`` of the ``on_user_turn_completed`` hook be
 effect                   lever
 =======================  =================================================================
 MuteInput                :class:`~.audio.InputGate` shut (silence to the pipeline; the
-                         caller's frames dropped, or held with ``hold_audio``)
+                         caller's frames dropped, or held with ``hold_audio``); nothing in
+                         a text-only session (no audio input: the caller types)
 UnmuteInput              gate open; held frames replayed or discarded
 LockSpeech               ``speech_handle.allow_interruptions = False``; refused once the
                          speech is interrupted
@@ -100,10 +101,14 @@ if TYPE_CHECKING:
 
 
 def mute_input(adapter: TurnAdapter, effect: fx.MuteInput) -> None:
+    if adapter.text_only:
+        return  # no audio comes in to mute: the caller types (session.run, text input)
     adapter.require_gate().mute(hold_audio=effect.hold_audio)
 
 
 def unmute_input(adapter: TurnAdapter, effect: fx.UnmuteInput) -> None:
+    if adapter.text_only:
+        return
     adapter.require_gate().unmute(replay_held_audio=effect.replay_held_audio)
 
 

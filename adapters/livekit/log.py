@@ -7,7 +7,7 @@ line. Transcript and policy text appear only when the controller keeps text
 (``keep_text=True``).
 
 turnfsm registers itself as a LiveKit ``Plugin`` (on the main thread, as LiveKit
-requires), so ``python agent.py start --log-level ...`` sets turnfsm's level with
+requires), so ``lk agent start --log-level ...`` sets turnfsm's level with
 LiveKit's own; its DEBUG lines (one per refused lever, late callbacks) stay out of
 production logs at LiveKit's default INFO. python-statemachine's engine log is quiet
 unless asked for (:mod:`turnfsm._engine_log`).
@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from importlib.metadata import PackageNotFoundError, version
 
 from livekit.agents import Plugin
+
+from turnfsm import __version__
 
 ROOT_LOGGER = "turnfsm"
 
@@ -31,11 +32,7 @@ class TurnfsmPlugin(Plugin):
     """turnfsm in LiveKit's plugin registry: its logger's level follows the worker's."""
 
     def __init__(self) -> None:
-        try:
-            package_version = version("turnfsm")
-        except PackageNotFoundError:  # a source tree that was never installed
-            package_version = "0+unknown"
-        super().__init__("turnfsm", package_version, "turnfsm", logging.getLogger(ROOT_LOGGER))
+        super().__init__("turnfsm", __version__, "turnfsm", logging.getLogger(ROOT_LOGGER))
 
 
 if threading.current_thread() is threading.main_thread():

@@ -29,10 +29,11 @@ O6      input_released                  the input gate is open and user turns ar
                                         them, and when the call ends
 ======  ==============================  ==================================================
 
-A breach is counted in :attr:`OutcomeMonitor.counts`. In production it is logged once per
-check and call, as a warning naming the check (no transcript text); with ``strict`` it is
-raised as :class:`OutcomeBreach` at the end of the adapter's current run-to-completion
-step, never inside LiveKit's audio chain.
+A breach is counted in :attr:`OutcomeMonitor.counts` and traced, as an
+``OutcomeBreached`` event naming the check, so ``turnfsm report`` names the calls that
+broke one. In production it is logged once per check and call, as a warning naming the
+check (no transcript text); with ``strict`` it is raised as :class:`OutcomeBreach` at the
+end of the adapter's current run-to-completion step, never inside LiveKit's audio chain.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
     from .adapter import TurnAdapter
 
 
-OUTCOME_CHECKS: dict[str, str] = {
+OUTCOME_CHECKS: dict[ev.OutcomeCheck, str] = {
     "O1": "no_audio_before_greeting",
     "O2": "greeting_played_whole",
     "O3": "no_reply_to_overlap_fragment",
@@ -79,7 +80,7 @@ PLAYED_SECONDS_TOLERATED = 0.05
 class OutcomeBreach(AssertionError):
     """The session did something a guarantee rules out."""
 
-    def __init__(self, check: str, message: str) -> None:
+    def __init__(self, check: ev.OutcomeCheck, message: str) -> None:
         super().__init__(f"{check} {OUTCOME_CHECKS[check]}: {message}")
         self.check = check
 
@@ -123,11 +124,14 @@ class OutcomeMonitor:
 
     # -- reporting ----------------------------------------------------------------------
 
-    def breach(self, check: str, message: str) -> None:
-        """Record a breach: warn once per check, or raise it (strict) at the step's end."""
+    def breach(self, check: ev.OutcomeCheck, message: str) -> None:
+        """Record a breach: trace it, warn once per check, or raise it (strict) at the
+        step's end."""
         error = OutcomeBreach(check, message)
         self.counts[check] += 1
         self.breaches.append(error)
+        # queued behind the step that revealed it, when one is running
+        self.adapter.dispatch(ev.OutcomeBreached(at=self.adapter.now(), check=check))
         if self.strict:
             self._unraised.append(error)
         elif self.counts[check] == 1:
@@ -144,7 +148,10 @@ class OutcomeMonitor:
     def step(
         self, before: str, event: ev.Event, after: str, effects: tuple[fx.Effect, ...]
     ) -> None:
-        """After a step's effects ran."""
+        """After a step's effects ran (not the monitor's own breaches: judging those
+        would breach again, without end)."""
+        if isinstance(event, ev.OutcomeBreached):
+            return
         self._judge_greeting_cut(event, after)
         self._note_greeting(before, event, after, effects)
         self._check_overlap(before, event, after, effects)

@@ -548,6 +548,8 @@ class RealtimeLink:
         if adapter.controller.state != "greeting":
             logger.debug("turnfsm: realtime server turns: no spill-over hold")
             return
+        if adapter.text_only:
+            return  # no audio reaches the model: the caller types, nothing to hold
         hold = adapter.controller.policy.greeting_overlap == "answer_whole"
         adapter.require_gate().mute(hold_audio=hold)
         self._gate_holds_turns = True

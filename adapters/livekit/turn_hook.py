@@ -38,6 +38,11 @@ value says how the message's text is meant: ``"text"`` (said as written) or
 
 GreetingForm = Literal["text", "instructions"]
 
+NO_REPLY = "turnfsm_no_reply"
+"""The ``extra`` key of the system message that asks for no reply at all: a reply LiveKit
+must get (``session.run`` waits for one) to a turn the machine rejected
+(:mod:`.text_turns`); ``TurnAgent.llm_node`` yields nothing, the model is not asked."""
+
 
 def reply_model(session: AgentSession) -> Any:
     """The model that replies for the running agent: its own, else the session's."""
@@ -51,6 +56,11 @@ def requested_greeting(chat_ctx: llm.ChatContext) -> tuple[GreetingForm, str] | 
         if item.type == "message" and GREETING_REQUEST in item.extra:
             return item.extra[GREETING_REQUEST], item.text_content or ""
     return None
+
+
+def asks_no_reply(chat_ctx: llm.ChatContext) -> bool:
+    """Whether a reply's context asks for no reply (:data:`NO_REPLY`)."""
+    return any(item.type == "message" and NO_REPLY in item.extra for item in chat_ctx.items)
 
 
 @dataclass

@@ -6,40 +6,54 @@ real time, the agent's audio is played out in wall-clock time,
 and the models are scripted. Used by the integration tests and by ``make demo``.
 """
 
-from .io import (
-    PacedAudioOutput,
-    PlayoutSegment,
-    RecordingTextOutput,
-    ScriptedAudioInput,
-)
-from .models import (
-    LLMRequest,
-    ScriptedLLM,
-    ScriptedReply,
-    ScriptedSTT,
-    ScriptedToolCall,
-    ScriptedTTS,
-    Transcript,
-)
-from .session import (
-    DEFAULT_TURN_HANDLING,
-    LIVEKIT_DEFAULT_TURN_HANDLING,
-    RecordedEvent,
-    SimulatedCall,
-    load_silero_vad,
-)
-from .speech import (
-    LINES,
-    CallScript,
-    DeliveredFrame,
-    SpeechLedger,
-    SpeechLine,
-    UserLine,
-    Utterance,
-    WordTiming,
-    get_line,
-    spoken_line,
-)
+from .._extras import raise_if_extra_missing
+
+try:
+    from .io import (
+        PacedAudioOutput,
+        PlayoutSegment,
+        RecordingTextOutput,
+        ScriptedAudioInput,
+    )
+    from .models import (
+        LLMRequest,
+        ScriptedLLM,
+        ScriptedReply,
+        ScriptedSTT,
+        ScriptedToolCall,
+        ScriptedTTS,
+        Transcript,
+    )
+    from .session import (
+        DEFAULT_TURN_HANDLING,
+        LIVEKIT_DEFAULT_TURN_HANDLING,
+        RecordedEvent,
+        SimulatedCall,
+        load_silero_vad,
+    )
+    from .speech import (
+        LINES,
+        CallScript,
+        DeliveredFrame,
+        SpeechLedger,
+        SpeechLine,
+        UserLine,
+        Utterance,
+        WordTiming,
+        get_line,
+        spoken_line,
+    )
+except ImportError as error:
+    raise_if_extra_missing(
+        error,
+        package="turnfsm.adapters.sim",
+        extra="sim",
+        needs={
+            "livekit.agents": "LiveKit Agents",
+            "livekit.plugins.silero": "LiveKit's silero plugin",
+        },
+    )
+    raise
 
 __all__ = [
     "DEFAULT_TURN_HANDLING",

@@ -44,16 +44,17 @@ import heapq
 import random
 import selectors
 import sys
-import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 __all__ = [
     "SimulationDeadlock",
+    "SimulationTimeLimit",
     "VirtualClockLoop",
     "install_virtual_wall_clock",
+    "run",
     "running_virtual_loop",
 ]
 
@@ -82,6 +83,11 @@ _real_uuid4 = uuid.uuid4
 
 class SimulationDeadlock(RuntimeError):
     """The virtual loop is idle with nothing scheduled: nothing can ever happen again."""
+
+
+class SimulationTimeLimit(RuntimeError):
+    """The virtual clock passed the loop's ``time_limit``: something waits without a timeout
+    while timers keep firing (a call's audio frames do), which in real time would hang."""
 
 
 class _OrderedTimer(asyncio.TimerHandle):
@@ -153,17 +159,19 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         seed: Seeds :attr:`random`, which also draws this loop's ``uuid.uuid4()`` values (once
             :func:`install_virtual_wall_clock` ran; the loop runs it), so ids are the same on
             every run of the same seed.
+        time_limit: Virtual seconds after which the next jump raises
+            :class:`SimulationTimeLimit` (a forgotten timeout costs seconds, not all memory).
 
     Attributes:
         random: The loop's random source, for anything in the simulation that draws.
     """
 
-    def __init__(self, *, seed: int = 0) -> None:
+    def __init__(self, *, seed: int = 0, time_limit: float = 3600.0) -> None:
         self._now = LOOP_TIME_ORIGIN
-        self._last_read = 0.0
+        self._time_limit = time_limit
+        self._last_read = -1.0  # the first read is the instant itself
         self._timer_order = 0
         self._threads_working = 0
-        self._threads_lock = threading.Lock()
         self.random = random.Random(seed)
         super().__init__(selector=_JumpingSelector(self))
         self._clock_resolution = 1e-12  # fire only timers due now, not those due a nanosecond on
@@ -179,6 +187,10 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         scheduled: list[asyncio.TimerHandle] = self._scheduled  # type: ignore[attr-defined]
         if scheduled and scheduled[0].when() > self._now:
             self._now = scheduled[0].when()
+        if self.elapsed() > self._time_limit:
+            raise SimulationTimeLimit(
+                f"the simulation ran past its time limit of {self._time_limit:g} virtual seconds"
+            )
 
     def elapsed(self) -> float:
         """Virtual seconds since the loop was made."""
@@ -223,22 +235,49 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
     def _run_in_thread(
         self, executor: concurrent.futures.Executor, func: Callable[..., _T], *args: Any
     ) -> asyncio.Future[_T]:
-        def tracked() -> _T:
-            try:
-                return func(*args)
-            finally:
-                with self._threads_lock:
-                    self._threads_working -= 1
-                self._write_to_self()  # type: ignore[attr-defined]
+        # counted on the loop's own thread, until the loop has taken the result: a count the
+        # worker thread lowered itself would let the clock jump between its end and its result
+        self._threads_working += 1
+        future = super().run_in_executor(executor, func, *args)
+        future.add_done_callback(self._thread_job_taken)
+        return future
 
-        with self._threads_lock:
-            self._threads_working += 1
-        return super().run_in_executor(executor, tracked)
+    def _thread_job_taken(self, _future: asyncio.Future[Any]) -> None:
+        self._threads_working -= 1
 
     def threads_working(self) -> bool:
         """Whether a job of an explicit executor is running for this loop."""
-        with self._threads_lock:
-            return self._threads_working > 0
+        return self._threads_working > 0
+
+
+def run(main: Coroutine[Any, Any, _T], *, seed: int = 0, time_limit: float = 3600.0) -> _T:
+    """Run ``main`` on a new :class:`VirtualClockLoop`, as ``asyncio.run`` does on a real one.
+
+    >>> async def call() -> str:
+    ...     await asyncio.sleep(3600 * 24)
+    ...     return "a day later"
+    >>> run(call(), time_limit=3600 * 25)
+    'a day later'
+    """
+    loop = VirtualClockLoop(seed=seed, time_limit=time_limit)
+    try:
+        asyncio.set_event_loop(loop)
+        return loop.run_until_complete(main)
+    finally:
+        try:
+            _cancel_remaining_tasks(loop)
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+
+
+def _cancel_remaining_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    tasks = asyncio.all_tasks(loop)
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
 
 
 def running_virtual_loop() -> VirtualClockLoop | None:

@@ -39,6 +39,7 @@ from turnfsm.events import CallAnswered, CallEnded
 from turnfsm.trace import TraceStep
 
 from ..livekit import TurnAdapter, TurnAgent, attach
+from . import clock
 from .models import ScriptedLLM
 from .session import SimulatedCall
 from .speech import CallScript, UserLine
@@ -212,10 +213,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="greeting_barge_in")
     parser.add_argument("--out", type=Path, default=Path("demo-output"))
     parser.add_argument("--settings", choices=SETTINGS, default="livekit-defaults")
+    parser.add_argument(
+        "--real-time",
+        action="store_true",
+        help="run the call on the wall clock instead of the virtual one (same call, slower)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     started = time.monotonic()
-    asyncio.run(run_scenario(args.scenario, args.out, settings=args.settings))
+    scenario = run_scenario(args.scenario, args.out, settings=args.settings)
+    if args.real_time:
+        asyncio.run(scenario)
+    else:
+        clock.run(scenario)
     print(f"done in {time.monotonic() - started:.1f} s")
     return 0
 

@@ -6,7 +6,9 @@ must give the same state, effects and context, and the whole traces must be equa
 
 from __future__ import annotations
 
+import gc
 import random
+import weakref
 from typing import Any
 
 import pytest
@@ -14,7 +16,8 @@ from statemachine import HistoryState, State, StateChart
 from statemachine.engines.sync import SyncEngine
 
 from turnfsm import TurnController, TurnPolicy
-from turnfsm.engine import TurnEngine
+from turnfsm import events as ev
+from turnfsm.engine import _TABLES, TurnEngine
 from turnfsm.machine import TurnChart, TurnMachine, declare_chart
 from turnfsm.testing import event_alphabet
 
@@ -121,3 +124,31 @@ def test_plans_are_not_reused_across_history_states() -> None:
         visits.append(sorted(state.id for state in machine.configuration))
     assert visits[2] == ["away", "first"]
     assert visits[5] == ["away", "second"]
+
+
+def _finished_call(policy: TurnPolicy) -> list[weakref.ref[Any]]:
+    """Weak references to one finished call's controller, machine, rules, context and
+    policy, after a walk that meets many (state, event) pairs for the first time."""
+    controller = TurnController(policy, keep_text=True)
+    rng = random.Random(7)
+    for _ in range(STEPS):
+        handled = [e for e in event_alphabet() if e.name in controller.handled_events]
+        controller.handle(rng.choice(handled or event_alphabet()))
+    controller.handle(ev.CallEnded(at=99.0))
+    parts = (controller, controller._machine, controller._rules, controller.context, policy)
+    return [weakref.ref(part) for part in parts]
+
+
+def test_no_engine_cache_keeps_a_finished_call() -> None:
+    """Issue 22: the chart's table of candidates, shared by every machine of a class,
+    was keyed by the first machine's bound event, so that machine, its rules (the
+    policy's greeting) and its context lived as long as the process."""
+    policy = TurnPolicy(direction="outbound", greeting="Hi Mrs Jones, about your loan")
+    refs = _finished_call(policy)
+    del policy
+    gc.collect()
+    alive = [type(ref()).__name__ for ref in refs if ref() is not None]
+    assert alive == [], f"still referenced after the call: {alive}"
+    for state, event in _TABLES[TurnMachine]:
+        assert type(state) is str, state
+        assert event is None or type(event) is str, event

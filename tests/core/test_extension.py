@@ -205,3 +205,39 @@ def test_turnfsm_check_refuses_bad_input(capsys: pytest.CaptureFixture[str]) -> 
     assert "POLICY must be a .json or .toml file or module:attr" in capsys.readouterr().err
     assert main(["check", "turnfsm.policy:TurnPolicy", "--rules", "json:loads"]) == 1
     assert "expected a TurnPolicy or a table" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("source", "flag", "message"),
+    [
+        (
+            "import sys\nsys.exit(0)\n",
+            "--rules",
+            "--rules: importing 'user_module' exited (SystemExit: 0): nothing was checked",
+        ),
+        ("def broken(:\n", "--machine", "--machine: cannot import 'user_module:X': SyntaxError"),
+        ("raise RuntimeError('no key')\n", "--events", "RuntimeError: no key"),
+    ],
+    ids=["exits on import", "syntax error", "raises on import"],
+)
+def test_check_fails_with_a_user_error_when_the_users_module_does_not_import(
+    source: str,
+    flag: str,
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 22: a module that exits on import made ``turnfsm check`` exit 0 having
+    checked nothing; a SyntaxError was reported as "internal error ... please report it"."""
+    (tmp_path / "user_module.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "user_module", raising=False)
+    (tmp_path / "policy.json").write_text(json.dumps({"greeting": "Hi"}))
+    assert main(["check", str(tmp_path / "policy.json"), flag, "user_module:X"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("turnfsm: error: ")
+    assert message in captured.err
+    assert "internal error" not in captured.err
+    assert "please report it" not in captured.err

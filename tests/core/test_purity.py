@@ -5,6 +5,14 @@ at run time (a subprocess records every import a ``turnfsm`` module performs whi
 package is imported and used, including modules already loaded by someone else, and
 which LiveKit modules end up loaded at all).
 
+One door leads out, on purpose: ``turnfsm.testing`` hands out the simulated-call helpers
+of ``turnfsm.adapters.sim.testing`` (which run LiveKit) by name, importing them on first
+use (a PEP 562 module ``__getattr__``), so that users find every testing tool in one
+place. Importing and using ``turnfsm`` still loads no LiveKit; only asking
+``turnfsm.testing`` for one of those names does. The door is checked to be the only one:
+no other source of ``fsm/`` names the adapters, and ``testing.py`` names them only in that
+``__getattr__`` and in imports for type checkers (never run).
+
 The doctests run here rather than through ``--doctest-modules``: pytest would import
 ``fsm/x.py`` as ``fsm.x``, a second copy of the package beside ``turnfsm.x``, and any
 doctest mixing the two (``isinstance`` across copies) fails for no real reason.
@@ -67,6 +75,79 @@ def test_the_static_check_can_fail(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     assert imported_roots(bad) & FORBIDDEN == FORBIDDEN
+
+
+def adapter_references(path: Path) -> list[str]:
+    """Where a source of ``fsm/`` names the adapters, outside imports for type checkers:
+    an import of ``.adapters...`` or a string naming ``turnfsm.adapters``, with the
+    function it is in."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            node.body = []  # runs only for type checkers: no reference
+        elif isinstance(body := getattr(node, "body", None), list):  # docstrings are prose
+            node.body = [
+                statement
+                for statement in body
+                if not (
+                    isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
+                )
+            ]
+    found = []
+    for scope in ast.walk(tree):
+        if not isinstance(scope, ast.Module | ast.FunctionDef):
+            continue
+        where = getattr(scope, "name", "<module>")
+        for node in ast.walk(scope):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("adapters"):
+                found.append(f"{where}: import .{node.module}")
+            elif isinstance(node, ast.Constant) and "turnfsm.adapters" in str(node.value):
+                found.append(f"{where}: {node.value!r}")
+    return sorted(set(found))
+
+
+def test_the_only_door_to_the_adapters_is_testings_lazy_names() -> None:
+    doors = {path.name: adapter_references(path) for path in SOURCES}
+    doors = {name: found for name, found in doors.items() if found}
+    # the module-level string is the module the lazy __getattr__ imports (SIMULATED_CALLS)
+    assert doors == {"testing.py": ["<module>: 'turnfsm.adapters.sim.testing'"]}
+    testing = (FSM / "testing.py").read_text(encoding="utf-8")
+    assert testing.count("importlib.import_module(") == 1
+    assert "return getattr(importlib.import_module(SIMULATED_CALLS), name)" in testing
+
+
+def test_the_door_check_can_fail(tmp_path: Path) -> None:
+    sneaky = tmp_path / "sneaky.py"
+    sneaky.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from .adapters.livekit import attach\n"
+        "def f():\n    'Uses turnfsm.adapters.sim.'\n    from .adapters.sim import testing\n"
+        "PATH = 'turnfsm.adapters.livekit'\n",
+        encoding="utf-8",
+    )
+    assert adapter_references(sneaky) == [
+        "<module>: 'turnfsm.adapters.livekit'",
+        "<module>: import .adapters.sim",
+        "f: import .adapters.sim",
+    ]
+
+
+def test_the_door_opens_only_when_a_helper_is_asked_for() -> None:
+    """``import turnfsm.testing`` loads no LiveKit; ``turnfsm.testing.CallerLine`` is the
+    adapters' own class, and loading it loads LiveKit."""
+    probe = (
+        "import json, sys\n"
+        "import turnfsm.testing as testing\n"
+        "before = any(name.startswith('livekit') for name in sys.modules)\n"
+        "line = testing.CallerLine\n"
+        "from turnfsm.adapters.sim import testing as simulated\n"
+        "print(json.dumps([before, 'livekit.agents' in sys.modules,"
+        " line is simulated.CallerLine, sorted(testing.FORWARDED - set(dir(testing)))]))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert json.loads(result.stdout.splitlines()[-1]) == [False, True, True, []]
 
 
 PROBE = r"""

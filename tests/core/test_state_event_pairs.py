@@ -33,6 +33,7 @@ def test_machine_events_are_event_types() -> None:
         "user_transcript",
         "agent_speech_started",
         "call_ringing",
+        "outcome_breached",
     }
     assert len(EVENTS_BY_NAME) == len(EVENT_TYPES)  # names are unique
 

@@ -79,7 +79,9 @@ def test_jsonl_round_trip(tmp_path: Path, keep_text: bool) -> None:
     lines = path.read_text(encoding="utf-8").splitlines()
     assert len(lines) == 1 + len(CALL)
     policy = POLICY if keep_text else redact(POLICY)  # the greeting is text too
-    assert json.loads(lines[0]) == {"turnfsm_trace": FORMAT_VERSION, "policy": policy.to_dict()}
+    header = json.loads(lines[0])
+    assert header["turnfsm_trace"] == FORMAT_VERSION
+    assert header["policy"] == policy.to_dict()
 
 
 def test_replay_reproduces_every_step() -> None:
@@ -215,9 +217,9 @@ def header(**changes: object) -> str:
 @pytest.mark.parametrize(
     ("first", "message"),
     [
-        (None, "line 1: header: turnfsm_trace must be 1, got None"),  # a step first
-        (header(turnfsm_trace=2), "line 1: header: turnfsm_trace must be 1, got 2"),
-        (header(turnfsm_trace="1"), "line 1: header: turnfsm_trace must be 1, got '1'"),
+        (None, "line 1: header: turnfsm_trace must be 1 or 2, got None"),  # a step first
+        (header(turnfsm_trace=3), "line 1: header: turnfsm_trace must be 1 or 2, got 3"),
+        (header(turnfsm_trace="1"), "line 1: header: turnfsm_trace must be 1 or 2, got '1'"),
         (header(policy="outbound"), "line 1: header: policy must be an object"),
         (
             header(policy={**POLICY.to_dict(), "direction": "sideways"}),

@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from mermaid_render import render
 
 from turnfsm.cli import PRESETS, readme_diagram
@@ -22,6 +23,7 @@ READABLE_PX = 11.0
 """The smallest text we call readable on a page."""
 
 
+@pytest.mark.wall_clock  # drives a real Chromium process
 async def test_readme_diagram_reads_at_900_px_and_the_full_ones_render(
     summary_line: Callable[[str], None],
 ) -> None:

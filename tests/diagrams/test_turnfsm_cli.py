@@ -100,7 +100,7 @@ def test_missing_trace_and_bad_policy(tmp_path: Path, capsys: pytest.CaptureFixt
     policy = tmp_path / "policy.json"
     policy.write_text('{"direction": "outbound", "greeting": "Hi", "max_tool_steps": 0}')
     assert main(["diagram", "--policy", str(policy)]) == 1
-    assert "max_tool_steps must be an integer >= 1, got 0" in capsys.readouterr().err
+    assert "max_tool_steps must be an integer from 1 to 1000000, got 0" in capsys.readouterr().err
 
 
 def test_timeline_writes_svg_only(call_file: Path, tmp_path: Path) -> None:

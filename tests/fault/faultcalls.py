@@ -35,7 +35,7 @@ import turnfsm
 from turnfsm import TurnController, TurnPolicy
 from turnfsm import effects as fx
 from turnfsm.adapters.livekit import TurnAdapter, TurnAgent, adapter_for, attach
-from turnfsm.adapters.sim import SimulatedCall
+from turnfsm.adapters.sim import SimulatedCall, clock
 from turnfsm.events import CallAnswered
 from turnfsm.trace import TraceStep
 
@@ -237,8 +237,9 @@ def result_of(results: dict[str, Any], name: str) -> Any:
 
 
 def run_in_new_loop(main: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
-    """``asyncio.run`` for module fixtures (no loop runs while fixtures are set up)."""
-    return asyncio.run(main())
+    """``asyncio.run`` on the virtual clock, for module fixtures (no loop runs while fixtures
+    are set up)."""
+    return clock.run(main())
 
 
 # -- logs ----------------------------------------------------------------------------------

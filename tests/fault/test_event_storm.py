@@ -49,6 +49,7 @@ from turnfsm import TurnController, TurnPolicy
 from turnfsm import events as ev
 from turnfsm.adapters.livekit import TurnAdapter, adapter_for, attach
 from turnfsm.adapters.sim import ScriptedLLM, SimulatedCall
+from turnfsm.adapters.sim.clock import VirtualClockLoop
 from turnfsm.controller import replay
 
 EXAMPLES = 200
@@ -287,7 +288,7 @@ class Storm:
 
 @pytest.fixture(scope="module")
 def storm() -> Iterator[Storm]:
-    loop = asyncio.new_event_loop()
+    loop = VirtualClockLoop()
     ledger = TaskLedger()
     ledger.install(loop)
     call = SimulatedCall(

@@ -406,8 +406,9 @@ async def levers_on_closed_session() -> ClosedSessionOutcome:
         await asyncio.sleep(0.2)
     # the attached adapter detached on close: its later inputs are ignored
     fc.adapter.dispatch(ev.UserTurnCommitted(at=1.0, text="Hello?", item_id="late"))
-    # a fresh controller on the closed session: every lever touching it fails
-    fresh = TurnController(outbound(), strict=True)
+    # a fresh controller on the closed session: every lever touching it fails (keep_text:
+    # the warnings quote LiveKit's error messages, told apart below)
+    fresh = TurnController(outbound(), strict=True, keep_text=True)
     adapter = attach(fc.session, fresh)
     adapter.dispatch(ev.CallAnswered(at=adapter.now()))  # start_timer: no session needed
     # interrupt(force=True) of a speech before the callee spoke: session.interrupt() fails
@@ -441,7 +442,7 @@ async def no_audio_input() -> NoInputOutcome:
     )
     output = PacedAudioOutput()
     session.output.audio = output
-    controller = TurnController(outbound(greeting_lock="mute_input"), strict=True)
+    controller = TurnController(outbound(greeting_lock="mute_input"), strict=True, keep_text=True)
     adapter = attach(session, controller)
     await session.start(TurnAgent(instructions="You are on a call."), record=False)
     try:

@@ -21,6 +21,7 @@ from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.context import TurnContext
 from turnfsm.rules import TurnRules
+from turnfsm.trace import CallInfo
 
 OUTBOUND = TurnPolicy(direction="outbound", greeting="Hi, it's Ada.")
 
@@ -97,7 +98,12 @@ BAD_VALUES: dict[str, list[object]] = {
 """Values each kind of field refuses (a ``str | None`` field takes ``None``)."""
 
 
-REQUIRED: dict[str, object] = {"speech_id": "s1", "effect": "interrupt", "outcome": "done"}
+REQUIRED: dict[str, object] = {
+    "speech_id": "s1",
+    "effect": "interrupt",
+    "outcome": "done",
+    "check": "O1",
+}
 """Good values for the fields some events require, so that one bad field is the only one."""
 
 
@@ -208,7 +214,7 @@ def test_a_failing_trace_sink_changes_nothing() -> None:
         def __init__(self) -> None:
             self.fail = False
 
-        def start(self, policy: TurnPolicy) -> None:
+        def start(self, policy: TurnPolicy, call: CallInfo) -> None:
             pass
 
         def append(self, step: TraceStep) -> None:

@@ -27,6 +27,7 @@ from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.cli import main
 from turnfsm.diagram import build_diagram, to_mermaid
+from turnfsm.report import CallReport
 from turnfsm.timeline import render_timeline
 
 HANG_GUARD = 120.0
@@ -108,7 +109,16 @@ def test_a_two_hour_call_draws_and_overlays(
     )
 
 
-HOSTILE_IDS = ["s\x01", "s\ud800", "s\x1b[2J", "<script>alert(1)</script>", "]]>", "s\ufffe"]
+HOSTILE_IDS = [
+    "s\x01",
+    "s\u202egpj.exe",
+    "s\u2028",
+    "s\ufffe",
+    "s\x1b[2J",
+    "<script>alert(1)</script>",
+    "]]>",
+]
+"""(A lone surrogate is refused when the event is built: test_accepted_is_written.py.)"""
 
 
 @pytest.mark.parametrize("speech_id", HOSTILE_IDS)
@@ -189,3 +199,27 @@ def test_the_cli_reports_a_directory_or_a_missing_file(
     assert main(["timeline", str(tmp_path / "missing.jsonl")]) == 1
     err = capsys.readouterr().err
     assert err.count("turnfsm: error: cannot read") == 2
+
+
+@pytest.mark.parametrize(
+    "times",
+    [(0.0, 1.7e308), (1.7e308, 1.79e308), (0.0, 1.7976931348623157e308)],
+    ids=["from 0", "both huge", "the largest float"],
+)
+def test_times_near_the_largest_float_are_drawn_and_reported(times: tuple[float, float]) -> None:
+    """Issue 22: the timeline crashed (``OverflowError``) for times near 1.7e308; the
+    report summed such durations with ``fsum``, which raises on overflow."""
+    controller = TurnController(POLICY)
+    controller.handle(ev.CallAnswered(at=times[0]))
+    controller.handle(ev.UserTurnCommitted(at=times[0], text="Hello?", item_id="u1"))
+    controller.handle(ev.CallEnded(at=times[1]))
+    assert controller.trace is not None
+    svg = render_timeline(controller.trace)
+    root = ElementTree.fromstring(svg.encode("utf-8"))
+    assert "inf" not in svg
+    assert "nan" not in svg
+    assert float(root.get("data-duration", "")) == times[1] - times[0]
+    report = CallReport()
+    report.add(controller.trace)
+    report.add(controller.trace)
+    assert report.render().startswith("<!DOCTYPE html>")

@@ -66,7 +66,10 @@ CASES: dict[str, tuple[list[str], str]] = {
         "StartTimer.seconds must be a number",
     ),
     "unknown step key": (edited(4, {"extra": 1}), "step has unknown keys ['extra']"),
-    "header version": (edited(1, {"turnfsm_trace": True}), "turnfsm_trace must be 1, got True"),
+    "header version": (
+        edited(1, {"turnfsm_trace": True}),
+        "turnfsm_trace must be 1 or 2, got True",
+    ),
     "header policy value": (edited(1, {"policy": {"max_tool_steps": "3"}}), "max_tool_steps"),
     "header unknown key": (edited(1, {"secret": 1}), "header: unknown keys ['secret']"),
     "dropped steps": (edited(1, {"dropped_steps": -3}), "dropped_steps must be an integer"),
@@ -138,3 +141,78 @@ def test_a_trace_writer_streams_a_readable_trace(tmp_path: Path) -> None:
             controller.handle(step.event)
             assert len(Trace.read(path)) == writer.steps  # readable at every moment
     assert Trace.read(path) == controller.trace
+
+
+def _padded(line: str, size: int) -> str:
+    """``line`` (a JSON object) padded with spaces to ``size`` bytes."""
+    return line + " " * (size - len(line.encode("utf-8")))
+
+
+@pytest.mark.parametrize("newline", ["\n", ""])
+def test_a_line_of_exactly_the_limit_is_read_and_one_byte_more_is_not(
+    tmp_path: Path, newline: str
+) -> None:
+    """Issue 22: the limit is the longest line read, its newline aside; a line of
+    exactly ``MAX_LINE_BYTES`` bytes was refused (from a file) and accepted one byte
+    past it when its newline was counted (``Trace.parse``)."""
+    lines = good_lines()
+    last = len(lines) - 1
+    for size, readable in ((MAX_LINE_BYTES, True), (MAX_LINE_BYTES + 1, False)):
+        lines[last] = _padded(good_lines()[last], size)
+        path = tmp_path / "call.jsonl"
+        path.write_text("\n".join(lines) + newline, encoding="utf-8")
+        texts = [line + "\n" for line in lines]
+        for source in (path, texts):
+            read = Trace.read if isinstance(source, Path) else Trace.parse
+            if readable:
+                assert len(read(source)) == len(lines) - 1  # type: ignore[arg-type]
+            else:
+                with pytest.raises(TraceFormatError, match=f"^line {last + 1}: longer than"):
+                    read(source)  # type: ignore[arg-type]
+
+
+def _streamed(path: Path) -> Trace:
+    with TraceWriter(path) as writer:
+        controller = TurnController(recorded(1).policy, keep_text=True, trace_sink=writer)
+        for step in recorded(5, keep_text=True):
+            controller.handle(step.event)
+    assert controller.trace is not None
+    return controller.trace
+
+
+@pytest.mark.parametrize("cut", [1, 7, "in a character"])
+def test_a_torn_last_line_is_skipped_with_a_warning(tmp_path: Path, cut: object) -> None:
+    """Issue 22: a writer that dies mid-line leaves the last line cut short (no newline);
+    the module promises a crash loses at most the step being written, yet the whole
+    trace was refused. Now that line alone is skipped, and the trace says so."""
+    path = tmp_path / "call.jsonl"
+    whole = _streamed(path)
+    data = path.read_bytes()
+    last_start = data.rindex(b"\n", 0, len(data) - 1) + 1
+    if cut == "in a character":
+        data = data[:-1] + '"é€'.encode()[:-1]  # a step cut inside a UTF-8 character
+    else:
+        data = data[: last_start + int(cut)]  # type: ignore[call-overload]
+    path.write_bytes(data)
+    read = Trace.read(path)
+    assert read.steps == whole.steps[:-1]
+    assert read.torn_line == len(whole.steps) + 1
+    assert "cut short" in read.warnings()[0]
+
+
+def test_a_bad_last_line_that_was_written_whole_is_still_an_error(tmp_path: Path) -> None:
+    """Only a line without its newline was cut short by a crash; one written whole and
+    wrong is a malformed trace."""
+    path = tmp_path / "call.jsonl"
+    _streamed(path)
+    data = path.read_bytes()
+    path.write_bytes(data[: data.rindex(b"\n", 0, len(data) - 1) + 5] + b"\n")
+    with pytest.raises(TraceFormatError, match=r"^line \d+: "):
+        Trace.read(path)
+
+
+def test_a_torn_header_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "call.jsonl"
+    path.write_bytes(good_lines()[0].encode()[:40])
+    with pytest.raises(TraceFormatError, match="^line 1: cut short"):
+        Trace.read(path)

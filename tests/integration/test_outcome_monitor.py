@@ -30,6 +30,7 @@ runs strict: no check fires there.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -40,6 +41,7 @@ from turncalls import GREETING, TurnCall, run_scenarios, turn_call, wait_segment
 
 from turnfsm import TurnPolicy
 from turnfsm import effects as fx
+from turnfsm import events as ev
 from turnfsm.adapters.livekit import TurnAdapter, TurnAgent
 from turnfsm.adapters.sim import LINES, CallScript, ScriptedLLM, UserLine
 
@@ -52,6 +54,20 @@ LONG_REPLY = (
     "at ten, please let us know if that time still works for you."
 )
 HELLO_AT = 2.0
+
+
+def _breaches(tc: TurnCall) -> dict[str, int]:
+    """The monitor's counts, checked against the call's trace: each breach is traced as an
+    ``OutcomeBreached`` event (issue 22: the report lists the calls that broke one)."""
+    counts = dict(tc.adapter.outcomes.counts)
+    assert tc.controller.trace is not None
+    traced = collections.Counter(
+        step.event.check
+        for step in tc.controller.trace
+        if isinstance(step.event, ev.OutcomeBreached)
+    )
+    assert traced == counts, tc.describe()
+    return counts
 
 
 def _does_nothing(adapter: TurnAdapter, effect: fx.Effect) -> None:
@@ -99,7 +115,7 @@ async def _o1_audio_before_greeting() -> dict[str, int]:
         first = tc.call.audio_output.segments[0]
         assert first.started_at is not None, context
         assert tc.segment_start(first) < HELLO_AT, context
-        return dict(tc.adapter.outcomes.counts)
+        return _breaches(tc)
 
 
 async def _o2_greeting_cut() -> dict[str, int]:
@@ -110,7 +126,7 @@ async def _o2_greeting_cut() -> dict[str, int]:
         await _greeting_then_overlap(tc, overlap_after=1.0)
         greeting = tc.call.audio_output.segments[0]
         assert greeting.interrupted, tc.describe()
-        return dict(tc.adapter.outcomes.counts)
+        return _breaches(tc)
 
 
 async def _o3_tail_answered() -> dict[str, int]:
@@ -124,7 +140,7 @@ async def _o3_tail_answered() -> dict[str, int]:
         answered = [r.last_user_text for r in llm.requests]
         assert answered, context
         assert answered[0] != LINES["long_overlap"].text, context  # only a tail of it
-        return dict(tc.adapter.outcomes.counts)
+        return _breaches(tc)
 
 
 async def _o4_unheard_words_kept() -> dict[str, int]:
@@ -143,7 +159,7 @@ async def _o4_unheard_words_kept() -> dict[str, int]:
         call.audio_input.say_now("stop")
         await call.sleep_until(call.now() + LINES["stop"].duration + 4)
         assert call.audio_output.segments[0].interrupted, tc.describe()
-        return dict(tc.adapter.outcomes.counts)
+        return _breaches(tc)
 
 
 class LookupAgent(TurnAgent):
@@ -162,7 +178,7 @@ async def _o5_round_past_cap() -> dict[str, int]:
         _break(tc, {fx.CancelToolReply: _does_nothing})
         rounds = tc.call.events_named
         await tc.call.wait_until(lambda: len(rounds("function_tools_executed")) > 2, timeout=12)
-        return dict(tc.adapter.outcomes.counts)
+        return _breaches(tc)
 
 
 async def _o6_left_muted(strict: bool = False) -> dict[str, int]:
@@ -177,7 +193,7 @@ async def _o6_left_muted(strict: bool = False) -> dict[str, int]:
         assert gate is not None
         assert gate.muted, tc.describe()
         assert tc.controller.state == "listening", tc.describe()
-        return dict(tc.adapter.outcomes.counts)
+        return _breaches(tc)
 
 
 CASES = {

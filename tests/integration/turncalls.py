@@ -20,6 +20,7 @@ from turnfsm import TurnController, TurnPolicy
 from turnfsm import effects as fx
 from turnfsm.adapters.livekit import TurnAdapter, TurnAgent, attach
 from turnfsm.adapters.sim import PlayoutSegment, SimulatedCall
+from turnfsm.adapters.sim.testing import describe_call
 from turnfsm.events import CallAnswered
 from turnfsm.trace import TraceStep
 
@@ -86,19 +87,8 @@ class TurnCall:
         return [m.text_content or "" for m in self.call.messages(role)]  # type: ignore[arg-type]
 
     def describe(self) -> str:
-        """The trace and history, for assertion messages."""
-        lines = [
-            f"{self.at(s):6.2f} {s.before}->{s.after} {s.event!r:.110} "
-            f"{[e.name for e in s.effects]}"
-            for s in self.steps
-        ]
-        lines += [f"history: {m.role}: {m.text_content!r}" for m in self.call.messages()]
-        lines += [
-            f"segment {s.index}: start={self.segment_start(s) if s.started_at else None} "
-            f"pushed={s.pushed:.2f} played={s.played:.2f} interrupted={s.interrupted}"
-            for s in self.call.audio_output.segments
-        ]
-        return "\n".join(lines)
+        """The caller's lines, the trace, history and playout, for assertion messages."""
+        return describe_call(self.call, self.steps, self.offset)
 
     def now(self) -> float:
         return self.call.now()

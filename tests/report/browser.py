@@ -3,17 +3,20 @@
 :func:`chromium` finds Debian's ``chromium`` or installs it with apt (support.debian);
 if that is impossible the test fails, it never skips.
 :func:`open_page` loads a page with the console and errors already watched, runs a
-script in it and returns what the script returned with every console error seen.
+script in it and returns what the script returned with every console error seen, and
+can take a screenshot of the page's top as it was then.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import itertools
 import re
 import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -35,9 +38,20 @@ class Page:
     console: list[str] = field(default_factory=list)
 
 
-async def open_page(url: str, script: str, *, timeout: float = 60.0) -> Page:
+@dataclass(frozen=True)
+class Screenshot:
+    """Where to save a PNG of the page's top, ``width`` × ``height`` CSS pixels."""
+
+    path: Path
+    width: int = 1280
+    height: int = 2000
+
+
+async def open_page(
+    url: str, script: str, *, timeout: float = 60.0, screenshot: Screenshot | None = None
+) -> Page:
     """Load ``url`` in headless Chromium, then evaluate ``script`` (an expression; a
-    promise is awaited)."""
+    promise is awaited), then take the ``screenshot`` if asked."""
     with tempfile.TemporaryDirectory() as profile:
         process = await asyncio.create_subprocess_exec(
             chromium(),
@@ -52,14 +66,16 @@ async def open_page(url: str, script: str, *, timeout: float = 60.0) -> Page:
             stderr=asyncio.subprocess.PIPE,
         )
         try:
-            return await asyncio.wait_for(_drive(process, url, script), timeout)
+            return await asyncio.wait_for(_drive(process, url, script, screenshot), timeout)
         finally:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
             await process.wait()
 
 
-async def _drive(process: asyncio.subprocess.Process, url: str, script: str) -> Page:
+async def _drive(
+    process: asyncio.subprocess.Process, url: str, script: str, screenshot: Screenshot | None
+) -> Page:
     assert process.stderr is not None
     while True:
         line = (await process.stderr.readline()).decode(errors="replace")
@@ -90,6 +106,14 @@ async def _drive(process: asyncio.subprocess.Process, url: str, script: str) -> 
 
                 for domain in ("Runtime", "Log", "Page"):
                     await call(f"{domain}.enable")
+                if screenshot is not None:
+                    await call(
+                        "Emulation.setDeviceMetricsOverride",
+                        width=screenshot.width,
+                        height=screenshot.height,
+                        deviceScaleFactor=1,
+                        mobile=False,
+                    )
                 await call("Page.navigate", url=url)
                 while True:  # until the page has loaded
                     message = await ws.receive_json()
@@ -102,6 +126,9 @@ async def _drive(process: asyncio.subprocess.Process, url: str, script: str) -> 
                 if "exceptionDetails" in result:
                     page.errors.append(f"script: {result['exceptionDetails']}")
                 page.value = result.get("result", {}).get("value")
+                if screenshot is not None:
+                    shot = await call("Page.captureScreenshot", format="png")
+                    screenshot.path.write_bytes(base64.b64decode(shot["data"]))
     finally:
         drain.cancel()
     return page

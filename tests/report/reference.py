@@ -7,6 +7,7 @@ the documented ones: see ``CallMetrics`` and the report's glossary.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -24,6 +25,11 @@ def text_length(text: str) -> int | None:
     if text.startswith("[redacted ") and text.endswith(" chars]"):
         return int(text[len("[redacted ") : -len(" chars]")])
     return len(text)
+
+
+REPORT_ONLY_FIGURES = frozenset({"policy", "breaches"})
+"""Figures of :func:`call_figures` that the report reads from the trace and
+:class:`~turnfsm.metrics.CallMetrics` does not hold."""
 
 
 def call_figures(trace: Trace) -> dict[str, Any]:
@@ -65,8 +71,34 @@ def call_figures(trace: Trace) -> dict[str, Any]:
         for s in steps
         if s.event.name == "agent_speech_ended" and s.event.played_text is not None
     }
+
+    def speeches(condition: Any) -> set[str]:
+        return {s.event.speech_id for s in steps if condition(s)}
+
+    cut = speeches(
+        lambda s: (
+            s.event.name == "agent_speech_interrupted"
+            or (s.event.name == "agent_speech_ended" and s.event.interrupted)
+        )
+    )
+    audible = speeches(lambda s: s.event.name == "agent_speech_started") | speeches(
+        lambda s: s.event.name == "agent_speech_ended" and s.event.played_seconds > 0
+    )
+    unheard = cut - audible
+    cut_live = speeches(
+        lambda s: (
+            s.before in LIVE
+            and (
+                s.event.name == "agent_speech_interrupted"
+                or (s.event.name == "agent_speech_ended" and s.event.interrupted)
+            )
+        )
+    )
+    asked = effects_of(fx.DropUnspokenText)
+    empty = {d.speech_id for d in asked} - set(messages)  # no text committed: none to drop
+    drops = [d for d in asked if d.speech_id not in empty]
     dropped = unmeasured = 0
-    for drop in effects_of(fx.DropUnspokenText):
+    for drop in drops:
         full = messages.get(drop.speech_id)
         spoken = text_length(drop.played_text) if drop.played_text is not None else None
         if drop.played_text is None:
@@ -103,6 +135,10 @@ def call_figures(trace: Trace) -> dict[str, Any]:
         1 for s in steps if s.event.name == "user_speech_started" and s.before == "greeting"
     )
     return {
+        "policy": json.dumps(trace.policy.to_dict(), sort_keys=True),
+        "breaches": dict(
+            Counter(s.event.check for s in steps if s.event.name == "outcome_breached")
+        ),
         "direction": trace.policy.direction,
         "end_reason": ends[0].reason if ends else None,
         "duration": steps[-1].at - steps[0].at if steps else 0.0,
@@ -115,18 +151,9 @@ def call_figures(trace: Trace) -> dict[str, Any]:
         "agent_speeches": len(
             {s.event.speech_id for s in steps if s.event.name == "agent_speech_started"}
         ),
-        "barge_ins": len(
-            {
-                s.event.speech_id
-                for s in steps
-                if s.before in LIVE
-                and (
-                    s.event.name == "agent_speech_interrupted"
-                    or (s.event.name == "agent_speech_ended" and s.event.interrupted)
-                )
-            }
-        ),
-        "drops": len(effects_of(fx.DropUnspokenText)),
+        "barge_ins": len(cut_live & audible),
+        "discarded_speeches": len(unheard),
+        "drops": len(drops),
         "dropped_chars": dropped,
         "unmeasured_drops": unmeasured,
         "tool_rounds": len(tool_starts) - len(refused),
@@ -146,21 +173,22 @@ def call_figures(trace: Trace) -> dict[str, Any]:
             Counter(
                 f"{s.event.effect}:{s.event.outcome}"
                 for s in steps
-                if s.event.name == "effect_outcome" and s.event.outcome != "done"
+                if s.event.name == "effect_outcome"
+                and s.event.outcome != "done"
+                and not (s.event.effect == "drop_unspoken_text" and s.event.speech_id in empty)
             )
         ),
     }
 
 
-def bound(values: Sequence[float], edges: Sequence[float], fraction: float) -> float | None:
-    """The smallest edge with at least ``fraction`` of ``values`` at or below it, else the
-    largest value (the report's "within")."""
+def nearest_rank(values: Sequence[float], percent: int) -> float | None:
+    """The smallest value with at least ``percent`` % of ``values`` at or below it (the
+    report's exact percentile), by counting, not by index."""
     if not values:
         return None
-    for edge in edges:
-        if sum(1 for v in values if v <= edge) >= fraction * len(values):
-            return min(edge, max(values))
-    return max(values)
+    return min(
+        v for v in values if 100 * sum(1 for w in values if w <= v) >= percent * len(values)
+    )
 
 
 def percent(part: float, whole: float) -> str:
@@ -171,9 +199,7 @@ def seconds(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f} s"
 
 
-def report_figures(
-    calls: list[dict[str, Any]], greeting_edges: Sequence[float], state_edges: Sequence[float]
-) -> dict[str, str]:
+def report_figures(calls: list[dict[str, Any]]) -> dict[str, str]:
     """The report's headline figures, as it prints them."""
     n = len(calls)
 
@@ -191,9 +217,10 @@ def report_figures(
     handled = [c["overlap_handling"] for c in calls]
     figures = {
         "calls": str(n),
+        "policies": str(len({c["policy"] for c in calls})),
+        "breaches": str(sum(sum(c["breaches"].values()) for c in calls)),
+        "calls_with_breach": share(sum(1 for c in calls if c["breaches"])),
         "greeting_heard": share(len(greet)),
-        "greeting_median": seconds(bound(greet, greeting_edges, 0.5)),
-        "greeting_p90": seconds(bound(greet, greeting_edges, 0.9)),
         "greeting_mean": seconds(sum(greet) / len(greet) if greet else None),
         "greeting_max": seconds(max(greet) if greet else None),
         "greeted": str(greeted),
@@ -206,6 +233,7 @@ def report_figures(
         "barge_ins": str(total("barge_ins")),
         "barge_in_rate": percent(total("barge_ins"), total("agent_speeches")),
         "calls_with_barge_in": share(having("barge_ins")),
+        "discarded_speeches": str(total("discarded_speeches")),
         "drops": str(total("drops")),
         "dropped_chars": str(total("dropped_chars")),
         "unmeasured_drops": str(total("unmeasured_drops")),
@@ -222,6 +250,12 @@ def report_figures(
         "lever_problems": str(sum(sum(c["lever_outcomes"].values()) for c in calls)),
         "duration_mean": seconds(sum(c["duration"] for c in calls) / n if n else None),
     }
+    durations = [c["duration"] for c in calls]
+    for p in (50, 95, 99):
+        figures[f"greeting_p{p}"] = seconds(nearest_rank(greet, p))
+        figures[f"duration_p{p}"] = seconds(nearest_rank(durations, p))
+    for check in {check for c in calls for check in c["breaches"]}:
+        figures[f"breach_{check}"] = str(sum(c["breaches"].get(check, 0) for c in calls))
     reasons = [c["end_reason"] or "not ended" for c in calls]
     for reason in set(reasons):
         figures[f"ended_{reason}"] = share(reasons.count(reason))
@@ -230,6 +264,7 @@ def report_figures(
         times = [c["state_seconds"][state] for c in calls if state in c["state_seconds"]]
         figures[f"state_{state}_calls"] = str(len(times))
         figures[f"state_{state}_mean"] = seconds(sum(times) / len(times))
-        figures[f"state_{state}_p90"] = seconds(bound(times, state_edges, 0.9))
+        figures[f"state_{state}_p50"] = seconds(nearest_rank(times, 50))
+        figures[f"state_{state}_p95"] = seconds(nearest_rank(times, 95))
         figures[f"state_{state}_share"] = percent(sum(times), all_time)
     return figures

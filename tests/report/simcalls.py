@@ -1,12 +1,14 @@
 """Many plausible calls, fast: scripted event sequences through the pure controller.
 
-:func:`simulated_trace` plays one seeded call: a random policy, then the call's life as
+:func:`simulated_trace` plays one seeded call: one of a few policies, an agent and a day
+(the trace's header), then the call's life as
 LiveKit would report it (ringing, answer or not, "Hello?", the greeting with or without
 the callee talking over it, user turns, replies with tool rounds and barge-ins, silences
 that fire the idle timer, a hang-up or a timer's end). The driver reacts to the
 machine's effects like a session would: timers fire when due, re-prompts and fallbacks
-are said, an ``Interrupt`` cuts the speech that plays, ``EndCall`` ends the call. The
-controller runs strict, so every trace also keeps every invariant.
+are said, an ``Interrupt`` cuts the speech that plays, ``EndCall`` ends the call; some
+replies are prepared early and replaced before any audio, as LiveKit's preemptive
+generation does. The controller runs strict, so every trace also keeps every invariant.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Iterator
 from turnfsm import Trace, TurnController, TurnPolicy
 from turnfsm import effects as fx
 from turnfsm import events as ev
+from turnfsm.trace import CallInfo
 
 REPLY = "Your appointment is on Tuesday at ten in the morning, with Doctor Shah."
 
@@ -28,9 +31,9 @@ class CallOver(Exception):
 class Driver:
     """Feeds one controller, keeps the call's clock and answers its effects."""
 
-    def __init__(self, policy: TurnPolicy, rng: random.Random) -> None:
+    def __init__(self, policy: TurnPolicy, rng: random.Random, call: CallInfo) -> None:
         self.controller = TurnController(
-            policy, strict=True, keep_text=True
+            policy, strict=True, keep_text=True, call=call
         )  # dropped text is measured from the text
         self.rng = rng
         self.t = 0.0
@@ -38,6 +41,8 @@ class Driver:
         self.requests: list[fx.Effect] = []
         self.active: set[str] = set()
         """Speeches created and not ended; an ``Interrupt`` cuts them all."""
+        self.committed: set[str] = set()
+        """Speeches whose assistant message was committed."""
         self.serial = 0
         self.greeting_fails = rng.random() < 0.05
         """The greeting's start fails (the machine says it again, locked)."""
@@ -62,13 +67,20 @@ class Driver:
             raise CallOver
         for effect in effects:  # each lever reports what it did, after the step
             self.send(
-                ev.EffectOutcome(at=self.t, effect=effect.name, outcome=self.outcome(effect))
+                ev.EffectOutcome(
+                    at=self.t,
+                    effect=effect.name,
+                    outcome=self.outcome(effect),
+                    speech_id=getattr(effect, "speech_id", None) or None,
+                )
             )
         return effects
 
     def outcome(self, effect: fx.Effect) -> str:
         if isinstance(effect, fx.StartGreeting) and self.greeting_fails:
             return "failed"
+        if isinstance(effect, fx.DropUnspokenText) and effect.speech_id not in self.committed:
+            return "refused"  # as the adapter's lever: no message to trim
         if isinstance(effect, fx.DropUnspokenText | fx.StartTimer) and self.rng.random() < 0.05:
             return self.rng.choice(["refused", "failed"])
         return "done"
@@ -121,7 +133,7 @@ class Driver:
         if barge_in_after is None:
             self.advance(seconds)
             if speech in self.active:
-                self.send(ev.AssistantMessageCommitted(at=self.t, speech_id=speech, text=REPLY))
+                self.commit(ev.AssistantMessageCommitted(at=self.t, speech_id=speech, text=REPLY))
                 self.end(speech, played_seconds=seconds)
             return
         self.advance(barge_in_after)
@@ -135,13 +147,17 @@ class Driver:
             self.send(ev.AgentSpeechInterrupted(at=self.t, speech_id=speech))
             message_first = self.rng.random() < 0.5  # LiveKit commits it before or after
             if message_first:
-                self.send(message)
+                self.commit(message)
             self.end(
                 speech, interrupted=True, played_seconds=barge_in_after + 0.4, played_text=heard
             )
             if not message_first:
-                self.send(message)
+                self.commit(message)
         self.user_turn(speaking=True)
+
+    def commit(self, message: ev.AssistantMessageCommitted) -> None:
+        self.committed.add(message.speech_id)
+        self.send(message)
 
     def user_turn(self, *, speaking: bool = False, seconds: float = 1.2) -> None:
         if not speaking:
@@ -155,26 +171,82 @@ class Driver:
         )
 
 
-def random_policy(rng: random.Random) -> TurnPolicy:
-    direction = rng.choice(["outbound", "outbound", "inbound"])
-    return TurnPolicy(
-        direction=direction,
-        greeting="Hi, this is Ada from Acme Dental.",
-        greeting_lock=rng.choice(["keep_listening", "keep_listening", "mute_input"]),
-        greeting_overlap=rng.choice(["drop", "answer_whole"]),
-        interrupted_text=rng.choice(["spoken", "spoken", "drop", "keep"]),
-        max_tool_steps=rng.randint(1, 3),
-        idle_timeout=rng.choice([None, 6.0, 8.0]),
-        idle_max_reprompts=rng.randint(0, 2),
-        max_call_duration=rng.choice([None, None, 60.0]),
-        on_await_user_timeout=rng.choice(["greet", "hang_up"]),
+GREETING = "Hi, this is Ada from Acme Dental."
+
+POLICIES: tuple[TurnPolicy, ...] = (
+    TurnPolicy(
+        direction="outbound",
+        greeting=GREETING,
+        max_tool_steps=1,
+        idle_timeout=6.0,
+        idle_max_reprompts=1,
+        max_call_duration=60.0,
+    ),
+    TurnPolicy(
+        direction="outbound",
+        greeting=GREETING,
+        greeting_lock="mute_input",
+        greeting_overlap="drop",
+        interrupted_text="drop",
+        max_tool_steps=2,
+        on_await_user_timeout="hang_up",
+    ),
+    TurnPolicy(
+        direction="outbound",
+        greeting=GREETING,
+        greeting_overlap="drop",
+        interrupted_text="keep",
+        idle_timeout=8.0,
+    ),
+    TurnPolicy(
+        direction="inbound",
+        greeting=GREETING,
+        max_tool_steps=2,
+        idle_timeout=6.0,
+        max_call_duration=60.0,
+    ),
+    TurnPolicy(
+        direction="inbound",
+        greeting=GREETING,
+        greeting_lock="mute_input",
+        interrupted_text="drop",
+        max_tool_steps=1,
+        idle_max_reprompts=0,
+    ),
+    TurnPolicy(
+        direction="outbound",
+        greeting=GREETING,
+        greeting_lock="mute_input",
+        max_tool_steps=2,
+        idle_timeout=8.0,
+        idle_max_reprompts=0,
+        max_call_duration=60.0,
+        on_await_user_timeout="hang_up",
+    ),
+)
+"""The policies the calls run under, as a few agents in production would: every lock,
+overlap and interrupted-text choice, tool caps of 1 to 3, idle re-prompts and maximum
+durations on some."""
+
+AGENTS = {"outbound": ("outbound-caller", "renewals-caller"), "inbound": ("inbound-assistant",)}
+DAYS = ("2025-06-01", "2025-06-02", "2025-06-03")
+
+
+def call_info(seed: int, policy: TurnPolicy, rng: random.Random) -> CallInfo:
+    """Who took the call and when: an agent of the policy's direction, one of three days."""
+    minute = rng.randrange(24 * 60)
+    return CallInfo(
+        call_id=f"call-{seed:05d}",
+        started_at=f"{rng.choice(DAYS)}T{minute // 60:02d}:{minute % 60:02d}:{seed % 60:02d}Z",
+        agent_name=rng.choice(AGENTS[policy.direction]),
     )
 
 
 def simulated_trace(seed: int) -> Trace:
     """One seeded call's trace."""
     rng = random.Random(seed)
-    call = Driver(random_policy(rng), rng)
+    policy = rng.choice(POLICIES)
+    call = Driver(policy, rng, call_info(seed, policy, rng))
     try:
         _script(call, rng)
         call.advance(rng.uniform(0.5, 3.0))
@@ -183,6 +255,8 @@ def simulated_trace(seed: int) -> Trace:
         pass
     if rng.random() < 0.1:  # a tool step that finishes after the hang-up
         call.controller.handle(ev.ToolStepFinished(at=call.t + 0.5, speech_id="late"))
+    if rng.random() < 0.05:  # the input was left muted: the monitor says so as the call ends
+        call.controller.handle(ev.OutcomeBreached(at=call.t + 0.5, check="O6"))
     trace = call.controller.trace
     assert trace is not None
     return trace
@@ -223,6 +297,8 @@ def _script(call: Driver, rng: random.Random) -> None:
         if rng.random() < 0.3:  # the callee talks over the greeting
             call.advance(rng.uniform(0.5, 1.5))
             call.user_turn(seconds=rng.uniform(0.5, 2.5))
+            if rng.random() < 0.1:  # a lever failed: the overlap cut the greeting
+                call.send(ev.OutcomeBreached(at=call.t, check="O2"))
         call.advance(rng.uniform(0.5, 2.0))
         call.end(greeting, played_seconds=2.0)
         call.serve()
@@ -235,6 +311,11 @@ def _script(call: Driver, rng: random.Random) -> None:
 
 
 def _reply(call: Driver, rng: random.Random) -> None:
+    if rng.random() < 0.2:  # a preemptive reply, replaced before it played
+        early = call.new_speech()
+        call.advance(rng.uniform(0.1, 0.5))
+        call.send(ev.AgentSpeechInterrupted(at=call.t, speech_id=early))
+        call.end(early, interrupted=True)
     speech = call.new_speech()
     for _ in range(rng.choice([0, 0, 0, 1, 2, 4])):
         call.advance(rng.uniform(0.3, 1.0))

@@ -1,5 +1,9 @@
-"""Issue 13, point 5: ``turnfsm report`` streams its input: the memory it uses does not
-grow with the number of traces (tracemalloc's peak over 5,000 traces against 2,500).
+"""Issue 13, point 5, and issue 22: ``turnfsm report`` streams its input. It holds one
+trace at a time; what grows with the number of calls is their rows (the calls table, the
+groups and the exact percentiles need each call's id, start, agent, policy, times and
+counts): under a kilobyte a call, measured by tracemalloc's peak over 5,000 traces
+against 2,500, the page written in pieces. (Timelines are drawn and written one at a
+time; the row keeps only that one was: they are left out here, 7,500 files to write.)
 
 A memory figure, not a timing: the run's duration is not asserted.
 """
@@ -20,7 +24,7 @@ MEASURE = """
 import sys, tracemalloc
 from turnfsm.cli import main
 tracemalloc.start()
-status = main(["report", sys.argv[1], "-o", sys.argv[2]])
+status = main(["report", sys.argv[1], "-o", sys.argv[2], "--no-timelines"])
 print(tracemalloc.get_traced_memory()[1])
 sys.exit(status)
 """
@@ -56,8 +60,10 @@ def test_memory_is_bounded_over_5000_traces(tmp_path: Path, summary_line: object
         f"report memory: tracemalloc peak {peaks[2500] / 1e3:.0f} kB over 2500 traces, "
         f"{peaks[5000] / 1e3:.0f} kB over 5000"
     )
-    # twice the traces: growing with them would double the peak. The first few thousand
-    # reads fill one-off interpreter caches (measured: ~0.6 MB, flat after ~3,000 policy
-    # headers), which is why the smaller run is not a few hundred traces
-    assert peaks[5000] < 1.25 * peaks[2500], peaks
-    assert peaks[5000] < 2_000_000, peaks
+    # The first few thousand reads fill one-off interpreter caches (measured: ~0.6 MB,
+    # flat after ~3,000 policy headers), which is why the smaller run is not a few hundred
+    # traces. A trace held per call would add ~20 kB a call; a row is under 1 kB (800 B).
+    per_call = (peaks[5000] - peaks[2500]) / 2500
+    summary_line(f"report memory: {per_call:.0f} bytes more per call")  # type: ignore[operator]
+    assert per_call < 1500, peaks
+    assert peaks[5000] < 8_000_000, peaks

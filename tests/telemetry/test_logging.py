@@ -6,7 +6,8 @@
 * turnfsm is in LiveKit's plugin registry, so LiveKit's ``setup_logging`` sets its level
   with the worker's ``--log-level``.
 * turnfsm's records carry LiveKit-style ``extra`` fields, and no transcript text unless
-  the controller keeps text.
+  the controller keeps text: not even in a lever's exception message (a plugin error that
+  quotes its input, issue 22), which is logged as ``RuntimeError('[redacted]')``.
 """
 
 from __future__ import annotations
@@ -93,8 +94,8 @@ def test_livekit_sets_turnfsms_level_with_its_own() -> None:
     assert result.stdout.split() == ["WARNING"]
 
 
-def _no_tts(adapter: object, effect: object) -> None:
-    raise RuntimeError("no TTS")
+def _no_tts(adapter: object, effect: fx.StartGreeting) -> None:
+    raise RuntimeError(f"TTS plugin rejected {effect.text!r}: rate limited")  # quotes its input
 
 
 @pytest.mark.parametrize("keep_text", [False, True])
@@ -116,3 +117,6 @@ async def test_records_have_extra_fields_and_text_only_when_kept(
     assert failed.error == "RuntimeError"  # type: ignore[attr-defined]
     shown = [f"{r.getMessage()} {vars(r)}" for r in ours]
     assert any(POLICY.greeting in line for line in shown) == keep_text  # type: ignore[operator]
+    assert ("rate limited" in failed.getMessage()) == keep_text  # the message: kept or withheld
+    if not keep_text:
+        assert "RuntimeError('[redacted]')" in failed.getMessage()

@@ -43,7 +43,7 @@ from turnfsm.trace import Trace
 
 from ...livekit import TurnAdapter, TurnAgent, attach
 from ...livekit.levers import Lever
-from ..clock import VirtualClockLoop
+from .. import clock
 from ..io import PacedAudioOutput, PlayoutSegment
 from ..models import LLMRequest, ScriptedLLM, ScriptedReply, ScriptedToolCall, ScriptedTTS
 from ..session import SimulatedCall, load_silero_vad
@@ -61,6 +61,9 @@ from .draw import (
     draw_call,
 )
 
+CLOSE_LIMIT = 30.0
+"""Virtual seconds the session may take to close after the call limit (LiveKit's own
+waits, e.g. for a last transcript) before the loop's time limit stops the run."""
 CALL_LIMIT = 90.0
 """Virtual seconds a call may last at most: past this, the harness hangs up (and says so)."""
 ANCHOR_WAIT = 4.0
@@ -501,7 +504,6 @@ def run_call(
             baseline that tells turnfsm's findings from LiveKit's and the harness's).
     """
     plan = draw_call(seed, world)
-    loop = VirtualClockLoop(seed=seed)
     record = CallRecord(plan=plan, tts_rate=plan.pace.tts_chars_per_second, turnfsm=turnfsm)
     log = logging.getLogger("turnfsm")
     handler = _TurnfsmLog(record.warnings)
@@ -510,26 +512,13 @@ def run_call(
     log.setLevel(min(log.getEffectiveLevel(), logging.WARNING))  # heard, however configured
     try:
         harness = _Harness(plan, record, mutation or Mutation(), turnfsm=turnfsm)
-        loop.run_until_complete(harness.run())
+        clock.run(harness.run(), seed=seed, time_limit=CALL_LIMIT + CLOSE_LIMIT)
     except Exception:  # the harness or the session failed: that is a finding too
         record.harness_error = traceback.format_exc(limit=8)
     finally:
         log.removeHandler(handler)
         log.setLevel(level)
-        _close(loop)
     return record
-
-
-def _close(loop: asyncio.AbstractEventLoop) -> None:
-    """Cancel what the closed session left running (LiveKit's own tasks may outlive its
-    ``aclose``), let it finish, then close the loop: as ``asyncio.run`` does."""
-    left = asyncio.all_tasks(loop)
-    for task in left:
-        task.cancel()
-    with contextlib.suppress(Exception):
-        loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
-        loop.run_until_complete(loop.shutdown_asyncgens())
-    loop.close()
 
 
 class _Harness:

@@ -15,13 +15,12 @@ import concurrent.futures
 import logging
 import multiprocessing
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
-
-import tomllib
 
 from turnfsm.timeline import render_timeline
 
@@ -29,6 +28,11 @@ from ..session import load_silero_vad
 from .draw import World
 from .harness import CallRecord, Mutation, run_call
 from .judge import JUDGEMENTS, Finding, judge_call
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the same parser, as a package, before Python 3.11
+    import tomli as tomllib
 
 CHUNK = 4
 """Calls a worker takes at a time (fewer round trips; still an even spread)."""
