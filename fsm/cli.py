@@ -481,9 +481,13 @@ def _check(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+FUZZ_RUNNER = "turnfsm.adapters.sim.fuzz.runner:main"
+"""What ``turnfsm fuzz`` runs: it drives LiveKit sessions, so it is imported only when the
+command runs (importing this module loads no LiveKit)."""
+
+
 def _fuzz(args: argparse.Namespace) -> int:
-    # the fuzzer runs LiveKit sessions: imported only when asked for (fsm stays pure)
-    runner = _import("turnfsm.adapters.sim.fuzz.runner:main", "fuzz")
+    runner = _import(FUZZ_RUNNER, "fuzz")
     try:
         return int(runner(args, echo=lambda line: print(printable(line), flush=True)))
     except ValueError as error:
