@@ -167,8 +167,10 @@ class CallRecord:
     """When a tool round with a ``transfer`` ended (LiveKit hands the call over then)."""
     transfers: list[float] = field(default_factory=list)
     """When each ``transfer`` tool started."""
-    tool_steps: list[float] = field(default_factory=list)
-    """When each ``function_tools_executed`` came."""
+    tool_calls: list[float] = field(default_factory=list)
+    """When each tool call began."""
+    tool_rounds: list[tuple[float, float]] = field(default_factory=list)
+    """``(first call began, function_tools_executed)`` of each tool round."""
     history: list[tuple[str, str, str]] = field(default_factory=list)
     """``(item id, role, text)`` of the history's messages as the call ended."""
     agent_context: list[tuple[str, str, str]] | None = None
@@ -402,15 +404,24 @@ class FuzzAgent(TurnAgent):
         self._recorder.step_started()
         return Agent.default.tts_node(self, text, model_settings)
 
+    def _called(self) -> float:
+        """Note a tool call's start (call time) and return it."""
+        record = self._recorder.record
+        at = record.call_time(asyncio.get_running_loop().time())
+        record.tool_calls.append(at)
+        return at
+
     @function_tool
     async def lookup(self, seconds: float) -> str:
         """Look something up (takes ``seconds``)."""
+        self._called()
         await asyncio.sleep(seconds)
         return "Found it."
 
     @function_tool
     async def broken_lookup(self, seconds: float) -> str:
         """Look something up in a service that fails after ``seconds``."""
+        self._called()
         await asyncio.sleep(seconds)
         raise RuntimeError("the lookup service is down")
 
@@ -418,7 +429,7 @@ class FuzzAgent(TurnAgent):
     async def transfer(self, seconds: float) -> tuple[Agent, str]:
         """Hand the call to a colleague (after ``seconds``)."""
         record = self._recorder.record
-        record.transfers.append(record.call_time(asyncio.get_running_loop().time()))
+        record.transfers.append(self._called())
         await asyncio.sleep(seconds)
         colleague = FuzzAgent(self._recorder, chat_ctx=self.chat_ctx.copy(), handed_over=True)
         return colleague, "Transferring you."
@@ -812,7 +823,9 @@ def _item_added(record: CallRecord, session: AgentSession, event: Any) -> None:
 
 
 def _tools_executed(record: CallRecord, call: SimulatedCall, event: Any) -> None:
-    record.tool_steps.append(call.now())
+    ended = record.tool_rounds[-1][1] if record.tool_rounds else -math.inf
+    began = min((at for at in record.tool_calls if at > ended), default=call.now())
+    record.tool_rounds.append((began, call.now()))
     if any(function_call.name == "transfer" for function_call in event.function_calls):
         record.handoffs.append(call.now())  # LiveKit hands over once the round is done
 

@@ -257,8 +257,8 @@ def judge_tool_rounds(record: CallRecord) -> list[str]:
     turns = [at for at, _ in record.user_turns]
     findings = []
     groups: dict[int, list[float]] = {}
-    for at in record.tool_steps:
-        groups.setdefault(sum(turn <= at for turn in turns), []).append(at)
+    for began, ended in record.tool_rounds:  # a round is the turn's it began in
+        groups.setdefault(sum(turn < began for turn in turns), []).append(ended)
     for rounds in groups.values():
         if len(rounds) > cap:
             findings.append(f"{len(rounds)} tool rounds in one user turn (cap {cap})")
