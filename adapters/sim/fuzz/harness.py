@@ -261,12 +261,12 @@ class CallRecord:
         ]
         deaf_states = {"ringing", "awaiting_user"} if policy.has_greeting else set()
         fault = self.plan.fault
-        held_turns_failed = bool(self.fault_fired) and (
-            fault is not None and fault.effect == "hold_user_turns"
+        lock_failed = bool(self.fault_fired) and (
+            fault is not None and fault.effect in ("hold_user_turns", "mute_input")
         )
-        if policy.greeting_overlap == "drop" or held_turns_failed:
-            deaf_states.add("greeting")  # dropped by policy, or its hold failed: LiveKit
-            # drops speech over a locked speech unless turns are held
+        if policy.greeting_overlap == "drop" or lock_failed:
+            deaf_states.add("greeting")  # dropped by policy, or neither held nor muted (its
+            # lever failed): LiveKit drops speech over a locked speech then
         if policy.mute_input_during_tools:
             deaf_states.add("tool_loop")
         spills = policy.mutes_greeting and policy.greeting_overlap == "drop"
