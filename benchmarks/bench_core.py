@@ -13,11 +13,11 @@ import tracemalloc
 from collections.abc import Callable
 
 from turnfsm import TurnController, TurnMachine
-from turnfsm.context import TurnContext
+from turnfsm.context_rules import reachable_states
 from turnfsm.controller import initial_state
 from turnfsm.machine import STATES
 from turnfsm.rules import TurnRules
-from turnfsm.testing import event_alphabet
+from turnfsm.testing import event_alphabet, fresh_context
 
 from .callscript import POLICY, dispatch_steps, scripted_call
 from .equivalents import TransitionsTurnMachine, check_equivalent, dict_table
@@ -164,15 +164,15 @@ def dispatch(config: Config) -> Section:
 
 
 def ignored_pairs() -> list[tuple[str, object]]:
-    """(state, event) for every alphabet event a non-final state (the caller silent, if
-    live) has no transition for."""
+    """(state, event) for every alphabet event a non-final state the policy reaches (the
+    caller silent, if live) has no transition for."""
     final = {state.id for state in TurnMachine.states if state.final}
     pairs: list[tuple[str, object]] = []
     for state in STATES:
-        if state in final:
+        if state in final or state not in reachable_states(POLICY):
             continue
         controller = TurnController(POLICY, record=False)
-        controller.restore(state, TurnContext())
+        controller.restore(state, fresh_context(state, POLICY))
         handled = controller.handled_events
         pairs += [(state, event) for event in event_alphabet() if event.name not in handled]
     return pairs
@@ -189,7 +189,7 @@ def ignored(config: Config) -> Section:
             by_state = {}
             for state in states:
                 c = TurnController(POLICY, **options)
-                c.restore(state, TurnContext())
+                c.restore(state, fresh_context(state, POLICY))
                 by_state[state] = c.handle
             work = [(by_state[state], event) for state, event in pairs]
 

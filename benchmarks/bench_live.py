@@ -36,6 +36,7 @@ from turnfsm.adapters.sim.session import SimulatedCall, load_silero_vad
 from turnfsm.adapters.sim.speech import CallScript, UserLine
 from turnfsm.context import TurnContext
 from turnfsm.events import CallAnswered, CallEnded
+from turnfsm.testing import fresh_context
 
 from .harness import Config, Row, Section, gc_paused, ratio, verdict
 
@@ -143,7 +144,7 @@ def _reaction_cases() -> list[_Case]:
                 "awaiting_user",
                 _user_speaks,
                 pace,
-                TurnContext(timers=frozenset({"await_user"})),
+                fresh_context("awaiting_user", POLICY),
             ),
             _Case(
                 f"LockSpeech ← speech_created in greeting, {pacing}",
@@ -151,6 +152,7 @@ def _reaction_cases() -> list[_Case]:
                 "greeting",
                 _speech_created,
                 pace,
+                fresh_context("greeting", POLICY),
             ),
         )
     ]

@@ -477,7 +477,7 @@ def _check(args: argparse.Namespace) -> int:
         report = run_check(policy, **options)
     except Exception as error:  # the user's rules or machine: report, never a traceback
         raise CliError(f"the check could not run: {type(error).__name__}: {error}") from None
-    print(format_check(report))
+    print("\n".join(map(printable, format_check(report).splitlines())))
     return 0 if report.ok else 1
 
 

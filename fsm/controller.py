@@ -15,10 +15,18 @@
 
 A controller belongs to one call and one thread. :meth:`TurnController.handle` is a
 step that either returns its effects or raises with nothing changed (state, context,
-trace, sink). The first thread that calls it owns the controller: a call from any
-other thread raises :class:`ConcurrentUseError` instead of interleaving two steps (the
-LiveKit adapter drives it from the session's event loop; from another thread, hand
-events over with ``loop.call_soon_threadsafe(adapter.dispatch, event)``).
+trace, sink). The first thread that uses it owns the controller: a step, a restore or a
+read of what a step changes (``state``, ``configuration``, ``context``, ``snapshot()``,
+``handled_events``, ``is_ended``, ``trace``) from any other thread raises
+:class:`ConcurrentUseError` instead of interleaving with a step or seeing half of one
+(the LiveKit adapter drives it from the session's event loop; from another thread, hand
+events over with ``loop.call_soon_threadsafe(adapter.dispatch, event)``). So does any of
+them from within a step (a trace sink, a rule), whose outcome is not decided yet. The
+settings (``policy``, ``call``, ``keep_text``, ``strict``) are read from anywhere.
+
+A controller is not pickled (its machine holds the rules' callbacks): to carry a call
+elsewhere, take its :meth:`~TurnController.snapshot` and
+:meth:`~TurnController.restore` it into a controller built with the same policy.
 """
 
 from __future__ import annotations
@@ -32,8 +40,8 @@ from statemachine.orderedset import OrderedSet
 
 from . import effects as fx
 from .context import TurnContext
+from .context_rules import check_context, state_rules_apply
 from .events import Event
-from .fields import check_fields
 from .invariants import SafetyMonitor
 from .machine import (
     TurnChart,
@@ -44,7 +52,7 @@ from .machine import (
     voice_states,
 )
 from .policy import TurnPolicy
-from .rules import TIMER_POLICY_FIELDS, TurnRules
+from .rules import TurnRules
 from .trace import CallInfo, Trace, TraceSink, TraceStep, redact, turnfsm_version
 
 DEFAULT_MAX_TRACE_STEPS = 10_000
@@ -115,10 +123,10 @@ class TurnController:
         self._monitor = SafetyMonitor(policy) if strict else None
         self._keep_text = keep_text
         traced_policy = redact(policy, keep_text=keep_text)
-        self.trace: Trace | None = None
+        self._trace: Trace | None = None
         if record:
             version = turnfsm_version()
-            self.trace = (
+            self._trace = (
                 Trace(policy=traced_policy, call=self.call, turnfsm_version=version)
                 if max_trace_steps is None
                 else Trace.bounded(
@@ -134,24 +142,34 @@ class TurnController:
     @property
     def state(self) -> str:
         """The current state id, e.g. ``"greeting"``."""
+        self._claim()
         return self._configuration[0]
 
     @property
     def configuration(self) -> tuple[str, ...]:
         """The state and, while the call is live, the caller's voice beside it, e.g.
         ``("greeting", "caller_speaking")``."""
+        self._claim()
         return self._configuration
 
     @property
     def handled_events(self) -> frozenset[str]:
         """The events some transition takes in the current configuration (guards aside);
         any other event is ignored here (see :data:`turnfsm.machine.IGNORED`)."""
+        self._claim()
         return self._handled
 
     @property
     def context(self) -> TurnContext:
         """The call's counters and flags (read them; do not change them)."""
+        self._claim()
         return self._rules.context
+
+    @property
+    def trace(self) -> Trace | None:
+        """The call's recorded steps (``None`` with ``record=False``)."""
+        self._claim()
+        return self._trace
 
     @property
     def keep_text(self) -> bool:
@@ -167,12 +185,21 @@ class TurnController:
     @property
     def is_ended(self) -> bool:
         """Whether the call reached the final ``ended`` state."""
+        self._claim()
         return self._configuration[0] == "ended"
 
     def snapshot(self) -> tuple[tuple[str, ...], TurnContext]:
         """The :attr:`configuration` and a copy of the context: enough to resume this
-        call's machine."""
+        call's machine (:meth:`restore`), here or in another process (both pickle)."""
+        self._claim()
         return self._configuration, self._rules.context.copy()
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            "a TurnController cannot be pickled (its machine holds the rules' callbacks): "
+            "take controller.snapshot() and, elsewhere, TurnController(policy).restore("
+            "configuration, context)"
+        )
 
     def restore(self, configuration: str | tuple[str, ...], context: TurnContext) -> None:
         """Resume from a :meth:`snapshot` (the trace and strict monitor are not rewound).
@@ -180,8 +207,8 @@ class TurnController:
 
         Raises:
             ValueError, TypeError: the configuration is not one of the machine's, or the
-                context is not one this policy's calls can be in (see
-                :func:`check_context`); nothing changed.
+                pair is not one this policy's calls can be in (see
+                :mod:`turnfsm.context_rules`); nothing changed.
         """
         self._claim()
         by_state = _configurations(self._machine_class)
@@ -192,7 +219,8 @@ class TurnController:
                 f"configuration must be one of {sorted(by_state.values())} or a live one with"
                 f" the caller speaking, got {configuration!r}"
             )
-        check_context(context, self.policy)
+        standard = state_rules_apply(self._machine_class, type(self._rules))
+        check_context(context, self.policy, configuration if standard else None)
         self._resume(configuration, context.copy())
 
     def _resume(self, configuration: tuple[str, ...], context: TurnContext) -> None:
@@ -226,8 +254,12 @@ class TurnController:
         self._claim()
         if self._monitor is None and event.name not in self._handled:
             # Ignored: only the recording changes anything, and it changes last.
-            if self.trace is not None or self.trace_sink is not None:
-                self._record(event, self.state, ())
+            if self._trace is not None or self.trace_sink is not None:
+                self._busy = True
+                try:
+                    self._record(event, self._configuration[0], ())
+                finally:
+                    self._busy = False
             return ()
         saved = self._checkpoint()
         self._busy = True
@@ -240,7 +272,7 @@ class TurnController:
             self._busy = False
 
     def _step(self, event: Event) -> tuple[fx.Effect, ...]:
-        before = self.state
+        before = self._configuration[0]
         if event.name in self._handled:
             outbox = self._rules.outbox
             try:
@@ -253,8 +285,8 @@ class TurnController:
         else:
             effects = ()
         if self._monitor is not None:
-            self._monitor.check(before, event, self.state, effects)
-        if self.trace is not None or self.trace_sink is not None:
+            self._monitor.check(before, event, self._configuration[0], effects)
+        if self._trace is not None or self.trace_sink is not None:
             self._record(event, before, effects)
         return effects
 
@@ -272,7 +304,10 @@ class TurnController:
                     "thread; from another, hand the event over (loop.call_soon_threadsafe)"
                 )
         if self._busy:
-            raise ConcurrentUseError("TurnController re-entered during a step of handle()")
+            raise ConcurrentUseError(
+                "TurnController used during a step of handle() (from a trace sink or a rule): "
+                "its outcome is not decided yet"
+            )
 
     def _checkpoint(self) -> tuple[Any, ...]:
         """What a failing step must put back: configuration, context, the strict monitor's
@@ -293,44 +328,15 @@ class TurnController:
         keep_text = self._keep_text
         event = redact(event, keep_text=keep_text)
         effects = tuple(redact(effect, keep_text=keep_text) for effect in effects)
-        step = TraceStep(event.at, event, before, self.state, effects)
+        step = TraceStep(event.at, event, before, self._configuration[0], effects)
         if self.trace_sink is not None:
             self.trace_sink.append(step)  # first: if it raises, the step never happened
-        if self.trace is not None:
-            self.trace.append(step)
+        if self._trace is not None:
+            self._trace.append(step)
 
 
 _CLAIM = threading.Lock()
 """Serialises the first claim of a controller by a thread (cheap, taken once per call)."""
-
-
-def check_context(context: TurnContext, policy: TurnPolicy) -> None:
-    """Refuse a context no call under ``policy`` can be in: wrong types, counters out of
-    range, timers the policy never starts, speech ids that contradict each other.
-
-    Raises:
-        TypeError: a field of the wrong kind (``tool_rounds="2"``).
-        ValueError: a value out of range or inconsistent (``tool_rounds=-100``).
-    """
-    if not isinstance(context, TurnContext):
-        raise TypeError(f"context must be a TurnContext, got {type(context).__name__}")
-    check_fields(context)
-    limits = {"tool_rounds": policy.max_tool_steps, "reprompts": policy.idle_max_reprompts}
-    for name, limit in limits.items():
-        if getattr(context, name) > limit:
-            raise ValueError(
-                f"TurnContext.{name} must be <= {limit} under this policy, "
-                f"got {getattr(context, name)}"
-            )
-    timer_seconds = {timer: getattr(policy, field) for timer, field in TIMER_POLICY_FIELDS.items()}
-    if never := sorted(t for t in context.timers if timer_seconds.get(t) is None):
-        raise ValueError(f"TurnContext.timers has timers this policy never starts: {never}")
-    if stray := sorted(context.dropped_speeches - context.active_speeches):
-        raise ValueError(f"TurnContext.dropped_speeches must be active speeches: {stray}")
-    for name in ("greeting_speech_id", "final_speech_id"):
-        speech = getattr(context, name)
-        if speech is not None and speech not in context.active_speeches:
-            raise ValueError(f"TurnContext.{name} {speech!r} is not an active speech")
 
 
 @functools.cache

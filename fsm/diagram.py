@@ -47,7 +47,7 @@ from statemachine.contrib.diagram.renderers.mermaid import MermaidRenderer, Merm
 from statemachine.transition import Transition
 
 from .controller import TurnController, initial_state
-from .escape import mermaid_text, printable
+from .escape import mermaid_text, printable, xml_text
 from .machine import LOCKED_STATES, TurnChart, TurnMachine, atomic_states, leaf_transitions
 from .policy import TurnPolicy
 from .rules import POLICY_GUARDS, TIMER_GUARDS, TurnRules
@@ -742,8 +742,8 @@ def _dot_node_label(diagram: Diagram, state: str) -> str:
 
 
 def _dot_text(text: str) -> str:
-    return text.replace("\\", "\\\\").replace('"', '\\"')
+    return printable(text).replace("\\", "\\\\").replace('"', '\\"')
 
 
 def _html(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return xml_text(text)

@@ -555,7 +555,7 @@ class CallReport:
             for value, calls in grouped.items():
                 token = tokens[(kind, value)]
                 settings = (
-                    [f"<td>{_settings(self.policies[value], differing)}</td>"]
+                    [f'<td class="settings">{_settings(self.policies[value], differing)}</td>']
                     if kind == "policy"
                     else []
                 )
@@ -954,8 +954,15 @@ def _differing_fields(policies: Mapping[str, TurnPolicy]) -> list[str]:
 
 
 def _settings(policy: TurnPolicy, fields: Sequence[str]) -> str:
+    """``name value`` pairs on a line, texts unquoted (``greeting_lock mute_input``)."""
     data = policy.to_dict()
-    return "<br>".join(f"{xml_text(name)}: {xml_text(json.dumps(data[name]))}" for name in fields)
+    return "; ".join(
+        f"{xml_text(name)} <b>{xml_text(_setting(data[name]))}</b>" for name in fields
+    )
+
+
+def _setting(value: object) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def _call_link(row: CallRow, timelines: str) -> str:
@@ -1092,7 +1099,7 @@ held them).</li>
 
 _STYLE = """
 body { font: 15px/1.45 Helvetica, Arial, sans-serif; color: #0f172a; margin: 24px auto;
-  max-width: 1100px; padding: 0 16px; }
+  max-width: 1280px; padding: 0 16px; }
 h1 { margin-bottom: 4px; } h2 { border-bottom: 1px solid #cbd5e1; padding-bottom: 4px; }
 .lead { color: #334155; }
 .warning { background: #fef3c7; border-left: 4px solid #d97706; padding: 8px 12px; }
@@ -1103,6 +1110,8 @@ table { border-collapse: collapse; margin: 8px 0 16px; }
 th, td { padding: 4px 10px; border-bottom: 1px solid #e2e8f0; text-align: left; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 table.calls td, table.groups td { font-size: 13px; }
+table.calls td { white-space: nowrap; }
+table.groups td.settings { font-size: 12px; color: #334155; max-width: 420px; }
 table.calls thead th { position: sticky; top: 0; background: #ffffff; }
 p.showing span:not(.all) { display: none; }
 svg.overlay { display: block; margin: 8px auto; }

@@ -24,17 +24,18 @@ from __future__ import annotations
 
 import importlib
 from collections import deque
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from . import events as ev
 from .context import TurnContext
-from .controller import TurnController, check_context
-from .effects import REALTIME_TIMERS, TIMER_NAMES
+from .context_rules import check_context, state_rules_apply
+from .controller import TurnController
+from .effects import REALTIME_TIMERS, TIMER_NAMES, TimerName
 from .invariants import InvariantViolation, SafetyMonitor
-from .machine import TurnChart, TurnMachine, handled_events
+from .machine import LIVE_STATES, TurnChart, TurnMachine, handled_events
 from .policy import TurnPolicy
 from .rules import TurnRules
 
@@ -191,6 +192,31 @@ class ExplorationReport:
     ends with the breaking event (breadth-first: no shorter path breaks it there)."""
 
 
+def fresh_context(state: str, policy: TurnPolicy) -> TurnContext:
+    """The context a call under ``policy`` has just after entering ``state`` the plainest
+    way (one that :meth:`~turnfsm.TurnController.restore` takes): the timers started on
+    the way in, the input muted where the policy mutes it, turns held in a listening
+    greeting, the speech ``s1`` playing (and running a tool round in ``tool_loop``), a
+    hang-up in ``ended``."""
+    timers: set[TimerName] = set()
+    if policy.max_call_duration is not None and state in LIVE_STATES:
+        timers.add("max_duration")
+    if state == "awaiting_user" and policy.await_user_timeout is not None:
+        timers.add("await_user")
+    if state == "listening" and policy.idle_timeout is not None:
+        timers.add("idle")
+    return TurnContext(
+        input_muted=(state == "greeting" and policy.mutes_greeting)
+        or (state == "tool_loop" and policy.mute_input_during_tools),
+        turns_held=state == "greeting" and not policy.mutes_greeting,
+        active_speeches=frozenset({"s1"} if state in ("speaking", "tool_loop") else ()),
+        tool_rounds=1 if state == "tool_loop" else 0,
+        tool_speech_id="s1" if state == "tool_loop" else None,
+        timers=frozenset(timers),
+        end_reason="hangup" if state == "ended" else None,
+    )
+
+
 def explore(
     policy: TurnPolicy,
     *,
@@ -199,6 +225,7 @@ def explore(
     max_configurations: int = 200_000,
     extra_events: Sequence[ev.Event] = (),
     realtime: bool = False,
+    reached: Callable[[tuple[str, ...], TurnContext], None] | None = None,
 ) -> ExplorationReport:
     """Breadth-first over every reachable configuration, every event, every invariant.
 
@@ -207,12 +234,14 @@ def explore(
     extension from :func:`~turnfsm.machine.build_machine`; ``extra_events`` adds the
     extension's own events to the alphabet. ``realtime`` starts from
     :data:`REALTIME_LINK` instead (the machine told it runs a realtime model) and feeds
-    :func:`realtime_alphabet`.
+    :func:`realtime_alphabet`. ``reached`` is called with each configuration and context
+    first reached (a copy: keep it).
 
     Raises:
         RuntimeError: more than ``max_configurations`` configurations (unbounded state).
     """
     alphabet = (*(realtime_alphabet() if realtime else event_alphabet()), *extra_events)
+    by_state = state_rules_apply(machine_class, rules_class)
     controller = TurnController(
         policy, record=False, machine_class=machine_class, rules_class=rules_class
     )
@@ -232,6 +261,8 @@ def explore(
         moves.update(region_moves(start[0], REALTIME_LINK.name, linked[0], machine_class))
         seen[_key(*linked)] = (origin, REALTIME_LINK)
         queue = deque([linked])
+    if reached is not None:
+        reached(queue[0][0], queue[0][1].copy())
     violations: list[str] = []
     paths: list[tuple[ev.Event, ...]] = []
     while queue:
@@ -258,7 +289,10 @@ def explore(
             after = (controller.configuration, controller.context, shadow)
             key = _key(*after)
             if key not in seen:
-                check_context(after[1], policy)  # as a restore would, once per configuration
+                # as restore() would, once per configuration
+                check_context(after[1], policy, after[0] if by_state else None)
+                if reached is not None:
+                    reached(after[0], after[1].copy())
                 seen[key] = (here, event)
                 if len(seen) > max_configurations:
                     raise RuntimeError(f"more than {max_configurations} configurations")

@@ -409,6 +409,16 @@ class TurnAdapter:
             self.outcomes.raise_pending()
         return effects
 
+    def trace_only(self, event: ev.Event) -> None:
+        """Record an event the machine ignores in every state (an ``OutcomeBreached``):
+        queued behind the step running now, else taken at once; unlike :meth:`dispatch`
+        it never raises a strict breach, so the outcome monitor may call it from LiveKit's
+        audio chain."""
+        if self._dispatching:
+            self._queue.append(event)
+        elif self._handlers:
+            self._step(event)
+
     def _step(self, event: ev.Event) -> tuple[fx.Effect, ...]:
         before = self.controller.state
         try:

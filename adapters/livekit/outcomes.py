@@ -130,8 +130,7 @@ class OutcomeMonitor:
         error = OutcomeBreach(check, message)
         self.counts[check] += 1
         self.breaches.append(error)
-        # queued behind the step that revealed it, when one is running
-        self.adapter.dispatch(ev.OutcomeBreached(at=self.adapter.now(), check=check))
+        self.adapter.trace_only(ev.OutcomeBreached(at=self.adapter.now(), check=check))
         if self.strict:
             self._unraised.append(error)
         elif self.counts[check] == 1:

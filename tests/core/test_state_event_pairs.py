@@ -10,6 +10,7 @@ import pytest
 from turnfsm import TurnController, TurnMachine, TurnPolicy
 from turnfsm import effects as fx
 from turnfsm.context import TurnContext
+from turnfsm.context_rules import reachable_states
 from turnfsm.controller import handled_events
 from turnfsm.events import EVENT_TYPES, EVENTS_BY_NAME
 from turnfsm.machine import (
@@ -20,7 +21,7 @@ from turnfsm.machine import (
     declared_moves,
     leaf_states,
 )
-from turnfsm.testing import event_alphabet
+from turnfsm.testing import event_alphabet, fresh_context
 
 EVENT_NAMES = sorted(cls.name for cls in EVENT_TYPES)
 
@@ -109,31 +110,36 @@ POLICIES = [
 
 
 def plausible_contexts(state: str, policy: TurnPolicy) -> list[TurnContext]:
-    """Contexts a call can be in while in ``state``: a fresh one, and one with every flag
-    and counter busy (speeches active, tools capped, overlap)."""
-    fresh = TurnContext()
-    timers = {"max_duration"} if policy.max_call_duration else set()
-    if state == "awaiting_user" and policy.await_user_timeout:
-        timers.add("await_user")
-    if state == "listening" and policy.idle_timeout:
-        timers.add("idle")
+    """Contexts a call can be in while in ``state`` (``restore()`` refuses any other): a
+    fresh one, and one with every flag and counter of that state busy (speeches active,
+    tools capped, an overlap being discarded); none in a state the policy never reaches."""
+    if state not in reachable_states(policy):
+        return []
+    fresh = fresh_context(state, policy)
+    timers = set(fresh.timers)
+    conversation = state in ("listening", "speaking", "tool_loop", "ended")
+    discarding = state == "listening" and policy.greeting_overlap == "drop"
     busy = attrs.evolve(
         fresh,
-        input_muted=(state == "greeting" and policy.mutes_greeting)
-        or (state == "tool_loop" and policy.mute_input_during_tools),
-        turns_held=state == "listening" or (state == "greeting" and not policy.mutes_greeting),
+        turns_held=fresh.turns_held or discarding,
         overlapped_greeting=state == "greeting",
-        discarding_overlap=state == "listening",
-        spill_over_until=1.5 if state == "listening" else None,
-        first_words_item="u1" if state == "greeting" else None,
+        discarding_overlap=discarding,
+        spill_over_until=(1.5 if discarding and policy.mutes_greeting else None),
+        first_words_item="u1"
+        if state == "greeting"
+        and (policy.direction == "outbound" or policy.first_speaker == "user")
+        else None,
         greeting_speech_id="s1" if state == "greeting" else None,
         active_speeches=frozenset({"s1", "s2"}),
-        dropped_speeches=frozenset({"s2"}),
-        tool_rounds=policy.max_tool_steps,
-        capped=True,
-        final_reply_pending=True,
-        final_speech_id="s2",
-        reprompts=policy.idle_max_reprompts,
+        dropped_speeches=frozenset({"s2"})
+        if state not in ("start", "ringing", "awaiting_user")
+        else frozenset(),
+        tool_rounds=policy.max_tool_steps if conversation else 0,
+        tool_speech_id=fresh.tool_speech_id,
+        capped=conversation,
+        final_reply_pending=conversation,
+        final_speech_id="s2" if state in ("speaking", "tool_loop", "ended") else None,
+        reprompts=policy.idle_max_reprompts if conversation and policy.idle_timeout else 0,
         timers=frozenset(timers),
     )
     return [fresh, busy]
@@ -147,7 +153,8 @@ def test_every_event_in_every_state_is_handled_without_error(
     controller = TurnController(policy, record=False)
     voices = [(voice,) for voice in VOICE_STATES] if state in LIVE_STATES else [()]
     for context in plausible_contexts(state, policy):
-        for voice, event in ((voice, event) for voice in voices for event in event_alphabet()):
+        heard = [v for v in voices if not context.input_muted or v != (VOICE_STATES[1],)]
+        for voice, event in ((voice, event) for voice in heard for event in event_alphabet()):
             controller.restore((state, *voice), context)
             handled = controller.handled_events
             effects = controller.handle(event)
@@ -179,7 +186,8 @@ def test_restore_refuses_an_unknown_configuration(configuration: object) -> None
 
 def test_restore_takes_a_state_alone_as_the_caller_silent() -> None:
     controller = TurnController(POLICIES[0])
-    controller.restore("listening", TurnContext())
+    live = TurnContext(timers=frozenset({"max_duration"}))
+    controller.restore("listening", live)
     assert controller.configuration == ("listening", "caller_silent")
-    controller.restore(("greeting", "caller_speaking"), TurnContext())
+    controller.restore(("greeting", "caller_speaking"), attrs.evolve(live, turns_held=True))
     assert controller.snapshot()[0] == ("greeting", "caller_speaking")

@@ -136,6 +136,7 @@ VARIANTS: dict[str, tuple[dict[str, object], ...]] = {
     "timer_fired": _variants(timer=TIMER_NAMES),
     "answering_machine_detected": _variants(result=("human", "machine")),
     "session_error": _variants(message=("boom",), recoverable=(True, False)),
+    "outcome_breached": _variants(check=("O2", "O6")),
     "agent_speech_interrupted": _variants(**SPEECH),
     "realtime_model_linked": _variants(
         replies_to_turns=(False, True), replies_to_tool_output=(False, True)

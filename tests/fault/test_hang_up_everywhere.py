@@ -81,8 +81,10 @@ async def to_listening(fc: FaultCall) -> None:
 
 async def drive_start(fc: FaultCall) -> None:
     # A call is in start until it goes live: an inbound one until its session starts,
-    # which a simulated call has done when it is handed over. Put the (unanswered) call
-    # back there, as for a caller who hangs up while the agent joins: nothing is live yet.
+    # which a simulated call has done when it is handed over. Put the call back there, as
+    # for a caller who hangs up while the agent joins: an inbound call without a greeting
+    # (listening, no timer, no lever run yet), so that restore() finds it a call can be in.
+    await fc.wait_state("listening", timeout=5)
     fc.controller.restore("start", TurnContext())
     await asyncio.sleep(0.2)
 
@@ -134,7 +136,9 @@ class Driver:
 
 
 DRIVERS: dict[str, Driver] = {
-    "start": Driver(drive_start, answer=False),
+    "start": Driver(
+        drive_start, {"direction": "inbound", "first_speaker": "user", "greeting": None}
+    ),
     "ringing": Driver(drive_ringing, answer=False),
     "awaiting_user": Driver(drive_awaiting_user),
     "greeting": Driver(drive_greeting, {"greeting": "Hi, this is Ada from Acme Dental."}),

@@ -7,7 +7,6 @@ and the call never started. Now a long name is shortened with a hash of the whol
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 from pathlib import Path
 
@@ -23,17 +22,8 @@ POLICY = TurnPolicy(direction="outbound", greeting="Hi, this is Ada.")
 
 
 def _record(room_name: str, folder: Path) -> Trace:
-    """A short call of a job in room ``room_name``, traced by the job's writer."""
-    # a session takes the thread's loop when made; none is set once another test's loop closed
-    asyncio.set_event_loop(loop := asyncio.new_event_loop())
-    try:
-        return _record_in_loop(room_name, folder)
-    finally:
-        asyncio.set_event_loop(None)
-        loop.close()
-
-
-def _record_in_loop(room_name: str, folder: Path) -> Trace:
+    """A short call of a job in room ``room_name``, traced by the job's writer (in a
+    running event loop, as a job's entrypoint is: the session needs one)."""
     room = create_mock_room()
     room.name = room_name
     with fake_job_context(room=room, job_id="AJ_x7Qp2") as ctx:
@@ -45,7 +35,7 @@ def _record_in_loop(room_name: str, folder: Path) -> Trace:
         return Trace.read(writer.path)
 
 
-def test_a_long_room_name_is_shortened_with_a_hash(tmp_path: Path) -> None:
+async def test_a_long_room_name_is_shortened_with_a_hash(tmp_path: Path) -> None:
     long_names = ["sip-" + "a" * 300, "sip-" + "a" * 299 + "b"]
     for name in long_names:
         assert len(_record(name, tmp_path)) == 2
@@ -55,12 +45,12 @@ def test_a_long_room_name_is_shortened_with_a_hash(tmp_path: Path) -> None:
     assert all(name.startswith("sip-aaaa") and name.endswith(".jsonl") for name in files)
 
 
-def test_a_short_room_name_is_kept_with_the_job_id(tmp_path: Path) -> None:
+async def test_a_short_room_name_is_kept_with_the_job_id(tmp_path: Path) -> None:
     _record("call-_+15550100_Xk2p", tmp_path)
     assert [path.name for path in tmp_path.iterdir()] == ["call-__15550100_Xk2p-AJ_x7Qp2.jsonl"]
 
 
-def test_the_header_names_the_room_and_when_the_call_started(tmp_path: Path) -> None:
+async def test_the_header_names_the_room_and_when_the_call_started(tmp_path: Path) -> None:
     before = datetime.datetime.now(datetime.timezone.utc)
     call = _record("call-_+15550100_Xk2p", tmp_path).call
     assert call.call_id == "call-_+15550100_Xk2p"

@@ -27,11 +27,6 @@ def text_length(text: str) -> int | None:
     return len(text)
 
 
-REPORT_ONLY_FIGURES = frozenset({"policy", "breaches"})
-"""Figures of :func:`call_figures` that the report reads from the trace and
-:class:`~turnfsm.metrics.CallMetrics` does not hold."""
-
-
 def call_figures(trace: Trace) -> dict[str, Any]:
     steps = trace.steps
     effects = [(step, effect) for step in steps for effect in step.effects]
@@ -135,10 +130,6 @@ def call_figures(trace: Trace) -> dict[str, Any]:
         1 for s in steps if s.event.name == "user_speech_started" and s.before == "greeting"
     )
     return {
-        "policy": json.dumps(trace.policy.to_dict(), sort_keys=True),
-        "breaches": dict(
-            Counter(s.event.check for s in steps if s.event.name == "outcome_breached")
-        ),
         "direction": trace.policy.direction,
         "end_reason": ends[0].reason if ends else None,
         "duration": steps[-1].at - steps[0].at if steps else 0.0,
@@ -177,6 +168,16 @@ def call_figures(trace: Trace) -> dict[str, Any]:
                 and s.event.outcome != "done"
                 and not (s.event.effect == "drop_unspoken_text" and s.event.speech_id in empty)
             )
+        ),
+    }
+
+
+def row_figures(trace: Trace) -> dict[str, Any]:
+    """What the report keeps of a call beside its metrics: its policy, its breaches."""
+    return {
+        "policy": json.dumps(trace.policy.to_dict(), sort_keys=True),
+        "breaches": dict(
+            Counter(s.event.check for s in trace.steps if s.event.name == "outcome_breached")
         ),
     }
 

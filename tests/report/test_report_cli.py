@@ -244,14 +244,12 @@ def test_calls_under_different_policies_are_not_summed_silently() -> None:
     mixed = build_report([_short_call(outbound), _short_call(inbound), _short_call(inbound)])
     page = mixed.render()
     assert "These calls ran under 2 different policies" in page
-    rows = re.findall(r'<tr data-group="p\d"><td>([0-9a-f]{8})</td><td>(.*?)</td>', page)
+    rows = re.findall(
+        r'<tr data-group="p\d"><td>([0-9a-f]{8})</td><td class="settings">(.*?)</td>', page
+    )
     assert dict(rows) == {  # each policy's own row, with the settings that tell them apart
-        policy_id(
-            redact(outbound)
-        ): "direction: &quot;outbound&quot;<br>first_speaker: &quot;user&quot;",
-        policy_id(
-            redact(inbound)
-        ): "direction: &quot;inbound&quot;<br>first_speaker: &quot;agent&quot;",
+        policy_id(redact(outbound)): "direction <b>outbound</b>; first_speaker <b>user</b>",
+        policy_id(redact(inbound)): "direction <b>inbound</b>; first_speaker <b>agent</b>",
     }
     same = build_report([_short_call(inbound), _short_call(inbound)]).render()
     assert "different policies" not in same

@@ -1,0 +1,255 @@
+"""Which contexts a call can be in, state by state: what ``restore()`` lets in.
+
+A context is refused, naming the field, when no call under the policy can hold it:
+
+* a value of the wrong kind or out of range (:func:`turnfsm.fields.check_fields`, the
+  policy's limits: ``tool_rounds <= max_tool_steps``, timers the policy starts);
+* ids that contradict each other (a dropped, greeting or final speech that is not active);
+* given the configuration: a state no call under the policy reaches, or a value the
+  rules' actions never leave in that state. Each field of :data:`SCOPED` belongs to part
+  of the call and is reset on leaving it (the greeting's ids and flags when the greeting
+  ends, the overlap's window when listening ends, the tool loop's speech when its speech
+  ends, the user turn's counts with the next turn); the input is muted exactly where the
+  policy mutes it, and a muted caller is silent; timers run where they are started; the
+  final reply's flags and waits exist only once the tool rounds reached the cap; the
+  realtime flags only once a realtime model is linked.
+
+:func:`turnfsm.testing.explore` checks every context it reaches against these rules, so a
+rule that refused a context some call reaches fails the exploration tests. The rules are
+the turn chart's and :class:`~turnfsm.rules.TurnRules`'; a machine from
+:func:`~turnfsm.machine.build_machine` or other rules may set fields elsewhere: for them
+only the checks that do not depend on the state apply (:func:`state_rules_apply`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .context import TurnContext
+from .fields import check_fields
+from .machine import CONVERSATION_STATES, LIVE_STATES, VOICE_STATES, TurnChart, TurnMachine
+from .policy import TurnPolicy
+from .rules import TIMER_POLICY_FIELDS, TurnRules
+
+_CONVERSATION_AND_END = CONVERSATION_STATES | {"ended"}
+
+SCOPED: Mapping[str, frozenset[str]] = {
+    **dict.fromkeys(
+        (
+            "overlapped_greeting",
+            "first_words_item",
+            "greeting_speech_id",
+            "greeting_retried",
+            "greeting_wait",
+            "model_replies_paused",
+        ),
+        frozenset({"greeting"}),
+    ),
+    "discarding_overlap": frozenset({"listening"}),
+    "spill_over_until": frozenset({"listening"}),
+    "turns_held": frozenset({"greeting", "listening"}),
+    "input_muted": frozenset({"greeting", "tool_loop"}),
+    **dict.fromkeys(
+        ("tool_speech_id", "final_speech_id", "final_after_speech"),
+        frozenset({"speaking", "tool_loop", "ended"}),
+    ),
+    **dict.fromkeys(
+        (
+            "tool_rounds",
+            "capped",
+            "tool_loop_stopped",
+            "final_reply_pending",
+            "final_wait",
+            "tools_forbidden",
+            "reprompts",
+            "model_replies_to_tools",
+        ),
+        _CONVERSATION_AND_END,
+    ),
+    "end_reason": frozenset({"ended"}),
+    # before the greeting a speech's text is never committed: nothing is dropped there
+    "dropped_speeches": _CONVERSATION_AND_END | {"greeting"},
+}
+"""Fields that hold another value than their default only in these states."""
+
+TIMER_STATES: Mapping[str, frozenset[str]] = {
+    "await_user": frozenset({"awaiting_user"}),
+    "idle": frozenset({"listening"}),
+    "max_duration": LIVE_STATES,
+    "model_reply": frozenset({"greeting"}) | CONVERSATION_STATES,
+    "response_done": frozenset({"greeting"}) | CONVERSATION_STATES,
+}
+"""The states each timer can run in: started on the way in, cancelled on the way out."""
+
+AT_THE_CAP: tuple[str, ...] = ("final_reply_pending", "final_wait", "final_after_speech")
+"""Fields set only when the tool rounds reached the cap (``capped``)."""
+
+REALTIME_TIMERS: frozenset[str] = frozenset({"model_reply", "response_done"})
+"""Timers of the waits for a realtime model."""
+
+REALTIME: tuple[str, ...] = (
+    "model_replies_to_turns",
+    "model_replies_to_tools",
+    "model_responding",
+    "model_replies_paused",
+    "tools_forbidden",
+    "greeting_wait",
+    "final_wait",
+    "final_after_speech",
+)
+"""Fields a call sets only once a realtime model is linked (``realtime_model``)."""
+
+_DEFAULTS = TurnContext()
+
+
+def check_context(
+    context: TurnContext,
+    policy: TurnPolicy,
+    configuration: tuple[str, ...] | None = None,
+) -> None:
+    """Refuse a context no call under ``policy`` can be in, in ``configuration`` when
+    given (its state, then the caller's voice while live): see the module's rules.
+
+    Raises:
+        TypeError: a field of the wrong kind (``tool_rounds="2"``).
+        ValueError: a value out of range, inconsistent, or one the state never holds
+            (``capped=True`` in ``greeting``).
+    """
+    if not isinstance(context, TurnContext):
+        raise TypeError(f"context must be a TurnContext, got {type(context).__name__}")
+    check_fields(context)
+    limits = {
+        "tool_rounds": policy.max_tool_steps,
+        # re-prompts are said only when the idle timer runs
+        "reprompts": policy.idle_max_reprompts if policy.idle_timeout is not None else 0,
+    }
+    for name, limit in limits.items():
+        if getattr(context, name) > limit:
+            raise ValueError(
+                f"TurnContext.{name} must be <= {limit} under this policy, "
+                f"got {getattr(context, name)}"
+            )
+    timer_seconds = {timer: getattr(policy, field) for timer, field in TIMER_POLICY_FIELDS.items()}
+    if never := sorted(t for t in context.timers if timer_seconds.get(t) is None):
+        raise ValueError(f"TurnContext.timers has timers this policy never starts: {never}")
+    if stray := sorted(context.dropped_speeches - context.active_speeches):
+        raise ValueError(f"TurnContext.dropped_speeches must be active speeches: {stray}")
+    for name in ("greeting_speech_id", "final_speech_id"):
+        speech = getattr(context, name)
+        if speech is not None and speech not in context.active_speeches:
+            raise ValueError(f"TurnContext.{name} {speech!r} is not an active speech")
+    _check_linked(context, policy)
+    if configuration is not None:
+        _check_state(context, policy, configuration)
+
+
+def state_rules_apply(machine_class: type[TurnChart], rules_class: type[TurnRules]) -> bool:
+    """Whether the state rules hold for this machine and these rules: the turn chart's
+    own, run by :class:`~turnfsm.rules.TurnRules` itself."""
+    return machine_class is TurnMachine and rules_class is TurnRules
+
+
+def reachable_states(policy: TurnPolicy) -> frozenset[str]:
+    """The states a call under ``policy`` can be in: an inbound call starts in ``start``,
+    an outbound one rings; the callee's first words are awaited only when the user speaks
+    first and there is a greeting to say."""
+    states = {"listening", "speaking", "tool_loop", "ended"}
+    states.add("ringing" if policy.direction == "outbound" else "start")
+    if policy.has_greeting:
+        states.add("greeting")
+        if policy.first_speaker == "user":
+            states.add("awaiting_user")
+    return frozenset(states)
+
+
+def _check_linked(context: TurnContext, policy: TurnPolicy) -> None:
+    """The fields that follow from others, whatever the state."""
+    if context.capped and context.tool_rounds != policy.max_tool_steps:
+        raise ValueError(
+            f"TurnContext.capped is set only at the cap: tool_rounds must be "
+            f"{policy.max_tool_steps}, got {context.tool_rounds}"
+        )
+    for name in (*AT_THE_CAP, "tools_forbidden"):
+        if not context.capped and getattr(context, name) != getattr(_DEFAULTS, name):
+            raise ValueError(f"TurnContext.{name} is set only once capped (capped=False)")
+    if not context.realtime_model:
+        for name in REALTIME:
+            if getattr(context, name) != getattr(_DEFAULTS, name):
+                raise ValueError(
+                    f"TurnContext.{name} is set only with a realtime model (realtime_model=False)"
+                )
+        if waits := sorted(context.timers & REALTIME_TIMERS):
+            raise ValueError(
+                f"TurnContext.timers {waits} run only with a realtime model (realtime_model=False)"
+            )
+    if context.discarding_overlap and policy.greeting_overlap != "drop":
+        raise ValueError("TurnContext.discarding_overlap is set only with greeting_overlap='drop'")
+    if context.spill_over_until is not None and not (
+        policy.mutes_greeting and policy.greeting_overlap == "drop"
+    ):
+        raise ValueError(
+            "TurnContext.spill_over_until is set only with greeting_lock='mute_input' and "
+            "greeting_overlap='drop'"
+        )
+    # the callee's first words: awaited when the user speaks first, or heard while ringing
+    if context.first_words_item is not None and not (
+        policy.first_speaker == "user" or policy.direction == "outbound"
+    ):
+        raise ValueError(
+            "TurnContext.first_words_item is set only on an outbound call or when the user "
+            f"speaks first (first_speaker={policy.first_speaker!r})"
+        )
+
+
+def _check_state(context: TurnContext, policy: TurnPolicy, configuration: tuple[str, ...]) -> None:
+    """The fields that depend on where the call is."""
+    state = configuration[0]
+    if state not in reachable_states(policy):
+        raise ValueError(
+            f"no call under this policy is in {state!r} (direction={policy.direction!r}, "
+            f"first_speaker={policy.first_speaker!r}, has_greeting={policy.has_greeting})"
+        )
+    for name, states in SCOPED.items():
+        if state not in states and getattr(context, name) != getattr(_DEFAULTS, name):
+            raise ValueError(
+                f"TurnContext.{name} is {getattr(context, name)!r} in {state!r}: it is set "
+                f"only in {sorted(states)}"
+            )
+    muted = (state == "greeting" and policy.mutes_greeting) or (
+        state == "tool_loop" and policy.mute_input_during_tools
+    )
+    if context.input_muted != muted:
+        raise ValueError(f"TurnContext.input_muted must be {muted} in {state!r} under this policy")
+    if muted and configuration[1:] != VOICE_STATES[:1]:
+        raise ValueError(f"a muted caller is {VOICE_STATES[0]}, not {configuration[1:]}")
+    if state == "greeting" and context.turns_held == policy.mutes_greeting:
+        raise ValueError(
+            f"TurnContext.turns_held must be {not policy.mutes_greeting} in the greeting "
+            f"(greeting_lock={policy.greeting_lock!r})"
+        )
+    if state == "listening" and context.turns_held and not context.discarding_overlap:
+        raise ValueError(
+            "TurnContext.turns_held is set in 'listening' only while an overlap is "
+            "discarded (discarding_overlap=False)"
+        )
+    if state == "ended" and context.end_reason is None:
+        raise ValueError("TurnContext.end_reason must say why the call ended")
+    if state in ("speaking", "tool_loop") and not context.active_speeches:
+        raise ValueError(f"TurnContext.active_speeches must hold the speech of {state!r}")
+    if state != "ended":
+        for name in ("tool_speech_id", "final_after_speech"):
+            speech = getattr(context, name)
+            if speech is not None and speech not in context.active_speeches:
+                raise ValueError(f"TurnContext.{name} {speech!r} is not an active speech")
+    for timer in context.timers:
+        if state not in TIMER_STATES[timer]:
+            raise ValueError(
+                f"TurnContext.timers: {timer!r} does not run in {state!r} "
+                f"(only in {sorted(TIMER_STATES[timer])})"
+            )
+    if state in LIVE_STATES and policy.max_call_duration is not None:
+        if "max_duration" not in context.timers:
+            raise ValueError(
+                "TurnContext.timers must hold 'max_duration' while the call is live "
+                "(max_call_duration is set)"
+            )

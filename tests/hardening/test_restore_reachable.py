@@ -1,0 +1,176 @@
+"""Issue 22: ``restore()`` refuses a state and context no call can reach.
+
+It took any pair whose fields were each of the right kind: 1,367 of 1,367 sampled pairs
+no call reaches were accepted, one of them cancelling the first tool round of the next
+user turn (``capped`` without a round run). Now the context rules
+(:mod:`turnfsm.context_rules`) refuse them, checked both ways against the chart, through
+the explorer:
+
+* every pair the explorer reaches is accepted (it checks each as ``restore()`` would, so
+  every exploration test checks it too);
+* of random pairs whose fields are each valid, every one accepted is one the explorer
+  reaches there, field by field (the explorer's two speech ids cannot reach every
+  combination of fields a call can).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Hashable
+
+import attrs
+import pytest
+
+from turnfsm import TurnController, TurnPolicy
+from turnfsm import effects as fx
+from turnfsm import events as ev
+from turnfsm.context import TurnContext
+from turnfsm.context_rules import SCOPED, reachable_states
+from turnfsm.machine import LIVE_STATES, STATES, VOICE_STATES
+from turnfsm.rules import TIMER_POLICY_FIELDS
+from turnfsm.testing import explore
+
+POLICY = TurnPolicy(
+    greeting="Hi", greeting_lock="mute_input", mute_input_during_tools=True, max_tool_steps=1
+)
+"""An inbound call whose greeting and tool steps mute the caller (its exploration takes
+~20 s; every other policy is explored, and each reached pair checked, elsewhere)."""
+SAMPLES = 20_000
+IDS = ("s1", "s2", "u1")
+
+
+def abstract(context: TurnContext) -> dict[str, Hashable]:
+    """Each field as the explorer tells it apart whatever the speech ids: flags, counts,
+    timers and waits as they are, an id or a time by whether it is set, a set of speeches
+    by whether it is empty."""
+    values: dict[str, Hashable] = {}
+    for field in attrs.fields(TurnContext):
+        value = getattr(context, field.name)
+        if isinstance(value, frozenset) and field.name != "timers":
+            value = bool(value)
+        elif isinstance(value, str | float) and field.name not in ("greeting_wait", "final_wait"):
+            value = "set"
+        values[field.name] = value
+    return values
+
+
+@pytest.fixture(scope="module")
+def reached() -> dict[tuple[str, ...], dict[str, set[Hashable]]]:
+    """For each configuration the explorer reaches, each field's values there."""
+    found: dict[tuple[str, ...], dict[str, set[Hashable]]] = {}
+
+    def note(configuration: tuple[str, ...], context: TurnContext) -> None:
+        values = found.setdefault(configuration, {})
+        for name, value in abstract(context).items():
+            values.setdefault(name, set()).add(value)
+
+    explore(POLICY, reached=note)
+    return found
+
+
+def random_pair(rng: random.Random, policy: TurnPolicy) -> tuple[tuple[str, ...], TurnContext]:
+    """A state of the chart and a context whose fields are each valid on their own, and
+    consistent with each other as far as the field checks go (ids of active speeches)."""
+    state = rng.choice(STATES)
+    voice = (rng.choice(VOICE_STATES),) if state in LIVE_STATES else ()
+    active = frozenset(rng.sample(IDS[:2], rng.randint(0, 2)))
+    started = [t for t, f in TIMER_POLICY_FIELDS.items() if getattr(policy, f) is not None]
+
+    def an_active_id() -> str | None:
+        return rng.choice(sorted(active)) if active and rng.random() < 0.3 else None
+
+    def maybe(value: object) -> object:
+        return value if rng.random() < 0.1 else None
+
+    context = TurnContext(
+        input_muted=rng.random() < 0.1,
+        turns_held=rng.random() < 0.1,
+        overlapped_greeting=rng.random() < 0.1,
+        discarding_overlap=rng.random() < 0.1,
+        spill_over_until=maybe(1.0),  # type: ignore[arg-type]
+        first_words_item=maybe("u1"),  # type: ignore[arg-type]
+        greeting_speech_id=an_active_id(),
+        greeting_retried=rng.random() < 0.1,
+        active_speeches=active,
+        dropped_speeches=frozenset(s for s in active if rng.random() < 0.1),
+        tool_rounds=rng.randint(0, policy.max_tool_steps),
+        tool_speech_id=an_active_id(),
+        capped=rng.random() < 0.1,
+        tool_loop_stopped=rng.random() < 0.1,
+        final_reply_pending=rng.random() < 0.1,
+        final_speech_id=an_active_id(),
+        reprompts=rng.randint(0, policy.idle_max_reprompts if policy.idle_timeout else 0),
+        timers=frozenset(t for t in started if rng.random() < 0.3),
+        end_reason=maybe("hangup"),  # type: ignore[arg-type]
+    )
+    return (state, *voice), context
+
+
+def test_every_pair_restore_accepts_holds_values_calls_hold_there(
+    reached: dict[tuple[str, ...], dict[str, set[Hashable]]], summary_line: object
+) -> None:
+    """Each field of an accepted pair has a value some call has in that configuration
+    (field by field: the explorer's two speech ids cannot reach every combination a call
+    can). Before the rules, most random pairs held one no call has."""
+    rng = random.Random(22)
+    accepted = 0
+    controller = TurnController(POLICY, record=False)
+    for _ in range(SAMPLES):
+        configuration, context = random_pair(rng, POLICY)
+        try:
+            controller.restore(configuration, context)
+        except ValueError:
+            continue
+        accepted += 1
+        assert configuration in reached, configuration
+        if configuration == ("ended",):
+            continue  # the explorer keeps one context of a call that ended: nothing follows
+        unheld = {
+            name: value
+            for name, value in abstract(context).items()
+            if value not in reached[configuration][name]
+        }
+        assert unheld == {}, (configuration, unheld)
+    assert accepted > 20  # the sample holds real pairs too
+    summary_line(  # type: ignore[operator]
+        f"restore: {SAMPLES - accepted} of {SAMPLES} random pairs refused; the {accepted} "
+        f"accepted hold, field by field, values calls hold there ({len(reached)} "
+        "configurations explored)"
+    )
+
+
+def test_a_cap_without_a_round_is_refused() -> None:
+    """The issue's pair: capped with no round run, in a reply's speech; the next user
+    turn's first tool round was cancelled."""
+    policy = TurnPolicy(direction="outbound", greeting="Hi", max_call_duration=60.0)
+    context = TurnContext(
+        active_speeches=frozenset({"s1"}), capped=True, timers=frozenset({"max_duration"})
+    )
+    controller = TurnController(policy)
+    with pytest.raises(ValueError, match=r"^TurnContext\.capped is set only at the cap"):
+        controller.restore("speaking", context)
+    assert controller.state == "ringing"
+    fine = attrs.evolve(context, capped=False)
+    controller.restore("speaking", fine)
+    effects = controller.handle(ev.ToolStepStarted(at=1.0, speech_id="s1"))
+    assert not any(isinstance(effect, fx.CancelToolReply) for effect in effects)
+
+
+@pytest.mark.parametrize(
+    ("policy", "state", "message"),
+    [
+        (TurnPolicy(greeting="Hi"), "ringing", "no call under this policy is in 'ringing'"),
+        (TurnPolicy(first_speaker="user"), "greeting", "is in 'greeting'"),
+        (TurnPolicy(greeting="Hi"), "awaiting_user", "is in 'awaiting_user'"),
+    ],
+)
+def test_a_state_the_policy_never_reaches_is_refused(
+    policy: TurnPolicy, state: str, message: str
+) -> None:
+    assert state not in reachable_states(policy)
+    with pytest.raises(ValueError, match=message):
+        TurnController(policy).restore(state, TurnContext())
+
+
+def test_the_rules_name_real_fields() -> None:
+    assert set(SCOPED) <= {field.name for field in attrs.fields(TurnContext)}
