@@ -184,8 +184,16 @@ class OutcomeMonitor:
         if self._greeting_cut is None or isinstance(event, _REPORTS_OF_A_CUT):
             return
         cut, self._greeting_cut = self._greeting_cut, None
-        if after != "ended" and not self.adapter.closing:
+        if after != "ended" and not self._session_closing():
             self.breach("O2", cut)
+
+    def _session_closing(self) -> bool:
+        """Whether the session is closing. ``aclose()`` cuts the speech playing and ends
+        the caller's speech (its last transcript, ``user_state_changed``) before LiveKit
+        emits ``close``: those events are the hang-up's, not the call going on. LiveKit
+        tells that only privately (``AgentSession._is_closing``), hence the guard."""
+        is_closing = getattr(self.adapter.session, "_is_closing", None)
+        return self.adapter.closing or (callable(is_closing) and bool(is_closing()))
 
     # -- O1, O2: which speech is the greeting -------------------------------------------
 
