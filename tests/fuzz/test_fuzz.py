@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from livekit.agents.tokenize.basic import split_words
 
 from turnfsm import cli
 from turnfsm import effects as fx
 from turnfsm.adapters.livekit import TurnAdapter
 from turnfsm.adapters.livekit.levers import committed_message
 from turnfsm.adapters.sim.fuzz import draw_call, judge_call, run_call
-from turnfsm.adapters.sim.fuzz.draw import EFFECTS_THAT_MAY_FAIL
+from turnfsm.adapters.sim.fuzz.draw import EFFECTS_THAT_MAY_FAIL, MIN_WORDS, PROBES
 from turnfsm.adapters.sim.fuzz.harness import Mutation
 from turnfsm.adapters.sim.fuzz.runner import replay
 
@@ -89,6 +90,13 @@ def test_a_seed_draws_the_same_call_and_every_dimension_is_drawn() -> None:
         *(f"fault={effect.name}" for effect in EFFECTS_THAT_MAY_FAIL),
     }
     assert expected <= set(drawn), sorted(expected - set(drawn))
+
+
+def test_every_probe_is_a_turn_over_the_agents_speech_whatever_min_words_is_drawn() -> None:
+    # LiveKit counts words so when it weighs a turn over the agent's speech (seed 1428:
+    # a two-word probe under min_words=3 went unanswered, by LiveKit's design)
+    words = {probe: len(split_words(probe, split_character=True)) for probe in PROBES}
+    assert min(words.values()) >= max(MIN_WORDS), words
 
 
 def test_a_replay_writes_the_same_trace_byte_for_byte(tmp_path: Path) -> None:

@@ -31,16 +31,21 @@ CueKind = Literal[
     "hello", "overlap", "backchannel", "barge_in", "question", "long_turn", "hang_up"
 ]
 
+MIN_WORDS = (0, 0, 0, 1, 2, 3)
+"""LiveKit's interruption ``min_words`` as drawn (0, LiveKit's default, half the time)."""
+
 PROBES: dict[str, str] = {
     "Open on Saturday?": "Yes, until noon.",
     "And on Sunday?": "No, closed.",
-    "Monday then?": "Monday works.",
+    "What about Monday?": "Monday works.",
 }
 """The no-deaf-call probes and the model's answers (no tools: the judgement stays crisp).
 The first is asked once the script is through, 2 s into whatever state the call is in
 then, and must be answered; the others are asked instead when it fell where the caller
 is not heard on purpose (every attempt in other words, so that none can pass for the
-other)."""
+other). Each has at least ``max(MIN_WORDS)`` words: over the agent's speech LiveKit takes
+a shorter turn for none (it keeps the words for the next turn), so a shorter probe would
+go unanswered by design, not by a fault."""
 
 GREETINGS = (
     "Hi, this is Ada.",
@@ -278,7 +283,7 @@ def _draw_settings(
     if preemptive["enabled"]:
         preemptive["preemptive_tts"] = rng.random() < 0.3
     interruption: dict[str, Any] = {
-        "min_words": rng.choice((0, 0, 0, 1, 2, 3)),
+        "min_words": rng.choice(MIN_WORDS),
         "min_duration": rng.choice((0.5, 0.5, 0.2, 0.8)),
         "resume_false_interruption": rng.random() < 0.6,
         "false_interruption_timeout": rng.choice((2.0, 2.0, 1.0, None)),
