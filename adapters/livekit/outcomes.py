@@ -113,8 +113,12 @@ class OutcomeMonitor:
         """A turn was committed after the greeting: speech from then on is new speech,
         even within the spill-over window."""
         self._overlap_texts: list[str] = []
+        self._fresh_texts: list[str] = []
+        """Final transcripts of speech that is not the overlap's, since the last turn."""
         self._held_audio_replayed = True
         self._judged_turn: ev.UserTurnCommitted | None = None
+        self._judged_turn_fresh: list[str] = []
+        """The fresh transcripts the judged turn ends with, when LiveKit commits them."""
         self._said_speeches: set[str] = set()
         """``session.say`` speeches (the policy's own texts: no reply to a turn)."""
         # O4: each speech's committed text before any drop
@@ -247,12 +251,16 @@ class OutcomeMonitor:
                 self._judged_turn = None
         elif isinstance(event, ev.UserSpeechEnded):
             self._user_speaking = False
-        elif isinstance(event, ev.UserTranscript) and event.is_final and self._hearing_overlap:
+        elif isinstance(event, ev.UserTranscript) and event.is_final:
             if event.text.strip():
-                self._overlap_texts.append(event.text)
-        elif isinstance(event, ev.UserTurnCommitted) and before not in PRE_GREETING_STATES:
+                heard = self._overlap_texts if self._hearing_overlap else self._fresh_texts
+                heard.append(event.text)
+        elif isinstance(event, ev.UserTurnCommitted):
+            fresh, self._fresh_texts = self._fresh_texts, []
+            if before in PRE_GREETING_STATES:
+                return
             rejected = any(isinstance(e, fx.RejectUserTurn) for e in effects)
-            self._judged_turn = None if rejected else event
+            self._judged_turn, self._judged_turn_fresh = (None if rejected else event), fresh
             if not rejected:  # what the caller says from now on is no part of the overlap
                 if self._overlap_committed:  # a later turn: the overlap had its own
                     self._in_overlap, self._overlap_texts = False, []
@@ -280,7 +288,12 @@ class OutcomeMonitor:
 
     def _judge_reply(self, turn: ev.UserTurnCommitted, answer_whole: bool) -> None:
         overlap = [_words(text) for text in self._overlap_texts]
+        # the words of speech since the overlap, which the turn ends with, are no part of
+        # it even where they repeat it ("Hello?" dropped, then "Hello? Can you hear me?")
+        fresh = _words(" ".join(self._judged_turn_fresh))
         turn_words = _words(turn.text)
+        if fresh and turn_words[-len(fresh) :] == fresh:
+            turn_words = turn_words[: -len(fresh)]
         holds = [bool(words) and _contains(turn_words, words) for words in overlap]
         if any(holds):
             self._in_overlap = False
