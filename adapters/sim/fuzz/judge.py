@@ -309,10 +309,14 @@ def judge_history_is_agent_context(record: CallRecord) -> list[str]:
     """The history and the agent's context agree: the same text for every message both
     hold, and every message since the agent took the call in both. (An agent handed the
     call holds what its application gave it: messages from before the handoff, and what
-    the agent before it still said, may be in one and not the other.)"""
+    the agent before it still said, may be in one and not the other. Once the call's end
+    began, the closing session may flush the caller's last words into the history as a
+    handoff in flight completes: seed 1820.)"""
     if record.agent_context is None:
         return []
     since = max(record.handoffs, default=-math.inf)
+    ended = record.ended_at()
+    until = math.inf if ended is None else ended
     history = {item_id: text for item_id, _, text in record.history}
     context = {item_id: text for item_id, _, text in record.agent_context}
     findings = [
@@ -324,9 +328,12 @@ def judge_history_is_agent_context(record: CallRecord) -> list[str]:
     speech_of = dict(record.assistant_messages)
 
     def agents_own(item_id: str) -> bool:
-        """Added since the agent took the call, and not said by the one before it."""
+        """Added since the agent took the call and before the call's end began, and not
+        said by the one before it."""
         outgoing = record.spoken_before(speech_of.get(item_id), since)
-        return record.added_at.get(item_id, math.inf) >= since and not outgoing
+        added = record.added_at.get(item_id)
+        in_call = added is None or since <= added < until
+        return in_call and not outgoing
 
     for name, mine, other in sides:
         missing = [
