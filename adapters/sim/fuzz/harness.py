@@ -262,11 +262,12 @@ class CallRecord:
         deaf_states = {"ringing", "awaiting_user"} if policy.has_greeting else set()
         fault = self.plan.fault
         lock_failed = bool(self.fault_fired) and (
-            fault is not None and fault.effect in ("hold_user_turns", "mute_input")
+            fault is not None and fault.effect in ("hold_user_turns", "mute_input", "unmute_input")
         )
         if policy.greeting_overlap == "drop" or lock_failed:
             deaf_states.add("greeting")  # dropped by policy, or neither held nor muted (its
-            # lever failed): LiveKit drops speech over a locked speech then
+            # lever failed): LiveKit drops speech over a locked speech then; or its held
+            # audio is discarded (a failed unmute releases the input without replay)
         if policy.mute_input_during_tools:
             deaf_states.add("tool_loop")
         spills = policy.mutes_greeting and policy.greeting_overlap == "drop"
