@@ -38,7 +38,11 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_asyncio_loop_factories(
     config: pytest.Config, item: pytest.Item
 ) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
-    """Every async test runs on the virtual clock, unless marked ``wall_clock``."""
+    """Every async test runs on the virtual clock, unless marked ``wall_clock``.
+
+    pytest-asyncio asks this while collecting: the mark must be on the test, its class or its
+    module (``pytestmark``); one added by ``pytest_collection_modifyitems`` comes too late.
+    """
     if item.get_closest_marker("wall_clock") is not None:
         return {"wall_clock": asyncio.new_event_loop}
     return {"virtual_clock": VirtualClockLoop}

@@ -83,6 +83,7 @@ def test_the_calls_cover_every_figure(traces: list[Trace]) -> None:
         "greeting_overlaps",
         "overlap_dropped",
         "barge_ins",
+        "discarded_speeches",
         "drops",
         "dropped_chars",
         "unmeasured_drops",
@@ -189,6 +190,7 @@ def test_the_page_is_self_contained(page: Path) -> None:
         assert needle not in html.replace('xmlns="http://www.w3.org/2000/svg"', ""), needle
 
 
+@pytest.mark.wall_clock  # drives a real Chromium process
 async def test_the_page_renders_in_chromium(page: Path, expected: dict[str, str]) -> None:
     script = """JSON.stringify({
         text: document.body.innerText,
@@ -216,6 +218,7 @@ async def test_the_page_renders_in_chromium(page: Path, expected: dict[str, str]
     assert result["overlay"] > 400  # the diagram was laid out, not an empty box
 
 
+@pytest.mark.wall_clock  # drives a real Chromium process
 async def test_a_page_with_an_error_is_caught(tmp_path: Path) -> None:
     """The browser check can fail: a console error and a missing image are reported."""
     bad = tmp_path / "bad.html"

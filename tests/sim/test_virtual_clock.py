@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import doctest
 import threading
 import time
 import uuid
@@ -34,6 +35,31 @@ def test_the_clock_jumps_to_the_next_timer_and_costs_no_wall_time() -> None:
     started = clock._real_perf_counter()
     assert _run(a_long_call()) == 1800
     assert clock._real_perf_counter() - started < 60  # half an hour did not pass
+
+
+def test_timers_due_late_in_a_long_simulation_fire_on_time() -> None:
+    """Past a few hours a fixed firing tolerance vanishes below the time's float precision;
+    the timer due now must still fire, at its time (it spun forever at the same instant)."""
+
+    async def a_week_of_hourly_ticks() -> list[float]:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        ticks = []
+        for _ in range(24 * 7):
+            await asyncio.sleep(3600)
+            ticks.append(loop.time() - start)
+        return ticks
+
+    ticks = clock.run(a_week_of_hourly_ticks(), time_limit=3600 * 24 * 8)
+    assert ticks == [3600.0 * hour for hour in range(1, 24 * 7 + 1)]
+
+
+def test_the_clock_modules_examples_hold() -> None:
+    """Its docstrings are its user documentation (``--doctest-modules`` does not run on
+    ``adapters/``: see tests/core/test_purity.py)."""
+    results = doctest.testmod(clock)
+    assert results.attempted > 0
+    assert results.failed == 0
 
 
 def test_timers_due_together_fire_in_the_order_they_were_set() -> None:
@@ -166,3 +192,14 @@ def test_the_loop_is_a_selector_loop_users_can_make_themselves() -> None:
         assert loop.elapsed() == 2
     finally:
         loop.close()
+
+
+async def test_an_async_test_runs_on_the_virtual_clock() -> None:
+    assert isinstance(asyncio.get_running_loop(), VirtualClockLoop)
+
+
+@pytest.mark.wall_clock
+async def test_a_wall_clock_test_runs_on_an_ordinary_loop() -> None:
+    """The mark must be on the test when pytest-asyncio parametrizes it, at collection: a mark
+    added later (``pytest_collection_modifyitems``) changes nothing, silently."""
+    assert not isinstance(asyncio.get_running_loop(), VirtualClockLoop)
