@@ -15,7 +15,6 @@ import concurrent.futures
 import logging
 import multiprocessing
 import os
-import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,10 +28,13 @@ from .draw import World
 from .harness import CallRecord, Mutation, run_call
 from .judge import JUDGEMENTS, Finding, judge_call
 
-if sys.version_info >= (3, 11):
+try:
     import tomllib
-else:  # the same parser, as a package, before Python 3.11
-    import tomli as tomllib
+except ImportError:  # Python 3.10: the same parser as the package tomli, where installed
+    try:
+        import tomli as tomllib
+    except ImportError:
+        tomllib = None  # type: ignore[assignment]
 
 CHUNK = 4
 """Calls a worker takes at a time (fewer round trips; still an even spread)."""
@@ -90,6 +92,8 @@ def load_known(path: Path) -> dict[int, KnownCall]:
     Raises:
         ValueError: naming the entry and field that is wrong.
     """
+    if tomllib is None:
+        raise ValueError(f"--known {path}: reading TOML needs Python 3.11 or the package tomli")
     try:
         with path.open("rb") as stream:
             data = tomllib.load(stream)
