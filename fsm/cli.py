@@ -5,7 +5,9 @@ with Graphviz; ``--trace`` overlays a recorded call. ``turnfsm diagrams`` writes
 committed diagrams (``make diagrams``) and, with ``--check``, fails when they are
 stale. ``turnfsm timeline`` draws a recorded call as an SVG timeline. ``turnfsm report``
 sums many recorded calls into one HTML page, reading one trace at a time: a trace it
-cannot read or fold is listed (by a printable name) and the others are reported.
+cannot read or fold is listed (by a printable name) and the others are reported. ``turnfsm
+fuzz`` runs seeded simulated calls (it imports :mod:`turnfsm.adapters.sim.fuzz`, and so
+LiveKit, only when run).
 
 This is the only module that reads or writes files or runs a program. Every line it
 prints goes through :func:`turnfsm.escape.printable`, file names through
@@ -214,6 +216,31 @@ def _parser() -> argparse.ArgumentParser:
         "--random-calls", type=int, default=300, metavar="N", help="0 to skip (default 300)"
     )
     check.set_defaults(run=_check)
+
+    fuzz = commands.add_parser(
+        "fuzz",
+        help="run seeded simulated calls on the virtual clock and judge them",
+        description="Draw whole calls from seeds (policy, LiveKit settings, caller lines and "
+        "timing, tools, handoffs, faults), run each in a real AgentSession on the virtual "
+        "clock, and judge what the caller got. Prints one line per failing call, then "
+        "'N calls, K failures, X calls/min'. Needs turnfsm[livekit].",
+    )
+    fuzz.add_argument("--seed", type=int, default=0, help="the first call's seed (default 0)")
+    fuzz.add_argument("--calls", type=int, default=100, help="how many calls (default 100)")
+    fuzz.add_argument("--realtime", action="store_true", help="realtime-model calls")
+    fuzz.add_argument("--workers", type=int, help="worker processes (default: one per core)")
+    fuzz.add_argument("--replay", type=int, metavar="SEED", help="run one call again")
+    fuzz.add_argument(
+        "--out", type=Path, help="write each failing call's (or the replayed call's) files here"
+    )
+    fuzz.add_argument(
+        "--known",
+        type=Path,
+        metavar="FILE.toml",
+        help="a regression list: calls it lists as open that fail as listed are reported "
+        "as known, not counted as failures",
+    )
+    fuzz.set_defaults(run=_fuzz)
     return parser
 
 
@@ -452,6 +479,19 @@ def _check(args: argparse.Namespace) -> int:
         raise CliError(f"the check could not run: {type(error).__name__}: {error}") from None
     print("\n".join(map(printable, format_check(report).splitlines())))
     return 0 if report.ok else 1
+
+
+FUZZ_RUNNER = "turnfsm.adapters.sim.fuzz.runner:main"
+"""What ``turnfsm fuzz`` runs: it drives LiveKit sessions, so it is imported only when the
+command runs (importing this module loads no LiveKit)."""
+
+
+def _fuzz(args: argparse.Namespace) -> int:
+    runner = _import(FUZZ_RUNNER, "fuzz")
+    try:
+        return int(runner(args, echo=lambda line: print(printable(line), flush=True)))
+    except ValueError as error:
+        raise CliError(str(error)) from None
 
 
 def _import_class(spec: str, flag: str, base: type, what: str) -> type:

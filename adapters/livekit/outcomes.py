@@ -128,9 +128,18 @@ class OutcomeMonitor:
         self._greeting_ended_at: float | None = None
         self._user_speaking = False
         self._in_overlap = False
+        self._hearing_overlap = False
+        """The caller's speech now is the overlap's (its transcripts are the overlap's)."""
+        self._overlap_committed = False
+        """A turn was committed after the greeting: speech from then on is new speech,
+        even within the spill-over window."""
         self._overlap_texts: list[str] = []
+        self._fresh_texts: list[str] = []
+        """Final transcripts of speech that is not the overlap's, since the last turn."""
         self._held_audio_replayed = True
         self._judged_turn: ev.UserTurnCommitted | None = None
+        self._judged_turn_fresh: list[str] = []
+        """The fresh transcripts the judged turn ends with, when LiveKit commits them."""
         self._said_speeches: set[str] = set()
         """``session.say`` speeches (the policy's own texts: no reply to a turn)."""
         # O4: each speech's committed text before any drop
@@ -208,8 +217,16 @@ class OutcomeMonitor:
         if self._greeting_cut is None or isinstance(event, _REPORTS_OF_A_CUT):
             return
         cut, self._greeting_cut = self._greeting_cut, None
-        if after != "ended" and not self.adapter.closing:
+        if after != "ended" and not self._session_closing():
             self.breach("O2", cut)
+
+    def _session_closing(self) -> bool:
+        """Whether the session is closing. ``aclose()`` cuts the speech playing and ends
+        the caller's speech (its last transcript, ``user_state_changed``) before LiveKit
+        emits ``close``: those events are the hang-up's, not the call going on. LiveKit
+        tells that only privately (``AgentSession._is_closing``), hence the guard."""
+        is_closing = getattr(self.adapter.session, "_is_closing", None)
+        return self.adapter.closing or (callable(is_closing) and bool(is_closing()))
 
     # -- O1, O2: which speech is the greeting -------------------------------------------
 
@@ -253,20 +270,32 @@ class OutcomeMonitor:
                 self._held_audio_replayed = gate.held_seconds > 0
         if isinstance(event, ev.UserSpeechStarted):
             self._user_speaking = True
-            if before == "greeting" or self._in_spill_over_window(event.at):
-                if not self._in_overlap:
-                    self._in_overlap = True
-                    self._overlap_texts = []
-            elif not self._in_overlap:
+            spill_over = self._in_spill_over_window(event.at) and not self._overlap_committed
+            self._hearing_overlap = before == "greeting" or spill_over
+            if self._hearing_overlap and not self._in_overlap:
+                self._in_overlap = True
+                self._overlap_texts = []
+            elif not self._hearing_overlap and not self._overlap_texts:
+                self._in_overlap = False  # new speech; nothing of the overlap was transcribed
+            if not self._in_overlap:
                 self._judged_turn = None
         elif isinstance(event, ev.UserSpeechEnded):
             self._user_speaking = False
-        elif isinstance(event, ev.UserTranscript) and event.is_final and self._in_overlap:
+        elif isinstance(event, ev.UserTranscript) and event.is_final:
             if event.text.strip():
-                self._overlap_texts.append(event.text)
-        elif isinstance(event, ev.UserTurnCommitted) and before not in PRE_GREETING_STATES:
+                heard = self._overlap_texts if self._hearing_overlap else self._fresh_texts
+                heard.append(event.text)
+        elif isinstance(event, ev.UserTurnCommitted):
+            fresh, self._fresh_texts = self._fresh_texts, []
+            if before in PRE_GREETING_STATES:
+                return
             rejected = any(isinstance(e, fx.RejectUserTurn) for e in effects)
-            self._judged_turn = None if rejected else event
+            self._judged_turn, self._judged_turn_fresh = (None if rejected else event), fresh
+            if not rejected:  # what the caller says from now on is no part of the overlap
+                if self._overlap_committed:  # a later turn: the overlap had its own
+                    self._in_overlap, self._overlap_texts = False, []
+                self._hearing_overlap = False
+                self._overlap_committed = self._greeting_ended_at is not None
         elif isinstance(event, ev.AgentSpeechCreated) and event.source == "say":
             self._said_speeches.add(event.speech_id)
         elif (
@@ -289,7 +318,12 @@ class OutcomeMonitor:
 
     def _judge_reply(self, turn: ev.UserTurnCommitted, answer_whole: bool) -> None:
         overlap = [_words(text) for text in self._overlap_texts]
+        # the words of speech since the overlap, which the turn ends with, are no part of
+        # it even where they repeat it ("Hello?" dropped, then "Hello? Can you hear me?")
+        fresh = _words(" ".join(self._judged_turn_fresh))
         turn_words = _words(turn.text)
+        if fresh and turn_words[-len(fresh) :] == fresh:
+            turn_words = turn_words[: -len(fresh)]
         holds = [bool(words) and _contains(turn_words, words) for words in overlap]
         if any(holds):
             self._in_overlap = False

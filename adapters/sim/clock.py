@@ -409,6 +409,11 @@ def install_virtual_wall_clock() -> None:
     _installed = True
 
 
+_scanned_modules: set[str] = set()
+"""LiveKit modules whose models were rebuilt already (each is looked at once: a loop is
+made per simulated call, and scanning every module again would cost each call ~20 ms)."""
+
+
 def _rebuild_livekit_models() -> None:
     """Rebuild every loaded LiveKit pydantic model whose field defaults to a real clock read."""
     from pydantic import BaseModel
@@ -416,6 +421,9 @@ def _rebuild_livekit_models() -> None:
     for module_name, module in list(sys.modules.items()):
         if not module_name.startswith("livekit.") or module is None:
             continue
+        if module_name in _scanned_modules:
+            continue
+        _scanned_modules.add(module_name)
         for model in list(vars(module).values()):
             if not (isinstance(model, type) and issubclass(model, BaseModel)):
                 continue

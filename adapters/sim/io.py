@@ -34,6 +34,10 @@ from .speech import (
 __all__ = ["PacedAudioOutput", "PlayoutSegment", "RecordingTextOutput", "ScriptedAudioInput"]
 
 
+FRAME_DURATIONS = (0.01, 0.02, 0.05)
+"""Frame lengths the scripted input makes, in seconds (RoomIO's default is 0.05)."""
+
+
 @dataclass
 class _PendingLine:
     at: float
@@ -58,7 +62,8 @@ class ScriptedAudioInput(AudioInput):
     Args:
         script: The lines to play and when.
         ledger: Where produced frames are recorded; a new one when omitted.
-        frame_duration: Length of each frame in seconds (0.01 or 0.02).
+        frame_duration: Length of each frame in seconds: 0.01, 0.02, or 0.05 (RoomIO's
+            default ``frame_size_ms``; the fuzzer's, half the frames of 0.02 to process).
         label: Label reported to LiveKit.
     """
 
@@ -71,8 +76,8 @@ class ScriptedAudioInput(AudioInput):
         label: str = "ScriptedAudioInput",
     ) -> None:
         super().__init__(label=label)
-        if frame_duration not in (0.01, 0.02):
-            raise ValueError("frame_duration must be 0.01 or 0.02 seconds")
+        if frame_duration not in FRAME_DURATIONS:
+            raise ValueError(f"frame_duration must be one of {FRAME_DURATIONS} seconds")
         self._ledger = ledger if ledger is not None else SpeechLedger()
         self._frame_duration = frame_duration
         self._samples_per_frame = round(SAMPLE_RATE * frame_duration)

@@ -120,7 +120,7 @@ class SimulatedCall:
             its ledger becomes the call's ledger.
         tts: The TTS; a default :class:`ScriptedTTS` when omitted.
         final_lag: ``final_lag`` of the default STT, in seconds.
-        frame_duration: Audio input frame length (0.01 or 0.02 s).
+        frame_duration: Audio input frame length (0.01, 0.02 or 0.05 s).
         turn_handling: Overrides of :data:`DEFAULT_TURN_HANDLING` (merged per key), or of
             :data:`LIVEKIT_DEFAULT_TURN_HANDLING` with ``livekit_defaults``.
         livekit_defaults: Run under LiveKit's own turn handling

@@ -109,8 +109,14 @@ def adapter_references(path: Path) -> list[str]:
 def test_the_only_door_to_the_adapters_is_testings_lazy_names() -> None:
     doors = {path.name: adapter_references(path) for path in SOURCES}
     doors = {name: found for name, found in doors.items() if found}
-    # the module-level string is the module the lazy __getattr__ imports (SIMULATED_CALLS)
-    assert doors == {"testing.py": ["<module>: 'turnfsm.adapters.sim.testing'"]}
+    # the module-level strings are what testing's lazy __getattr__ imports (SIMULATED_CALLS)
+    # and what `turnfsm fuzz` runs, imported when the command runs (FUZZ_RUNNER)
+    assert doors == {
+        "testing.py": ["<module>: 'turnfsm.adapters.sim.testing'"],
+        "cli.py": ["<module>: 'turnfsm.adapters.sim.fuzz.runner:main'"],
+    }
+    cli = (FSM / "cli.py").read_text(encoding="utf-8")
+    assert cli.count("FUZZ_RUNNER") == 2  # defined, and imported in _fuzz only
     testing = (FSM / "testing.py").read_text(encoding="utf-8")
     assert testing.count("importlib.import_module(") == 1
     assert "return getattr(importlib.import_module(SIMULATED_CALLS), name)" in testing
