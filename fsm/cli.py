@@ -36,6 +36,7 @@ from .diagram import (
     to_dot,
     to_mermaid,
     to_overview,
+    ways_to_end,
     whole_call_transitions,
 )
 from .escape import printable, printable_path
@@ -405,7 +406,7 @@ README_BLOCK = re.compile(r"(<!-- diagram:overview -->\n).*?(<!-- /diagram -->)"
 
 def readme_diagram(machine_class: type[TurnChart] = TurnMachine) -> str:
     """The README's inline diagram: the overview in a Mermaid block, then the
-    transitions it leaves to a caption (those of the whole call)."""
+    transitions it leaves to a caption (those of the whole call, the ways to the end)."""
     diagram = build_diagram(machine_class)
     whole_call = whole_call_transitions(diagram)
     targets = sorted({target for _, target in whole_call})
@@ -415,6 +416,13 @@ def readme_diagram(machine_class: type[TurnChart] = TurnMachine) -> str:
         + f" lead to `{target}`. "
         for target in targets
     )
+    for final in sorted({target for _, target, _ in ways_to_end(diagram)}):
+        ways = [
+            f"`{source}` ({', '.join(f'`{event}`' for event in events)})"
+            for source, target, events in ways_to_end(diagram)
+            if target == final
+        ]
+        caption += f"`{final}` is also reached from {', '.join(ways)}. "
     for state, regions in parallel_regions(diagram):
         (first, first_states), *others = regions
         beside = "; ".join(f"`{region}` ({_listed(states)})" for region, states in others)

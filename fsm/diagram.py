@@ -476,7 +476,9 @@ def to_overview(diagram: Diagram) -> str:
     Compound states are boxes where they declare a transition of their own (one edge
     instead of one per child). Transitions of the compound state that holds the start
     apply to the whole call: :func:`whole_call_transitions` lists them for a caption
-    rather than drawing an edge around everything.
+    rather than drawing an edge around everything. So do the ways into a final state
+    (:func:`ways_to_end`): drawn, an edge from nearly every state into one node made the
+    picture too wide to read on a page.
     """
     graph = _overview_model(diagram)
     body = _Renderer(MermaidRendererConfig(direction="TB")).render(graph)
@@ -492,6 +494,17 @@ def whole_call_transitions(diagram: Diagram) -> list[tuple[str, str]]:
         if edge.source == root and not edge.internal and edge.event:
             seen[(edge.event, edge.target)] = None
     return list(seen)
+
+
+def ways_to_end(diagram: Diagram) -> list[tuple[str, str, list[str]]]:
+    """``(source, final state, events)`` of each edge into a final state that the overview
+    leaves to its caption (those of the compound state holding the start are
+    :func:`whole_call_transitions`), in declaration order."""
+    return [
+        (source, target, events)
+        for (source, target), events in _overview_edges(diagram).items()
+        if target in diagram.finals
+    ]
 
 
 def parallel_regions(diagram: Diagram) -> list[tuple[str, list[tuple[str, list[str]]]]]:
@@ -535,9 +548,26 @@ def _full_model(diagram: Diagram) -> DiagramGraph:
 
 
 def _overview_model(diagram: Diagram) -> DiagramGraph:
-    root = _root_compound(diagram)
+    transitions = [
+        DiagramTransition(
+            source=source, targets=[target], event="<br/>".join(map(mermaid_text, events))
+        )
+        for (source, target), events in _overview_edges(diagram).items()
+        if target not in diagram.finals  # in the caption: see ways_to_end
+    ]
+    return _model(diagram, transitions, with_actions=False, boxes=_boxes(diagram))
+
+
+def _boxes(diagram: Diagram) -> set[str]:
+    """The compound states the overview draws as boxes: those with a transition of their
+    own, but the one holding the start."""
     boxes = {edge.source for edge in diagram.edges if not edge.internal and edge.event}
-    boxes &= set(diagram.parents.values()) - {root}
+    return boxes & set(diagram.parents.values()) - {_root_compound(diagram)}
+
+
+def _overview_edges(diagram: Diagram) -> dict[tuple[str, str], list[str]]:
+    """The overview's ``(source, target)`` edges and their events (see :func:`to_overview`)."""
+    root = _root_compound(diagram)
     seen: dict[tuple[str, str], list[str]] = {}
     for edge in diagram.edges:
         if edge.internal or edge.source == root or edge.source not in diagram.states:
@@ -547,13 +577,7 @@ def _overview_model(diagram: Diagram) -> DiagramGraph:
         name = edge.event or ", ".join(edge.guards)
         if name not in events:
             events.append(name)
-    transitions = [
-        DiagramTransition(
-            source=source, targets=[target], event="<br/>".join(map(mermaid_text, events))
-        )
-        for (source, target), events in _into_boxes(diagram, boxes, seen).items()
-    ]
-    return _model(diagram, transitions, with_actions=False, boxes=boxes)
+    return _into_boxes(diagram, _boxes(diagram), seen)
 
 
 def _into_boxes(

@@ -122,7 +122,7 @@ VARIANTS: dict[str, tuple[dict[str, object], ...]] = {
         reason=("min_words", "false_interruption"), prepared_speech_id=("", *SPEECH_IDS)
     ),
     "agent_speech_created": _variants(**SPEECH, source=("say", "reply", "tool_reply"))
-    + _variants(**SPEECH, source=("say",), from_agent_code=(True,)),
+    + _variants(**SPEECH, source=("say", "reply"), from_agent_code=(True,)),
     "agent_speech_started": _variants(**SPEECH),
     "agent_speech_ended": _variants(
         **SPEECH,
