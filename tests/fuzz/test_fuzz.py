@@ -9,6 +9,7 @@ in others whatever their string hashing.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
@@ -100,7 +101,12 @@ def test_every_probe_is_a_turn_over_the_agents_speech_whatever_min_words_is_draw
 
 
 def test_a_replay_writes_the_same_trace_byte_for_byte(tmp_path: Path) -> None:
+    loggers = [logging.getLogger(name) for name in ("livekit", "asyncio", "turnfsm")]
+    before = [(log.level, log.propagate) for log in loggers]
     first, second = replay(REPLAYED, tmp_path / "a"), replay(REPLAYED, tmp_path / "b")
+    # the calling process's logging is its own again (it silenced LiveKit's errors for
+    # every later test of the worker process)
+    assert [(log.level, log.propagate) for log in loggers] == before
     assert first == second
     trace = (tmp_path / "a" / "call.jsonl").read_bytes()
     assert trace == (tmp_path / "b" / "call.jsonl").read_bytes()

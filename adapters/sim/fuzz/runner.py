@@ -199,11 +199,28 @@ def write_call(record: CallRecord, verdict: Verdict, out: Path) -> None:
     (out / "findings.txt").write_text("\n".join(findings) + "\n", encoding="utf-8")
 
 
+def _quiet_logs() -> Callable[[], None]:
+    """Quiet the logs (turnfsm's warnings are judged, not printed; LiveKit's and asyncio's
+    are noise here); returns what puts them back as they were."""
+    livekit, asyncio_log, turnfsm = (
+        logging.getLogger(n) for n in ("livekit", "asyncio", "turnfsm")
+    )
+    before = (livekit.level, asyncio_log.level, turnfsm.propagate)
+    livekit.setLevel(logging.CRITICAL)
+    asyncio_log.setLevel(logging.CRITICAL)
+    turnfsm.propagate = False
+
+    def restore() -> None:
+        livekit.setLevel(before[0])
+        asyncio_log.setLevel(before[1])
+        turnfsm.propagate = before[2]
+
+    return restore
+
+
 def _start_worker() -> None:
-    """A worker: quiet logs (turnfsm's warnings are judged, not printed), the VAD loaded."""
-    logging.getLogger("livekit").setLevel(logging.CRITICAL)
-    logging.getLogger("turnfsm").propagate = False
-    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+    """A worker process: quiet logs for its whole life, the VAD loaded."""
+    _quiet_logs()
     load_silero_vad()
 
 
@@ -274,9 +291,14 @@ def fuzz(
 
 
 def replay(seed: int, out: Path, *, world: World = "pipeline") -> Verdict:
-    """Run the call of ``seed`` again, in this process, and write its files to ``out``."""
-    _start_worker()
-    record = run_call(seed, world=world)
+    """Run the call of ``seed`` again, in this process, and write its files to ``out``
+    (the process's logging is left as it was)."""
+    restore_logs = _quiet_logs()
+    try:
+        load_silero_vad()
+        record = run_call(seed, world=world)
+    finally:
+        restore_logs()
     verdict = verdict_of(record)
     write_call(record, verdict, out)
     return verdict
