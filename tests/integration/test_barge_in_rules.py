@@ -21,52 +21,29 @@ the model's requests, not only on effects.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-from livekit.agents import function_tool
-from turncalls import TurnCall, line_start, run_scenarios, turn_call
+from turncalls import (
+    APPOINTMENT,
+    APPOINTMENT_QUESTION,
+    LookupAgent,
+    TurnCall,
+    line_start,
+    lookup_reply,
+    run_scenarios,
+    turn_call,
+)
 
 from turnfsm import TurnPolicy
-from turnfsm.adapters.livekit import TurnAgent
 from turnfsm.adapters.sim import (
     LINES,
     CallScript,
-    LLMRequest,
     ScriptedLLM,
-    ScriptedReply,
-    ScriptedToolCall,
     UserLine,
 )
 from turnfsm.trace import TraceStep
 
-QUESTION = LINES["question"].text
-RESULT = "Your appointment is on Tuesday at ten."
 TOOL_SECONDS = 2.5
-
-
-class LookupAgent(TurnAgent):
-    def __init__(self) -> None:
-        super().__init__(instructions="Look things up.")
-        self.started: list[float] = []
-        self.finished: list[float] = []
-
-    @function_tool
-    async def lookup(self) -> str:
-        """Look up the customer's appointment."""
-        loop = asyncio.get_running_loop()
-        self.started.append(loop.time())
-        await asyncio.sleep(TOOL_SECONDS)
-        self.finished.append(loop.time())
-        return "Tuesday at ten."
-
-
-def _reply(request: LLMRequest) -> ScriptedReply:
-    if request.chat_ctx.items[-1].type == "function_call_output":  # the tool's reply
-        return ScriptedReply(text=RESULT)
-    if request.last_user_text == QUESTION:
-        return ScriptedReply(tool_calls=(ScriptedToolCall("lookup"),))
-    return ScriptedReply(text="Okay.")
 
 
 async def _barge_into_tool_step(
@@ -76,13 +53,13 @@ async def _barge_into_tool_step(
 
     Returns the finished call (its session is closed; its records stay)."""
     policy = TurnPolicy(direction="inbound", first_speaker="user", max_tool_steps=3)
-    agent = LookupAgent()
+    agent = LookupAgent(TOOL_SECONDS)
     script = CallScript([UserLine(0.3, "question")])
     async with turn_call(
         policy,
         script,
         agent=agent,
-        llm=ScriptedLLM(_reply),
+        llm=ScriptedLLM(lookup_reply),
         turn_handling={"interruption": interruption},
         settings="livekit-defaults",
     ) as tc:
@@ -116,13 +93,13 @@ def _tool_speech_interrupted(tc: TurnCall) -> list[TraceStep]:
 def _result_spoken_whole(tc: TurnCall) -> None:
     call, context = tc.call, tc.describe()
     assert _tool_speech_interrupted(tc) == [], context
-    assert call.tts.texts == [RESULT], context
+    assert call.tts.texts == [APPOINTMENT], context
     segments = call.audio_output.segments
     assert len(segments) == 1, context
     assert segments[0].interrupted is False, context
-    assert abs(segments[0].played - call.tts.duration_of(RESULT)) < 0.1, context
+    assert abs(segments[0].played - call.tts.duration_of(APPOINTMENT)) < 0.1, context
     assistant = call.messages("assistant")
-    assert [m.text_content for m in assistant] == [RESULT], context
+    assert [m.text_content for m in assistant] == [APPOINTMENT], context
     assert assistant[0].interrupted is False, context
 
 
@@ -132,8 +109,8 @@ async def _backchannel_with_min_words() -> None:
     context = tc.describe()
     # the backchannel was heard (VAD), but it is no turn: not in the history, never answered
     assert any(s.before == "tool_loop" for s in tc.events("user_speech_started")), context
-    assert [m.text_content for m in tc.call.messages("user")] == [QUESTION], context
-    assert tc.events("user_turn_committed")[-1].event.text == QUESTION, context
+    assert [m.text_content for m in tc.call.messages("user")] == [APPOINTMENT_QUESTION], context
+    assert tc.events("user_turn_committed")[-1].event.text == APPOINTMENT_QUESTION, context
 
 
 async def _backchannel_by_default() -> None:
@@ -143,7 +120,7 @@ async def _backchannel_by_default() -> None:
     assert len(interrupted) == 1, context
     assert interrupted[0].before == "tool_loop", context
     # LiveKit interrupted the tool step: its result never reached the model nor the caller
-    assert RESULT not in call.tts.texts, context
+    assert APPOINTMENT not in call.tts.texts, context
     assert [m.text_content for m in call.messages("assistant")] == ["Okay."], context
     assert call.messages("user")[-1].text_content == LINES["uh_huh"].text, context
     assert call.audio_output.segments[-1].interrupted is False, context
@@ -155,7 +132,7 @@ async def _interruptions_disabled() -> None:
     context = tc.describe()
     assert any(s.before == "tool_loop" for s in tc.events("user_speech_started")), context
     # an uninterruptible speech: LiveKit drops the turn that completed during it
-    assert [m.text_content for m in tc.call.messages("user")] == [QUESTION], context
+    assert [m.text_content for m in tc.call.messages("user")] == [APPOINTMENT_QUESTION], context
 
 
 async def test_barge_in_follows_livekit_interruption_rules() -> None:

@@ -21,12 +21,18 @@ Every call runs strict: an O7 breach fails the test (the adapter logs it).
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
-from livekit.agents import StopResponse, function_tool, llm
+from livekit.agents import StopResponse, llm
 from livekit.agents.voice.events import AgentFalseInterruptionEvent
-from turncalls import SETTING_ROWS, TurnCall, turn_call
+from turncalls import (
+    APPOINTMENT,
+    APPOINTMENT_QUESTION,
+    SETTING_ROWS,
+    LookupAgent,
+    TurnCall,
+    lookup_reply,
+    turn_call,
+)
 
 from turnfsm import TurnPolicy
 from turnfsm import effects as fx
@@ -35,41 +41,15 @@ from turnfsm.adapters.livekit import TurnAgent
 from turnfsm.adapters.sim import (
     LINES,
     CallScript,
-    LLMRequest,
     ScriptedLLM,
-    ScriptedReply,
-    ScriptedToolCall,
     UserLine,
     spoken_line,
 )
 
-QUESTION = LINES["question"].text
-RESULT = "Your appointment is on Tuesday at ten."
 MHM = spoken_line("Mhm.", duration=0.6)
 """One word: under ``min_words=2`` LiveKit declines it as a turn over a tool step."""
 TOOL_SECONDS = 3.0
 IDLE = 3.0
-
-
-class LookupAgent(TurnAgent):
-    def __init__(self) -> None:
-        super().__init__(instructions="Look things up.")
-        self.started: list[float] = []
-
-    @function_tool
-    async def lookup(self) -> str:
-        """Look up the customer's appointment."""
-        self.started.append(asyncio.get_running_loop().time())
-        await asyncio.sleep(TOOL_SECONDS)
-        return "Tuesday at ten."
-
-
-def _reply(request: LLMRequest) -> ScriptedReply:
-    if request.chat_ctx.items[-1].type == "function_call_output":  # the tool's reply
-        return ScriptedReply(text=RESULT)
-    if request.last_user_text == QUESTION:
-        return ScriptedReply(tool_calls=(ScriptedToolCall("lookup"),))
-    return ScriptedReply(text="Okay.")
 
 
 def _declined(tc: TurnCall) -> ev.UserTurnDeclined:
@@ -84,12 +64,12 @@ async def test_a_declined_backchannel_leaves_no_phantom_speaking(settings: str) 
     policy = TurnPolicy(
         direction="inbound", first_speaker="user", idle_timeout=IDLE, max_tool_steps=3
     )
-    agent = LookupAgent()
+    agent = LookupAgent(TOOL_SECONDS)
     async with turn_call(
         policy,
         CallScript([UserLine(0.3, "question")]),
         agent=agent,
-        llm=ScriptedLLM(_reply),
+        llm=ScriptedLLM(lookup_reply),
         turn_handling={"interruption": {"min_words": 2}},
         settings=settings,
     ) as tc:
@@ -101,16 +81,16 @@ async def test_a_declined_backchannel_leaves_no_phantom_speaking(settings: str) 
         reprompt = await tc.segment_played(1, timeout=IDLE + 3)
         context = tc.describe()
         # what the caller heard: the tool's reply whole, then the re-prompt, IDLE s later
-        assert call.tts.texts == [RESULT, policy.idle_message], context
-        for segment, text in ((reply, RESULT), (reprompt, policy.idle_message)):
+        assert call.tts.texts == [APPOINTMENT, policy.idle_message], context
+        for segment, text in ((reply, APPOINTMENT), (reprompt, policy.idle_message)):
             assert segment.interrupted is False, context
             assert segment.played == segment.pushed, context
             assert abs(segment.pushed - call.tts.duration_of(text)) < 0.1, context
         reply_end = tc.segment_start(reply) + reply.played
         assert IDLE <= tc.segment_start(reprompt) - reply_end < IDLE + 0.5, context
         # the history: "Mhm." was no turn, nothing answered it
-        assert tc.texts("user") == [QUESTION], context
-        assert tc.texts("assistant") == [RESULT, policy.idle_message], context
+        assert tc.texts("user") == [APPOINTMENT_QUESTION], context
+        assert tc.texts("assistant") == [APPOINTMENT, policy.idle_message], context
         # the machine heard the declined turn and stopped what LiveKit prepared for it
         declined = _declined(tc)
         assert declined.reason == "min_words", context
@@ -162,7 +142,9 @@ async def test_a_backchannel_the_agent_stops_leaves_no_phantom_speaking(settings
         context = tc.describe()
         assert call.tts.texts == ["We open at nine.", policy.idle_message], context
         assert reprompt.interrupted is False, context
-        assert tc.texts("user") == [QUESTION], context  # StopResponse: not in the history
+        assert tc.texts("user") == [APPOINTMENT_QUESTION], (
+            context
+        )  # StopResponse: not in the history
         assert tc.texts("assistant") == ["We open at nine.", policy.idle_message], context
         (step,) = tc.events("user_turn_declined")
         assert isinstance(step.event, ev.UserTurnDeclined)

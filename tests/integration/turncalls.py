@@ -14,12 +14,19 @@ from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from livekit.agents import Agent, AgentSession
+from livekit.agents import Agent, AgentSession, function_tool
 
 from turnfsm import TurnController, TurnPolicy
 from turnfsm import effects as fx
 from turnfsm.adapters.livekit import TurnAdapter, TurnAgent, attach
-from turnfsm.adapters.sim import PlayoutSegment, SimulatedCall
+from turnfsm.adapters.sim import (
+    LINES,
+    LLMRequest,
+    PlayoutSegment,
+    ScriptedReply,
+    ScriptedToolCall,
+    SimulatedCall,
+)
 from turnfsm.adapters.sim.testing import describe_call
 from turnfsm.events import CallAnswered
 from turnfsm.trace import TraceStep
@@ -227,3 +234,35 @@ async def wait_segment(
 
     await call.wait_until(ready, timeout=timeout)
     return call.audio_output.segments[index]
+
+
+APPOINTMENT_QUESTION = LINES["question"].text
+APPOINTMENT = "Your appointment is on Tuesday at ten."
+
+
+class LookupAgent(TurnAgent):
+    """Answers the question with one tool round whose tool takes ``tool_seconds``."""
+
+    def __init__(self, tool_seconds: float) -> None:
+        super().__init__(instructions="Look things up.")
+        self.tool_seconds = tool_seconds
+        self.started: list[float] = []
+        self.finished: list[float] = []
+
+    @function_tool
+    async def lookup(self) -> str:
+        """Look up the customer's appointment."""
+        loop = asyncio.get_running_loop()
+        self.started.append(loop.time())
+        await asyncio.sleep(self.tool_seconds)
+        self.finished.append(loop.time())
+        return "Tuesday at ten."
+
+
+def lookup_reply(request: LLMRequest) -> ScriptedReply:
+    """:class:`LookupAgent`'s model: the tool for the question, its result after it."""
+    if request.chat_ctx.items[-1].type == "function_call_output":  # the tool's reply
+        return ScriptedReply(text=APPOINTMENT)
+    if request.last_user_text == APPOINTMENT_QUESTION:
+        return ScriptedReply(tool_calls=(ScriptedToolCall("lookup"),))
+    return ScriptedReply(text="Okay.")
