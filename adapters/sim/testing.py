@@ -649,7 +649,7 @@ def pytest_asyncio_loop_factories(
     return {"asyncio": asyncio.new_event_loop}
 
 
-@pytest_asyncio.fixture
+@pytest_asyncio.fixture(loop_scope="function")  # the test's own loop, whatever the config
 async def turnfsm_call(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[CallFactory]:
