@@ -146,6 +146,10 @@ class OutcomeMonitor:
         self._full_texts: dict[str, str] = {}
         # O5: tool rounds LiveKit ran since the last user turn
         self._tool_rounds = 0
+        self._user_turns = 0
+        self._speech_turn: dict[str, int] = {}
+        """The user turns committed when each speech was created."""
+        self._interrupted_speeches: set[str] = set()
         # O7: the machine's configuration against the session's
         self.agreement = StateAgreement(self)
 
@@ -381,7 +385,19 @@ class OutcomeMonitor:
     def _check_tool_rounds(self, event: ev.Event) -> None:
         if isinstance(event, ev.UserTurnCommitted):
             self._tool_rounds = 0
+            self._user_turns += 1
+        elif isinstance(event, ev.AgentSpeechCreated):
+            self._speech_turn[event.speech_id] = self._user_turns
+        elif isinstance(event, ev.AgentSpeechInterrupted):
+            self._interrupted_speeches.add(event.speech_id)
         elif isinstance(event, ev.ToolStepFinished):
+            speech_id = event.speech_id
+            earlier = self._speech_turn.get(speech_id, self._user_turns) < self._user_turns
+            if earlier and speech_id in self._interrupted_speeches:
+                # an earlier turn's reply, cut for this turn while its tools ran: its
+                # round ends with it, and is none of this turn's (a preemptive reply to
+                # this turn is created before it commits, but is not cut)
+                return
             self._tool_rounds += 1
             if self._tool_rounds > self.policy.max_tool_steps:
                 self.breach(

@@ -210,6 +210,11 @@ def judge_hello_before_greeting(record: CallRecord) -> list[str]:
     if hello.ended_at is None or hello.ended_at > first_audio - 0.2:
         return []
     text = _greeting_text(record)
+    asked = [s.created_at for s in record.speeches.values() if _step_of(s, text) is not None]
+    if asked and hello.ended_at > min(asked):
+        # the greeting was asked for (the await timer) while the callee was still saying
+        # it: the "Hello?" is speech over the greeting, handled as the policy's overlap
+        return []
     history = [(role, said) for _, role, said in record.history]
     greeted = [i for i, (role, said) in enumerate(history) if role == "assistant" and said == text]
     if not greeted:
