@@ -138,6 +138,7 @@ from .interruption import InterruptionWatch, ToolStepMinWords
 from .levers import LEVERS, Lever
 from .log import logger
 from .outcomes import OutcomeMonitor
+from .prerender import PrerenderedTexts
 from .realtime import RealtimeLink
 from .telemetry import report_call
 from .text import estimated_seconds
@@ -310,6 +311,8 @@ class TurnAdapter:
         self.tool_step_min_words = ToolStepMinWords(session)
         self.outcomes = OutcomeMonitor(self, strict=strict)
         """Checks what the session did (audio, history, tool rounds, input)."""
+        self.prerendered = PrerenderedTexts(session)
+        """The policy's texts synthesized ahead, while the call rings (prerender.py)."""
         self.realtime: RealtimeLink | None = None
         """Realtime models: the levers that hold there replace the pipeline's (realtime.py)."""
         self.levers: dict[type[fx.Effect], Lever] = dict(LEVERS)
@@ -529,6 +532,12 @@ class TurnAdapter:
             self._running = previous
             self._outcome = previous_outcome
 
+    def note_outcome_detail(self, detail: str) -> None:
+        """For a lever: how it carried out its effect, said in its ``done`` outcome."""
+        if self._outcome is None:
+            raise RuntimeError("note_outcome_detail() is for a running lever")
+        self._outcome.done_detail = detail
+
     def defer_outcome(self) -> PendingOutcome:
         """For a lever: its outcome is reported later, by its call site (``resolve``)."""
         if self._outcome is None:
@@ -688,6 +697,8 @@ class TurnAdapter:
             return  # (an activity driven without session.start runs no agent: no call)
         self._call_started = True
         self._install_audio_links()
+        if self.realtime is None and not self.text_only:
+            self.prerendered.start(self.controller.policy.greeting)
         self.dispatch(ev.SessionStarted(at=self.now()))
 
     def _install_audio_links(self) -> None:
@@ -953,6 +964,7 @@ class TurnAdapter:
 
     def _on_close(self, event: CloseEvent) -> None:
         self.closing = True
+        self.prerendered.close()
         self.dispatch(ev.CallEnded(at=self.now(), reason=str(event.reason.value)))
         self.detach()
 

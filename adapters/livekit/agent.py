@@ -7,6 +7,8 @@
   "Hello?" stays in the history, before the greeting, instead of being dropped as a turn
   that completed during a locked speech. The greeting reaches it in the reply's own chat
   context, where the turn hook's step wrote it (:mod:`.turn_hook`).
+* ``tts_node`` plays the greeting's pre-rendered audio (:mod:`.prerender`) when the reply
+  to the callee's first words carries it, and is LiveKit's own otherwise.
 * ``transcription_node`` reports each speech's text as it is forwarded, so an interrupted
   reply reaches the machine in full even when a ``TranscriptSynchronizer`` made LiveKit
   commit only its synchronized prefix (``interrupted_text="keep"`` keeps the full text).
@@ -32,6 +34,7 @@ import inspect
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from livekit import rtc
 from livekit.agents import Agent, llm
 from livekit.agents.types import TimedString
 from livekit.agents.voice.agent import ModelSettings
@@ -72,6 +75,14 @@ class TurnAgent(Agent):
         if node is not None:
             return node
         return super().llm_node(chat_ctx, tools, model_settings)
+
+    def tts_node(self, text: AsyncIterable[str], model_settings: ModelSettings) -> Any:
+        adapter = adapter_for(self.session)
+        if adapter is None or adapter.prerendered.expected_reply is None:
+            return super().tts_node(text, model_settings)
+        return _prerendered_or_synthesized(self, adapter, text, model_settings)
+
+    tts_node.plays_prerendered = True  # type: ignore[attr-defined]
 
     def transcription_node(
         self, text: AsyncIterable[str | TimedString], model_settings: ModelSettings
@@ -162,6 +173,29 @@ async def _reported(
     async for delta in source:
         adapter.forwarded_text(speech_id, str(delta))
         yield delta
+
+
+async def _prerendered_or_synthesized(
+    agent: TurnAgent, adapter: TurnAdapter, text: AsyncIterable[str], model_settings: ModelSettings
+) -> AsyncIterator[rtc.AudioFrame]:
+    """The greeting's pre-rendered frames if this reply's text is the greeting (read
+    whole first: it arrives at once, from ``llm_node``), else LiveKit's TTS over it."""
+    chunks = [chunk async for chunk in text]
+    frames = adapter.prerendered.take_expected("".join(chunks))
+    if frames is not None:
+        for frame in frames:
+            yield frame
+        return
+    node = super(TurnAgent, agent).tts_node(_chunks(chunks), model_settings)
+    synthesized = await node if inspect.isawaitable(node) else node
+    if synthesized is not None:  # a node may return None: no audio
+        async for frame in synthesized:
+            yield frame
+
+
+async def _chunks(chunks: list[str]) -> AsyncIterator[str]:
+    for chunk in chunks:
+        yield chunk
 
 
 async def _text_stream(text: str) -> AsyncIterator[str]:

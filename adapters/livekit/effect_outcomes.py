@@ -8,7 +8,8 @@ outcome    when
 =========  ==========================================================================
 done       the lever returned, and every future it started (``adapter.track``)
            resolved; or, for a deferred outcome, the lever's call site confirmed it
-           (the turn hook whose reply carries the greeting let LiveKit reply)
+           (the turn hook whose reply carries the greeting let LiveKit reply);
+           ``detail`` says how, where it matters (``audio: pre-rendered``)
 refused    LiveKit declined: the lever raised :class:`EffectRefused` (an interrupt of a
            speech that does not allow interruptions, a lock of an interrupted speech),
            or a deferred outcome was refused (the turn hook stopped the reply that
@@ -55,6 +56,9 @@ class PendingOutcome:
         self._deferred = False
         self._futures = 0
         self._failure: str | None = None
+        self.done_detail = ""
+        """What a ``done`` outcome says of how the lever did it (never transcript text):
+        e.g. whether a speech's audio was pre-rendered (:mod:`.prerender`)."""
         self.reported = False
 
     def track(self, future: asyncio.Future[Any]) -> None:
@@ -98,7 +102,7 @@ class PendingOutcome:
             if self._failure is not None:
                 self._finish("failed", self._failure)
             else:
-                self._finish("done", "")
+                self._finish("done", self.done_detail)
 
     def _finish(self, outcome: ev.EffectOutcomeKind, detail: str) -> None:
         if self.reported:

@@ -24,7 +24,9 @@ StartGreeting            the reply to the callee's turn becomes the greeting: wr
                          hook lets LiveKit reply, refused when it stops the reply; a
                          preemptive reply is dropped with ``session.interrupt()``), else
                          ``session.say(..., allow_interruptions=False)`` /
-                         ``generate_reply(instructions=)``
+                         ``generate_reply(instructions=)``. A text greeting plays its
+                         pre-rendered audio (``TurnAgent.tts_node``, ``say(audio=)``)
+                         when it is ready (:mod:`.prerender`; the outcome's detail says)
 HoldUserTurns            ``session.update_options(turn_detection="manual")`` and
                          ``interruption["discard_audio_if_uninterruptible"] = False`` so
                          STT hears the overlap; through LiveKit's AEC warm-up (the STT
@@ -48,7 +50,8 @@ RejectUserTurn           ``StopResponse`` from ``TurnAgent.on_user_turn_complete
 CancelToolReply          ``FunctionToolsExecutedEvent.cancel_tool_reply()``
 FinalReplyWithoutTools   ``session.generate_reply(tool_choice="none")``
 StartTimer, CancelTimer  ``loop.call_later`` / ``TimerHandle.cancel``
-Say                      ``session.say(text)``, ``allow_interruptions=False`` when locked
+Say                      ``session.say(text)``, ``allow_interruptions=False`` when locked;
+                         ``audio=`` its pre-rendered frames when ready
 EndCall                  the ``end_call`` callback given to :func:`attach` (an
                          awaitable it returns is awaited: its failure is the outcome),
                          else ``session.shutdown()``
@@ -98,6 +101,7 @@ from turnfsm import effects as fx
 from turnfsm.spoken import spoken_prefix
 
 from .effect_outcomes import EffectRefused
+from .prerender import played
 from .text import audio_seconds, spoken_prefix_timed
 from .turn_hook import UserTurnHook, reply_model
 
@@ -136,13 +140,16 @@ def start_greeting(adapter: TurnAdapter, effect: fx.StartGreeting) -> None:
     ):
         # the reply LiveKit generates from the hook's turn_ctx says it (TurnAgent.llm_node)
         discard_preemptive_reply(adapter)
+        if effect.text is not None:  # TurnAgent.tts_node plays it pre-rendered if it can
+            adapter.note_outcome_detail(adapter.prerendered.expect(effect.text))
         hook.ask_greeting(effect, adapter.defer_outcome())
         return
-    session = adapter.session
     if effect.text is not None:
-        session.say(effect.text, allow_interruptions=False)
+        say_text(adapter, effect.text, allow_interruptions=False)
     else:
-        session.generate_reply(instructions=effect.instructions or "", allow_interruptions=False)
+        adapter.session.generate_reply(
+            instructions=effect.instructions or "", allow_interruptions=False
+        )
 
 
 def discard_preemptive_reply(adapter: TurnAdapter) -> None:
@@ -330,8 +337,20 @@ def cancel_timer(adapter: TurnAdapter, effect: fx.CancelTimer) -> None:
 
 def say(adapter: TurnAdapter, effect: fx.Say) -> None:
     # only a locked say (the retried greeting) overrides the session's interruption default
-    allow = NOT_GIVEN if effect.allow_interruptions else False
-    adapter.session.say(effect.text, allow_interruptions=allow)
+    say_text(
+        adapter,
+        effect.text,
+        allow_interruptions=NOT_GIVEN if effect.allow_interruptions else False,
+    )
+
+
+def say_text(adapter: TurnAdapter, text: str, *, allow_interruptions: Any) -> None:
+    """``session.say``, with the text's pre-rendered audio when it can be played
+    (:mod:`.prerender`); the outcome's detail says which audio was used."""
+    frames, detail = adapter.prerendered.frames(text)
+    audio = played(frames) if frames is not None else NOT_GIVEN
+    adapter.session.say(text, audio=audio, allow_interruptions=allow_interruptions)
+    adapter.note_outcome_detail(detail)
 
 
 def end_call(adapter: TurnAdapter, effect: fx.EndCall) -> None:
