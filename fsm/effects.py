@@ -174,13 +174,15 @@ class Say(Effect):
     """Say a fixed text (``session.say``).
 
     ``allow_interruptions=False`` (the retried greeting) makes the speech locked from
-    its creation, as ``StartGreeting`` does.
+    its creation, as ``StartGreeting`` does; its ``in_reply_to`` names the callee's turn
+    it answers, as ``StartGreeting``'s does.
     """
 
     name: ClassVar[str] = "say"
     text: str
     reason: SayReason
     allow_interruptions: bool = True
+    in_reply_to: str | None = None
 
 
 @attrs.frozen

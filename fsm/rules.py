@@ -432,7 +432,14 @@ class TurnRules:
         self._end_greeting_wait()
         if ctx.greeting_retried:
             assert policy.greeting is not None  # only a fixed greeting is retried
-            self.emit(fx.Say(text=policy.greeting, reason="greeting", allow_interruptions=False))
+            self.emit(
+                fx.Say(
+                    text=policy.greeting,
+                    reason="greeting",
+                    allow_interruptions=False,
+                    in_reply_to=ctx.first_words_item,
+                )
+            )
         else:
             self._start_greeting()
 

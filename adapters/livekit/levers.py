@@ -51,7 +51,9 @@ CancelToolReply          ``FunctionToolsExecutedEvent.cancel_tool_reply()``
 FinalReplyWithoutTools   ``session.generate_reply(tool_choice="none")``
 StartTimer, CancelTimer  ``loop.call_later`` / ``TimerHandle.cancel``
 Say                      ``session.say(text)``, ``allow_interruptions=False`` when locked;
-                         ``audio=`` its pre-rendered frames when ready
+                         ``audio=`` its pre-rendered frames when ready. The greeting said
+                         again (``in_reply_to``) within the hook of the turn it answers
+                         goes into that hook's ``turn_ctx``, as ``StartGreeting`` does
 EndCall                  the ``end_call`` callback given to :func:`attach` (an
                          awaitable it returns is awaited: its failure is the outcome),
                          else ``session.shutdown()``
@@ -103,7 +105,7 @@ from turnfsm.spoken import spoken_prefix
 from .effect_outcomes import EffectRefused
 from .prerender import played
 from .text import audio_seconds, spoken_prefix_timed
-from .turn_hook import UserTurnHook, reply_model
+from .turn_hook import GreetingForm, UserTurnHook, reply_model
 
 if TYPE_CHECKING:
     from .adapter import TurnAdapter
@@ -132,17 +134,11 @@ def lock_speech(adapter: TurnAdapter, effect: fx.LockSpeech) -> None:
 
 
 def start_greeting(adapter: TurnAdapter, effect: fx.StartGreeting) -> None:
-    hook = adapter.site
-    if (
-        isinstance(hook, UserTurnHook)
-        and hook.message.id == effect.in_reply_to
-        and isinstance(reply_model(adapter.session), llm.LLM)
-    ):
-        # the reply LiveKit generates from the hook's turn_ctx says it (TurnAgent.llm_node)
-        discard_preemptive_reply(adapter)
-        if effect.text is not None:  # TurnAgent.tts_node plays it pre-rendered if it can
-            adapter.note_outcome_detail(adapter.prerendered.expect(effect.text))
-        hook.ask_greeting(effect, adapter.defer_outcome())
+    if (hook := _hook_of(adapter, effect.in_reply_to)) is not None:
+        if effect.text is not None:
+            _greet_in_reply(adapter, hook, "text", effect.text)
+        else:
+            _greet_in_reply(adapter, hook, "instructions", effect.instructions or "")
         return
     if effect.text is not None:
         say_text(adapter, effect.text, allow_interruptions=False)
@@ -150,6 +146,35 @@ def start_greeting(adapter: TurnAdapter, effect: fx.StartGreeting) -> None:
         adapter.session.generate_reply(
             instructions=effect.instructions or "", allow_interruptions=False
         )
+
+
+def _hook_of(adapter: TurnAdapter, turn: str | None) -> UserTurnHook | None:
+    """The ``on_user_turn_completed`` hook running now for ``turn``, when the reply to it
+    can carry the greeting: a pipeline model, no greeting asked of it yet, and the agent's
+    own hook still to run (once it ran, what the reply says is the agent's)."""
+    hook = adapter.site
+    if (
+        isinstance(hook, UserTurnHook)
+        and turn is not None
+        and hook.message.id == turn
+        and hook.greeting is None
+        and not hook.agent_code_ran
+        and isinstance(reply_model(adapter.session), llm.LLM)
+    ):
+        return hook
+    return None
+
+
+def _greet_in_reply(
+    adapter: TurnAdapter, hook: UserTurnHook, form: GreetingForm, text: str
+) -> None:
+    """The reply LiveKit generates from the hook's ``turn_ctx`` says the greeting
+    (``TurnAgent.llm_node``; ``TurnAgent.tts_node`` plays a text pre-rendered if it can),
+    so the callee's turn stays in the history before it."""
+    discard_preemptive_reply(adapter)
+    if form == "text":
+        adapter.note_outcome_detail(adapter.prerendered.expect(text))
+    hook.ask_greeting(form, text, adapter.defer_outcome())
 
 
 def discard_preemptive_reply(adapter: TurnAdapter) -> None:
@@ -336,6 +361,11 @@ def cancel_timer(adapter: TurnAdapter, effect: fx.CancelTimer) -> None:
 
 
 def say(adapter: TurnAdapter, effect: fx.Say) -> None:
+    if (hook := _hook_of(adapter, effect.in_reply_to)) is not None:
+        # the greeting said again within the hook of the turn it answers (its first start
+        # failed there): the reply to that turn still carries it
+        _greet_in_reply(adapter, hook, "text", effect.text)
+        return
     # only a locked say (the retried greeting) overrides the session's interruption default
     say_text(
         adapter,

@@ -27,8 +27,6 @@ from typing import Any, Literal
 
 from livekit.agents import AgentSession, StopResponse, llm, utils
 
-from turnfsm import effects as fx
-
 from .effect_outcomes import PendingOutcome
 
 GREETING_REQUEST = "turnfsm_greeting"
@@ -73,16 +71,17 @@ class UserTurnHook:
     message: llm.ChatMessage
     greeting: PendingOutcome | None = None
     """The outcome of the greeting asked of this reply, reported when the hook ends."""
+    agent_code_ran: bool = False
+    """The agent's own hook is through: the reply's ``turn_ctx`` is the agent's now."""
 
-    def ask_greeting(self, effect: fx.StartGreeting, outcome: PendingOutcome) -> None:
+    def ask_greeting(self, form: GreetingForm, text: str, outcome: PendingOutcome) -> None:
         """Make the reply to this turn the greeting; its outcome waits for the hook's end."""
-        form: GreetingForm = "text" if effect.text is not None else "instructions"
-        text = effect.text if effect.text is not None else effect.instructions or ""
         self.turn_ctx.add_message(role="system", content=text, extra={GREETING_REQUEST: form})
         self.greeting = outcome
 
     def ended(self, error: BaseException | None) -> None:
         """The hook is through (``error``: what it raised): report the greeting's outcome."""
+        self.agent_code_ran = True
         outcome, self.greeting = self.greeting, None
         if outcome is None:
             return

@@ -454,7 +454,7 @@ def test_a_greeting_that_did_not_start_is_said_again_locked(outcome: str) -> Non
     controller.handle(ev.UserTurnCommitted(at=2.0, text="Hello?", item_id="u1"))
     failed = ev.EffectOutcome(at=2.0, effect="start_greeting", outcome=outcome, detail="boom")
     assert controller.handle(failed) == (
-        fx.Say(text=GREETING, reason="greeting", allow_interruptions=False),
+        fx.Say(text=GREETING, reason="greeting", allow_interruptions=False, in_reply_to="u1"),
     )
     assert controller.state == "greeting"
     assert controller.context.turns_held  # still locked

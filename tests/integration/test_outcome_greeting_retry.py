@@ -16,6 +16,8 @@ turnfsm hooks now run in front of such overrides: tests/integration/test_agent_s
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from livekit.agents import StopResponse, llm
 from turncalls import GREETING, TurnCall, turn_call
@@ -90,8 +92,14 @@ async def test_a_refused_greeting_is_said_again_locked(
 
         # the greeting's start was refused; the machine said it, locked
         assert _greeting_start(tc) == ("refused", detail), context
+        (hello,) = tc.events("user_turn_committed")[:1]
         assert tc.effects(fx.Say) == [
-            fx.Say(text=GREETING, reason="greeting", allow_interruptions=False)
+            fx.Say(
+                text=GREETING,
+                reason="greeting",
+                allow_interruptions=False,
+                in_reply_to=hello.event.item_id,
+            )
         ], context
 
         # what the caller heard: the whole greeting, first, then the answer
@@ -126,6 +134,41 @@ async def test_a_greeting_dropped_from_turn_ctx_is_said_locked_first() -> None:
         # (not the caller's, while LiveKit plays it: O7)
         greeting_end = [s for s in tc.events("agent_speech_ended") if s.before == "greeting"]
         assert [s.after for s in greeting_end] == ["speaking"], context
+
+
+@pytest.mark.parametrize("settings", ["livekit-defaults", "sim"])
+async def test_a_greeting_whose_start_fails_in_the_turn_hook_still_answers_hello(
+    settings: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The greeting's start fails inside ``on_user_turn_completed`` of "Hello?" (its lever
+    raises): the retry, in the same hook, makes the reply to "Hello?" the greeting, so
+    "Hello?" stays in the history before it (a plain ``session.say`` there left LiveKit's
+    reply empty and "Hello?" out of the history: fuzz seed 564)."""
+    policy = TurnPolicy(direction="outbound", greeting=GREETING)
+    script = CallScript([UserLine(2.0, "hello")])
+    async with turn_call(policy, script, settings=settings) as tc:
+
+        def session_refuses(adapter: object, effect: fx.StartGreeting) -> None:
+            raise ConnectionError("the session refused the greeting")
+
+        tc.adapter.levers[fx.StartGreeting] = session_refuses
+        await tc.segment_played(0, timeout=10)
+        await tc.call.sleep_until(tc.now() + 1.0)
+        context = tc.describe()
+        assert _greeting_start(tc) == ("failed", "ConnectionError"), context
+        (hello,) = tc.events("user_turn_committed")
+        (retry,) = tc.effects(fx.Say)
+        assert retry.in_reply_to == hello.event.item_id, context
+        _assert_played_whole(tc, context)
+        history = [(m.role, m.text_content) for m in tc.call.messages()]
+        assert history == [("user", "Hello?"), ("assistant", GREETING)], context
+        assert tc.call.tts.texts == [GREETING], context  # pre-rendered, played once
+        assert tc.adapter.outcomes.counts == {}, context
+    # the one failure is the lever's own, logged once (the suite fails on any other)
+    failures = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(failures) == 1, failures
+    assert failures[0].startswith("turnfsm: lever start_greeting failed"), failures
+    caplog.clear()
 
 
 def _greeting_start(tc: TurnCall) -> tuple[str, str]:
