@@ -200,6 +200,9 @@ class ToolStepFinished(Event):
     name: ClassVar[str] = "tool_step_finished"
     speech_id: str = ""
     calls: int = 1
+    hands_over: bool = False
+    """A tool of the step handed the call to another agent (LiveKit's
+    ``has_agent_handoff``): the new agent speaks next, not a reply to the step."""
 
 
 @attrs.frozen

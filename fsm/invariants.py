@@ -24,7 +24,8 @@ I3      tool_cap                per user turn at most ``max_tool_steps`` tool ro
                                 let through; reaching the cap cancels the tool reply and
                                 asks for exactly one final reply without tools (with a
                                 realtime model: forbids tools at once, and asks for the
-                                final reply at most once)
+                                final reply at most once; none when the step hands the
+                                call to another agent, which speaks next)
 I4      drop_unspoken           an interrupted speech yields ``DropUnspokenText`` (unless
                                 the policy keeps interrupted text) no later than the
                                 step that reports its end
@@ -263,7 +264,9 @@ class SafetyMonitor:
         ):
             _require(refused, "I3", "tool reply not cancelled at the cap")
             _require(
-                self.final_replies == 1 or (self.realtime and self.tools_forbidden_at_cap),
+                self.final_replies == 1
+                or (self.realtime and self.tools_forbidden_at_cap)
+                or event.hands_over,  # the new agent speaks next, not the old one
                 "I3",
                 "no final reply without tools at the cap",
             )

@@ -655,7 +655,9 @@ class TurnRules:
     def stop_after_tool_step(self, ev: ToolStepFinished) -> None:
         ctx = self.context
         self.emit(fx.CancelToolReply(speech_id=ev.speech_id))
-        if not ctx.tool_loop_stopped and not ctx.capped:
+        # a step that hands the call over ends with the new agent's first words: the old
+        # agent, draining, says nothing more (no final reply, no fallback)
+        if not ctx.tool_loop_stopped and not ctx.capped and not ev.hands_over:
             ctx.capped = True
             ctx.final_reply_pending = True
             if ctx.realtime_model:

@@ -77,7 +77,8 @@ speech handle done                               ``AgentSpeechEnded`` (played se
                                                  are put on the new agent's activity)
 ``tool_execution_updated`` (first call started)  ``ToolStepStarted`` (of the speech running
                                                  then; calls tracked by id)
-``function_tools_executed``                      ``ToolStepFinished`` (of its calls' speech)
+``function_tools_executed``                      ``ToolStepFinished`` (of its calls' speech;
+                                                 ``hands_over``: ``has_agent_handoff``)
 timer expiry (``loop.call_later``)               ``TimerFired``
 ``error``                                        ``SessionError`` (``recoverable`` as given)
 ``close``                                        ``CallEnded``
@@ -947,7 +948,14 @@ class TurnAdapter:
             speech_id = self._current_speech_id()
             self.dispatch(ev.ToolStepStarted(at=self.now(), speech_id=speech_id, calls=calls))
         self.tool_step_min_words.step_finished(self.speeches.get(speech_id))
-        self.dispatch(ev.ToolStepFinished(at=self.now(), speech_id=speech_id, calls=calls))
+        self.dispatch(
+            ev.ToolStepFinished(
+                at=self.now(),
+                speech_id=speech_id,
+                calls=calls,
+                hands_over=event.has_agent_handoff,
+            )
+        )
 
     def _on_agent_false_interruption(self, event: AgentFalseInterruptionEvent) -> None:
         self._turn_declined("false_interruption")

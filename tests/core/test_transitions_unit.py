@@ -781,6 +781,18 @@ def test_tool_loop_runs_exactly_the_cap_then_one_final_reply(cap: int) -> None:
     )
 
 
+def test_a_capped_step_that_hands_the_call_over_asks_no_final_reply() -> None:
+    """The new agent speaks next (its on_enter); the old one, draining, says nothing."""
+    controller = listening(max_tool_steps=1)
+    controller.handle(ev.ToolStepStarted(at=1.0, speech_id="s1"))
+    handoff = ev.ToolStepFinished(at=1.5, speech_id="s1", hands_over=True)
+    assert controller.handle(handoff) == (fx.CancelToolReply(speech_id="s1"),)
+    assert controller.state == "speaking"
+    assert not controller.context.final_reply_pending
+    controller.handle(ev.AgentSpeechEnded(at=1.6, speech_id="s1", played_seconds=0.0))
+    assert controller.state == "listening"
+
+
 def test_parallel_calls_count_as_one_round() -> None:
     controller = speaking(max_tool_steps=2)
     assert tool_round(controller, calls=3) == ()
