@@ -29,6 +29,13 @@ from livekit.agents.voice.io import AudioInput, AudioOutput, AudioOutputCapabili
 MAX_HELD_SECONDS = 30.0
 """Held audio beyond this is dropped, oldest first (a muted caller talking for minutes)."""
 
+REPLAY_SPEED = 4.0
+"""Held audio is replayed at this many times real time. All at once, the caller's held
+utterances reach LiveKit in the same instant: it commits the first, the next one's
+speech start cuts the reply to it, and nobody answers the caller. Paced, the pauses
+between them keep their meaning (shortened), and the replay catches up with the live
+audio after a third of the held time."""
+
 
 class InputGate(AudioInput):
     """Open, muted (frames dropped) or holding (frames kept for replay); silence while shut."""
@@ -69,6 +76,7 @@ class InputGate(AudioInput):
                 frame = self._held.popleft()
                 # exactly 0 once drained: the sum of float durations drifts off it
                 self._held_seconds = self._held_seconds - frame.duration if self._held else 0.0
+                await asyncio.sleep(frame.duration / REPLAY_SPEED)
                 return frame
             frame = await super().__anext__()
             if not self._muted:
