@@ -227,6 +227,10 @@ class ExplorationReport:
     ends with the breaking event (breadth-first: no shorter path breaks it there)."""
     watched: int = 0
     """Configurations in which a watchdog applied (its timer is set by the policy)."""
+    engine_checks: int = 0
+    """Steps also run on the reference engine and compared with the compiled one: one
+    per distinct decisions (:attr:`turnfsm.engine.CompiledEngine.decisions`), which
+    stand for every handled step with the same decisions."""
 
 
 def fresh_context(state: str, policy: TurnPolicy) -> TurnContext:
@@ -274,6 +278,15 @@ def explore(
     :func:`realtime_alphabet`. ``reached`` is called with each configuration and context
     first reached (a copy: keep it).
 
+    Every step runs on the compiled engine (:mod:`turnfsm.engine`). The first step with
+    each distinct decisions (the configuration, the event's name and every guard's
+    answer at each choice the step makes) also runs on python-statemachine's own engine
+    from the same configuration and context: a different configuration, context or
+    effects (or error) after it is a violation, ``E1 engines differ``. As a step of
+    either engine is a function of its decisions and its context, this proves the two
+    engines equal on every step explored, at the cost of one reference step per
+    distinct decisions (``ExplorationReport.engine_checks``).
+
     Raises:
         RuntimeError: more than ``max_configurations`` configurations (unbounded state).
     """
@@ -284,6 +297,16 @@ def explore(
     controller = TurnController(
         policy, record=False, machine_class=machine_class, rules_class=rules_class
     )
+    reference = TurnController(
+        policy,
+        record=False,
+        machine_class=machine_class,
+        rules_class=rules_class,
+        engine="reference",
+    )
+    engine = controller._engine
+    assert engine is not None
+    compared: set[Hashable] = set()
     start = (controller.configuration, controller.context, SafetyMonitor(policy))
     # every configuration's first way in (parent key, event): shortest paths, breadth-first
     seen: dict[Hashable, tuple[Hashable, ev.Event] | None] = {_key(*start): None}
@@ -316,8 +339,25 @@ def explore(
             controller._resume(configuration, context.copy())
             shadow = monitor.copy()
             steps += 1
+            engine.decisions = decisions = []
             try:
                 effects = controller.handle(event)
+            finally:
+                engine.decisions = None
+            if decisions:
+                decided = (tuple(decisions), event.name)
+                if decided not in compared:
+                    compared.add(decided)
+                    difference = _engines_differ(
+                        reference, configuration, context, event, controller, effects
+                    )
+                    if difference is not None:
+                        violations.append(
+                            f"{difference} [in {_named(configuration)} on {event!r}]"
+                        )
+                        paths.append((*_path_to(seen, here), event))
+                        continue
+            try:
                 shadow.check(state, event, controller.state, effects)
             except InvariantViolation as breach:
                 violations.append(f"{breach} [in {_named(configuration)} on {event!r}]")
@@ -350,7 +390,37 @@ def explore(
         violations=violations,
         paths=tuple(paths),
         watched=watched,
+        engine_checks=len(compared),
     )
+
+
+def _engines_differ(
+    reference: TurnController,
+    configuration: tuple[str, ...],
+    context: TurnContext,
+    event: ev.Event,
+    compiled: TurnController,
+    effects: tuple[fx.Effect, ...],
+) -> str | None:
+    """How the reference engine's step from (``configuration``, ``context``) on ``event``
+    differs from the compiled engine's, which ended in ``compiled`` with ``effects``."""
+    reference._resume(configuration, context.copy())
+    try:
+        expected: object = reference.handle(event)
+    except Exception as error:  # noqa: BLE001 - the compiled step did not raise
+        expected = error
+    if expected != effects:
+        return f"E1 engines differ: effects {effects!r}, the reference's {expected!r}"
+    if reference.configuration != compiled.configuration:
+        return (
+            f"E1 engines differ: {_named(compiled.configuration)}, the reference's "
+            f"{_named(reference.configuration)}"
+        )
+    if reference.context != compiled.context:
+        return (
+            f"E1 engines differ: context {compiled.context}, the reference's {reference.context}"
+        )
+    return None
 
 
 def watchdog_problem(
