@@ -222,7 +222,7 @@ class CompiledChart:
         self._voice = frozenset(_voice_leaves(self._instance_states))
         self._candidates: dict[tuple[tuple[str, ...], str | None], Regions] = {}
         self._plans: dict[tuple[tuple[str, ...], tuple[int, ...]], Plan] = {}
-        self._active: dict[tuple[str, ...], frozenset[str]] = {}
+        self._active: dict[tuple[str, ...], tuple[frozenset[str], bool]] = {}
         self._event_guards: dict[str | None, tuple[Call, ...]] = {}
         self.initial_leaves, self.initial_actions = self._initial(sample)
 
@@ -338,15 +338,17 @@ class CompiledChart:
     # -- tables -------------------------------------------------------------------------
 
     def candidates(self, leaves: tuple[str, ...], event: str | None) -> Regions:
-        """Per active atomic state, the transitions it may take on ``event`` (``None``:
-        the eventless ones), before guards, in the order the reference tries them."""
+        """Per active atomic state that has any, the transitions it may take on ``event``
+        (``None``: the eventless ones), before guards, in the order the reference tries
+        them (empty: nothing can happen, the common case of eventless transitions)."""
         key = (leaves, event)
         found = self._candidates.get(key)
         if found is None:
-            found = self._candidates[key] = tuple(
+            regions = (
                 tuple(self._compile(t) for t in _matching(self._instance_states[leaf], event))
                 for leaf in leaves
             )
+            found = self._candidates[key] = tuple(region for region in regions if region)
         return found
 
     def plan(self, leaves: tuple[str, ...], enabled: tuple[int, ...]) -> Plan:
@@ -391,11 +393,14 @@ class CompiledChart:
             (*(call.__name__ for call in before), "|", *(call.__name__ for call in later)),
         )
 
-    def active(self, leaves: tuple[str, ...]) -> frozenset[str]:
-        """Every state active with ``leaves``: the leaves and their ancestors."""
+    def active(self, leaves: tuple[str, ...]) -> tuple[frozenset[str], bool]:
+        """Every state active with ``leaves`` (the leaves and their ancestors), and
+        whether the machine still runs there (not in a top-level final state)."""
         found = self._active.get(leaves)
         if found is None:
-            found = self._active[leaves] = frozenset(state.id for state in self._path(leaves))
+            path = self._path(leaves)
+            ended = any(state.final and state.parent is None for state in path)
+            found = self._active[leaves] = (frozenset(state.id for state in path), not ended)
         return found
 
     def event_guards(self, event: str | None) -> tuple[Call, ...]:
@@ -404,12 +409,15 @@ class CompiledChart:
         :attr:`CompiledEngine.decisions`)."""
         found = self._event_guards.get(event)
         if found is None:
-            found = self._event_guards[event] = tuple(
-                guard
+            # a guard named by many transitions, asking for the same arguments, answers
+            # the same: asked once
+            distinct = {
+                guard.key: guard  # type: ignore[attr-defined]
                 for state in self._instance_states.values()
                 for transition in _matching_own(state, event)
                 for guard, _ in self._compile(transition).guards
-            )
+            }
+            found = self._event_guards[event] = tuple(distinct.values())
         return found
 
 
@@ -431,6 +439,8 @@ def _bind(function: Callable[..., Any], static: dict[str, Any]) -> Call:
         names.append(parameter.name)
     call = _shaped(function, tuple(names), static)
     call.__name__ = function.__name__
+    # what it answers depends on: the method, and the states it is handed
+    call.key = (function, *(id(static.get(name)) for name in names))  # type: ignore[attr-defined]
     return call
 
 
@@ -528,8 +538,7 @@ class CompiledEngine:
         either engine is a function of its decisions and its context. The explorer
         compares the engines once per distinct decisions (:func:`turnfsm.testing.explore`)."""
         self.leaves: tuple[str, ...] = chart.initial_leaves
-        self.active: frozenset[str] = chart.active(self.leaves)
-        self.running = True
+        self.active, self.running = chart.active(self.leaves)
         for call in chart.initial_actions:
             call(rules, None, self.view)
         self._macrostep()
@@ -537,8 +546,7 @@ class CompiledEngine:
     def resume(self, leaves: tuple[str, ...]) -> None:
         """Put the machine in ``leaves`` (running unless that is the final state)."""
         self.leaves = leaves
-        self.active = self.chart.active(leaves)
-        self.running = not any(self.chart.states[leaf].final for leaf in leaves)
+        self.active, self.running = self.chart.active(leaves)
 
     def send(self, event: Event) -> None:
         """One external event, as the reference's processing loop takes it."""
@@ -555,11 +563,17 @@ class CompiledEngine:
             pass
 
     def _microstep(self, name: str | None, ev: Event | None) -> bool:
-        chart, rules, view = self.chart, self.rules, self.view
+        chart = self.chart
         if self.decisions is not None:
             self._decide(name, ev)
+        regions = chart._candidates.get((self.leaves, name))
+        if regions is None:
+            regions = chart.candidates(self.leaves, name)
+        if not regions:
+            return False
+        rules, view = self.rules, self.view
         enabled: list[CompiledTransition] = []
-        for region in chart.candidates(self.leaves, name):
+        for region in regions:
             for transition in region:
                 for guard, expected in transition.guards:
                     if bool(guard(rules, ev, view)) is not expected:
@@ -570,7 +584,8 @@ class CompiledEngine:
                     break
         if not enabled:
             return False
-        plan = chart.plan(self.leaves, tuple(t.index for t in enabled))
+        chosen = (self.leaves, tuple(t.index for t in enabled))
+        plan = chart._plans.get(chosen) or chart.plan(*chosen)
         for call in plan.before_update:
             call(rules, ev, view)
         self.leaves, self.active = plan.leaves, plan.active
