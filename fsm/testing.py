@@ -36,6 +36,7 @@ from .context import TurnContext
 from .context_rules import check_context, state_rules_apply
 from .controller import TurnController
 from .effects import REALTIME_TIMERS, TIMER_NAMES, TimerName
+from .engine import Decision, UnsupportedChart
 from .invariants import InvariantViolation, SafetyMonitor
 from .machine import CONVERSATION_STATES, LIVE_STATES, TurnChart, TurnMachine, handled_events
 from .policy import TurnPolicy
@@ -285,7 +286,9 @@ def explore(
     effects (or error) after it is a violation, ``E1 engines differ``. As a step of
     either engine is a function of its decisions and its context, this proves the two
     engines equal on every step explored, at the cost of one reference step per
-    distinct decisions (``ExplorationReport.engine_checks``).
+    distinct decisions (``ExplorationReport.engine_checks``). A chart or rules class the
+    compiled engine refuses (:class:`~turnfsm.engine.UnsupportedChart`) is explored on the
+    reference engine alone.
 
     Raises:
         RuntimeError: more than ``max_configurations`` configurations (unbounded state).
@@ -294,9 +297,6 @@ def explore(
     if realtime and policy.greets_in_own_words:
         alphabet = (*alphabet, *OWN_WORDS_SPEECH)
     by_state = state_rules_apply(machine_class, rules_class)
-    controller = TurnController(
-        policy, record=False, machine_class=machine_class, rules_class=rules_class
-    )
     reference = TurnController(
         policy,
         record=False,
@@ -304,8 +304,13 @@ def explore(
         rules_class=rules_class,
         engine="reference",
     )
+    try:
+        controller = TurnController(
+            policy, record=False, machine_class=machine_class, rules_class=rules_class
+        )
+    except UnsupportedChart:  # explored on the reference engine alone
+        controller = reference
     engine = controller._engine
-    assert engine is not None
     compared: set[Hashable] = set()
     start = (controller.configuration, controller.context, SafetyMonitor(policy))
     # every configuration's first way in (parent key, event): shortest paths, breadth-first
@@ -339,11 +344,14 @@ def explore(
             controller._resume(configuration, context.copy())
             shadow = monitor.copy()
             steps += 1
-            engine.decisions = decisions = []
+            decisions: list[Decision] = []
+            if engine is not None:
+                engine.decisions = decisions
             try:
                 effects = controller.handle(event)
             finally:
-                engine.decisions = None
+                if engine is not None:
+                    engine.decisions = None
             if decisions:
                 decided = (tuple(decisions), event.name)
                 if decided not in compared:

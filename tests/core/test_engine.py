@@ -188,6 +188,10 @@ def test_what_the_compiled_engine_cannot_run_exactly_is_refused_by_name() -> Non
     # the reference engine runs it
     reference = TurnController(policy, rules_class=_AsksForTheModel, engine="reference")
     assert reference.handle(ev.CallAnswered(at=0.0))
+    # the explorer explores such a chart on the reference engine alone (cut short here:
+    # it went past the start instead of refusing)
+    with pytest.raises(RuntimeError, match="more than 50 configurations"):
+        explore(policy, rules_class=_AsksForTheModel, max_configurations=50)
     not_atomic = type("NotAtomic", (TurnMachine,), {"atomic_configuration_update": False})
     with pytest.raises(UnsupportedChart, match="atomic_configuration_update must be True"):
         TurnController(policy, machine_class=not_atomic)
