@@ -56,9 +56,11 @@ from .policy import TurnPolicy
 from .rules import TurnRules
 from .trace import CallInfo, Trace, TraceSink, TraceStep, redact, turnfsm_version
 
-DEFAULT_MAX_TRACE_STEPS = 10_000
-"""Steps a controller's trace keeps by default: a few MB, the last ~hour of a busy call.
-A :class:`~turnfsm.trace.TraceWriter` keeps every step of any call, on disk."""
+DEFAULT_MAX_TRACE_STEPS = 1_000
+"""Steps a controller's trace keeps by default: about 150 KiB, the last ten minutes of a
+busy call (issue 23: a default ring of at most 256 KiB, so a thousand concurrent calls
+hold a few hundred MB, not gigabytes). A :class:`~turnfsm.trace.TraceWriter` keeps every
+step of any call, on disk."""
 
 
 class ConcurrentUseError(RuntimeError):
