@@ -79,7 +79,7 @@ ENGINES: tuple[EngineName, ...] = ("compiled", "reference")
 ARGUMENTS: tuple[str, ...] = ("ev", "machine", "event", "source", "target", "state")
 """The parameters a rules method may ask for, as python-statemachine names them: the
 event object sent (``ev``, ``None`` for eventless transitions), the machine (a
-:class:`MachineView`: its ``configuration`` and ``configuration_values``), the event's
+:class:`MachineView`: its ``configuration`` and ``configuration_values``, as sets), the event's
 name, and the transition's source and target and the state being exited or entered
 (the chart class's ``State`` objects)."""
 
@@ -112,13 +112,15 @@ class MachineView:
         self._engine = engine
 
     @property
-    def configuration(self) -> OrderedSet[State]:
+    def configuration(self) -> frozenset[State]:
+        """The active states (the chart class's ``State`` objects)."""
         by_id = self._engine.chart.states
-        return OrderedSet(by_id[state] for state in self._engine.active)
+        return frozenset(by_id[state] for state in self._engine.active)
 
     @property
-    def configuration_values(self) -> OrderedSet[Any]:
-        return OrderedSet(self._engine.chart.values[state] for state in self._engine.active)
+    def configuration_values(self) -> frozenset[Any]:
+        """The active states' values (their ids unless the chart names values)."""
+        return self._engine.chart.values_of(self._engine.active)
 
 
 class CompiledTransition:
@@ -224,6 +226,7 @@ class CompiledChart:
         self._plans: dict[tuple[tuple[str, ...], tuple[int, ...]], Plan] = {}
         self._active: dict[tuple[str, ...], tuple[frozenset[str], bool]] = {}
         self._event_guards: dict[str | None, tuple[Call, ...]] = {}
+        self._values_of: dict[frozenset[str], frozenset[Any]] = {}
         self.initial_leaves, self.initial_actions = self._initial(sample)
 
     # -- compiling ----------------------------------------------------------------------
@@ -393,6 +396,13 @@ class CompiledChart:
             (*(call.__name__ for call in before), "|", *(call.__name__ for call in later)),
         )
 
+    def values_of(self, active: frozenset[str]) -> frozenset[Any]:
+        """The values of the states ``active`` names (what ``configuration_values`` holds)."""
+        found = self._values_of.get(active)
+        if found is None:
+            found = self._values_of[active] = frozenset(self.values[key] for key in active)
+        return found
+
     def active(self, leaves: tuple[str, ...]) -> tuple[frozenset[str], bool]:
         """Every state active with ``leaves`` (the leaves and their ancestors), and
         whether the machine still runs there (not in a top-level final state)."""
@@ -549,13 +559,13 @@ class CompiledEngine:
         self.active, self.running = self.chart.active(leaves)
 
     def send(self, event: Event) -> None:
-        """One external event, as the reference's processing loop takes it."""
+        """One external event, as the reference's processing loop takes it: the eventless
+        transitions it enables first, then the event, then the eventless transitions
+        that enables; reaching the final state stops the loop (what is left is dropped)."""
         if not self.running:
             return
         self._macrostep()
-        if not self.running:
-            return
-        if self._microstep(event.name, event):
+        if self.running and self._microstep(event.name, event) and self.running:
             self._macrostep()
 
     def _macrostep(self) -> None:

@@ -312,6 +312,8 @@ def explore(
         controller = reference
     engine = controller._engine
     compared: set[Hashable] = set()
+    handled_in: dict[tuple[str, ...], frozenset[str]] = {}
+    handled_by_state = handled_events(machine_class)
     start = (controller.configuration, controller.context, SafetyMonitor(policy))
     # every configuration's first way in (parent key, event): shortest paths, breadth-first
     seen: dict[Hashable, tuple[Hashable, ev.Event] | None] = {_key(*start): None}
@@ -338,23 +340,32 @@ def explore(
         state = configuration[0]
         states.add(state)
         here = _key(configuration, context, monitor)
+        handled = handled_in.get(configuration)
+        if handled is None:  # as the controller decides what it ignores
+            handled = frozenset().union(*(handled_by_state[leaf] for leaf in configuration))
+            handled_in[configuration] = handled
         for event in alphabet:
-            # resumed unchecked (checked once, when first reached), the context copied: a
-            # step changes it in place
-            controller._resume(configuration, context.copy())
             shadow = monitor.copy()
             steps += 1
-            decisions: list[Decision] = []
-            if engine is not None:
-                engine.decisions = decisions
-            try:
-                effects = controller.handle(event)
-            finally:
+            if event.name not in handled:
+                # ignored: the controller returns nothing and changes nothing (no need to
+                # run it); the monitor still sees the step
+                effects, after_configuration, after_context = (), configuration, context
+            else:
+                # resumed unchecked (checked once, when first reached), the context
+                # copied: a step changes it in place
+                controller._resume(configuration, context.copy())
+                decisions: list[Decision] = []
                 if engine is not None:
-                    engine.decisions = None
-            if decisions:
+                    engine.decisions = decisions
+                try:
+                    effects = controller.handle(event)
+                finally:
+                    if engine is not None:
+                        engine.decisions = None
+                after_configuration, after_context = controller.configuration, controller.context
                 decided = (tuple(decisions), event.name)
-                if decided not in compared:
+                if decisions and decided not in compared:
                     compared.add(decided)
                     difference = _engines_differ(
                         reference, configuration, context, event, controller, effects
@@ -366,15 +377,15 @@ def explore(
                         paths.append((*_path_to(seen, here), event))
                         continue
             try:
-                shadow.check(state, event, controller.state, effects)
+                shadow.check(state, event, after_configuration[0], effects)
             except InvariantViolation as breach:
                 violations.append(f"{breach} [in {_named(configuration)} on {event!r}]")
                 paths.append((*_path_to(seen, here), event))
                 continue
             moves.update(
-                region_moves(configuration, event.name, controller.configuration, machine_class)
+                region_moves(configuration, event.name, after_configuration, machine_class)
             )
-            after = (controller.configuration, controller.context, shadow)
+            after = (after_configuration, after_context, shadow)
             key = _key(*after)
             if key not in seen:
                 # as restore() would, once per configuration
