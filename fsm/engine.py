@@ -76,12 +76,20 @@ python-statemachine's own engine, on a machine built per controller."""
 
 ENGINES: tuple[EngineName, ...] = ("compiled", "reference")
 
-ARGUMENTS: tuple[str, ...] = ("ev", "machine", "event", "source", "target", "state")
+ARGUMENTS: tuple[str, ...] = (
+    "ev",
+    "machine",
+    "event",
+    "source",
+    "target",
+    "state",
+    "transition",
+)
 """The parameters a rules method may ask for, as python-statemachine names them: the
 event object sent (``ev``, ``None`` for eventless transitions), the machine (a
-:class:`MachineView`: its ``configuration`` and ``configuration_values``, as sets), the event's
-name, and the transition's source and target and the state being exited or entered
-(the chart class's ``State`` objects)."""
+:class:`MachineView`: its ``configuration`` and ``configuration_values``, as sets), the
+event's name, the transition's source and target and the state being exited or entered
+(the chart class's ``State`` objects), and the transition (as declared)."""
 
 SETTINGS: dict[str, bool] = {
     "catch_errors_as_events": False,
@@ -215,10 +223,10 @@ class CompiledChart:
         for state in self._instance_states.values():
             # every callback bound once now: what cannot be is refused before any call
             for key in (state.enter.key, state.exit.key):
-                self._callbacks(key, state, state, state)
+                self._callbacks(key, state, state, state, None)
             for transition in state.transitions:
                 for key in (transition.before.key, transition.on.key, transition.after.key):
-                    self._callbacks(key, state, state, state)
+                    self._callbacks(key, state, state, state, transition)
                 if not transition.initial:
                     self._compile(transition)
         self._voice = frozenset(_voice_leaves(self._instance_states))
@@ -247,7 +255,11 @@ class CompiledChart:
         guards = tuple(
             (call, expected)
             for call, expected in self._wrappers(
-                transition.cond.key, transition.source, transition.target, transition.source
+                transition.cond.key,
+                transition.source,
+                transition.source,
+                transition.target,
+                transition,
             )
         )
         compiled = CompiledTransition(len(self._transitions), guards, str(transition))
@@ -256,20 +268,34 @@ class CompiledChart:
         return compiled
 
     def _callbacks(
-        self, key: str, state: State | None, source: State | None, target: State | None
+        self,
+        key: str,
+        state: State | None,
+        source: State | None,
+        target: State | None,
+        transition: Transition | None,
     ) -> tuple[Call, ...]:
-        return tuple(call for call, _ in self._wrappers(key, state, source, target))
+        return tuple(call for call, _ in self._wrappers(key, state, source, target, transition))
 
     def _wrappers(
-        self, key: str, state: State | None, source: State | None, target: State | None
+        self,
+        key: str,
+        state: State | None,
+        source: State | None,
+        target: State | None,
+        transition: Transition | None,
     ) -> Iterator[tuple[Call, bool]]:
         """The callbacks the reference resolved for ``key``, in its order, each bound to
         its rules method with the arguments known here (the states) fixed."""
         registry = self._sample._callbacks
         if key not in registry:
             return
-        static = {"source": self._own(source), "target": self._own(target)}
-        static["state"] = self._own(state)
+        static: dict[str, Any] = {
+            "source": self._own(source),
+            "target": self._own(target),
+            "state": self._own(state),
+            "transition": transition,
+        }
         for wrapper in registry[key]:
             name = wrapper.meta.func
             if (
@@ -312,11 +338,12 @@ class CompiledChart:
         for info in entries:
             state = info.state
             source = info.transition.source if info.transition.source.id in self.states else None
-            calls += self._callbacks(state.enter.key, state, source, state)
+            calls += self._callbacks(state.enter.key, state, source, state, info.transition)
             if state.id in defaults:
                 initial = [t for t in state.transitions if t.initial]
                 if len(initial) == 1:
-                    calls += self._callbacks(initial[0].on.key, state, source, state)
+                    on = initial[0].on.key
+                    calls += self._callbacks(on, state, source, state, info.transition)
             terminates = terminates or (state.final and state.parent is None)
         return tuple(calls), terminates
 
@@ -372,13 +399,14 @@ class CompiledChart:
         transitions = list(engine._filter_conflicting_transitions(chosen))
         before: list[Call] = []
         for t in transitions:
-            before += self._callbacks(t.before.key, t.source, t.source, t.target)
+            before += self._callbacks(t.before.key, t.source, t.source, t.target, t)
         exits, to_exit = engine._prepare_exit_states(transitions)
         for info in exits:
             target = info.transition.target
-            before += self._callbacks(info.state.exit.key, info.state, info.state, target)
+            exit_key, state = info.state.exit.key, info.state
+            before += self._callbacks(exit_key, state, state, target, info.transition)
         for t in transitions:
-            before += self._callbacks(t.on.key, t.source, t.source, t.target)
+            before += self._callbacks(t.on.key, t.source, t.source, t.target, t)
         entries, default_entries, history, after = engine._prepare_entry_states(
             transitions, to_exit, previous
         )
@@ -386,7 +414,7 @@ class CompiledChart:
         for t in transitions:
             # the reference names the target as the state, when there is one
             state = t.target if t.target is not None else t.source
-            later += self._callbacks(t.after.key, state, t.source, t.target)
+            later += self._callbacks(t.after.key, state, t.source, t.target, t)
         return Plan(
             tuple(before),
             later,
