@@ -57,7 +57,7 @@ from __future__ import annotations
 import inspect
 import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from statemachine.callbacks import allways_true
 from statemachine.orderedset import OrderedSet
@@ -101,6 +101,16 @@ SETTINGS: dict[str, bool] = {
 
 Call = Callable[["TurnRules", "Event | None", "MachineView"], Any]
 """A guard or action with its arguments resolved: (rules, event, machine view)."""
+
+
+class Site(NamedTuple):
+    """Where a callback runs: what python-statemachine hands it besides the event."""
+
+    state: State | None
+    """The state exited or entered, else the transition's source."""
+    source: State | None
+    target: State | None
+    transition: Transition | None
 
 
 class UnsupportedChart(TypeError):
@@ -223,10 +233,10 @@ class CompiledChart:
         for state in self._instance_states.values():
             # every callback bound once now: what cannot be is refused before any call
             for key in (state.enter.key, state.exit.key):
-                self._callbacks(key, state, state, state, None)
+                self._callbacks(key, Site(state, state, state, None))
             for transition in state.transitions:
                 for key in (transition.before.key, transition.on.key, transition.after.key):
-                    self._callbacks(key, state, state, state, transition)
+                    self._callbacks(key, Site(state, state, state, transition))
                 if not transition.initial:
                     self._compile(transition)
         self._voice = frozenset(_voice_leaves(self._instance_states))
@@ -256,10 +266,7 @@ class CompiledChart:
             (call, expected)
             for call, expected in self._wrappers(
                 transition.cond.key,
-                transition.source,
-                transition.source,
-                transition.target,
-                transition,
+                Site(transition.source, transition.source, transition.target, transition),
             )
         )
         compiled = CompiledTransition(len(self._transitions), guards, str(transition))
@@ -267,34 +274,20 @@ class CompiledChart:
         self._compiled[id(transition)] = compiled
         return compiled
 
-    def _callbacks(
-        self,
-        key: str,
-        state: State | None,
-        source: State | None,
-        target: State | None,
-        transition: Transition | None,
-    ) -> tuple[Call, ...]:
-        return tuple(call for call, _ in self._wrappers(key, state, source, target, transition))
+    def _callbacks(self, key: str, site: Site) -> tuple[Call, ...]:
+        return tuple(call for call, _ in self._wrappers(key, site))
 
-    def _wrappers(
-        self,
-        key: str,
-        state: State | None,
-        source: State | None,
-        target: State | None,
-        transition: Transition | None,
-    ) -> Iterator[tuple[Call, bool]]:
+    def _wrappers(self, key: str, site: Site) -> Iterator[tuple[Call, bool]]:
         """The callbacks the reference resolved for ``key``, in its order, each bound to
-        its rules method with the arguments known here (the states) fixed."""
+        its rules method with the arguments known at ``site`` fixed."""
         registry = self._sample._callbacks
         if key not in registry:
             return
         static: dict[str, Any] = {
-            "source": self._own(source),
-            "target": self._own(target),
-            "state": self._own(state),
-            "transition": transition,
+            "source": self._own(site.source),
+            "target": self._own(site.target),
+            "state": self._own(site.state),
+            "transition": site.transition,
         }
         for wrapper in registry[key]:
             name = wrapper.meta.func
@@ -338,12 +331,12 @@ class CompiledChart:
         for info in entries:
             state = info.state
             source = info.transition.source if info.transition.source.id in self.states else None
-            calls += self._callbacks(state.enter.key, state, source, state, info.transition)
+            calls += self._callbacks(state.enter.key, Site(state, source, state, info.transition))
             if state.id in defaults:
                 initial = [t for t in state.transitions if t.initial]
                 if len(initial) == 1:
                     on = initial[0].on.key
-                    calls += self._callbacks(on, state, source, state, info.transition)
+                    calls += self._callbacks(on, Site(state, source, state, info.transition))
             terminates = terminates or (state.final and state.parent is None)
         return tuple(calls), terminates
 
@@ -399,14 +392,14 @@ class CompiledChart:
         transitions = list(engine._filter_conflicting_transitions(chosen))
         before: list[Call] = []
         for t in transitions:
-            before += self._callbacks(t.before.key, t.source, t.source, t.target, t)
+            before += self._callbacks(t.before.key, Site(t.source, t.source, t.target, t))
         exits, to_exit = engine._prepare_exit_states(transitions)
         for info in exits:
             target = info.transition.target
             exit_key, state = info.state.exit.key, info.state
-            before += self._callbacks(exit_key, state, state, target, info.transition)
+            before += self._callbacks(exit_key, Site(state, state, target, info.transition))
         for t in transitions:
-            before += self._callbacks(t.on.key, t.source, t.source, t.target, t)
+            before += self._callbacks(t.on.key, Site(t.source, t.source, t.target, t))
         entries, default_entries, history, after = engine._prepare_entry_states(
             transitions, to_exit, previous
         )
@@ -414,7 +407,7 @@ class CompiledChart:
         for t in transitions:
             # the reference names the target as the state, when there is one
             state = t.target if t.target is not None else t.source
-            later += self._callbacks(t.after.key, state, t.source, t.target, t)
+            later += self._callbacks(t.after.key, Site(state, t.source, t.target, t))
         return Plan(
             tuple(before),
             later,
