@@ -23,7 +23,8 @@ chart, the active configuration, the event's name and the guards' answers, so
 :class:`CompiledEngine` then runs a step as the reference does (eventless transitions
 before the event, the event, eventless transitions after it; the first candidate whose
 guards hold, per region; errors propagate; the final state stops the machine) with a
-few dictionary lookups and the rules' own calls:
+few dictionary lookups and the rules' own calls (a handled step of the turn chart: about
+5 µs of CPU, against about 200 µs; ``make bench``):
 
 >>> from turnfsm import TurnController, TurnPolicy, events
 >>> policy = TurnPolicy(direction="outbound", greeting="Hi, it's Ada.")
