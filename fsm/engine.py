@@ -589,6 +589,10 @@ class CompiledEngine:
         self._macrostep()
         if self.running and self._microstep(event.name, event) and self.running:
             self._macrostep()
+        elif self.decisions is not None:
+            # where this engine stopped short of another eventless choice, the answers a
+            # different engine's choice there would read
+            self._decide(None, None)
 
     def _macrostep(self) -> None:
         while self._microstep(None, None):
