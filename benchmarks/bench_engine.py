@@ -1,10 +1,10 @@
-"""The tabled engine against python-statemachine's own: what :mod:`turnfsm.engine` saves.
+"""The compiled engine against python-statemachine's own: what :mod:`turnfsm.engine` saves.
 
-The same turn chart is declared twice, once on each engine, and driven the same way:
-whole scripted calls through fresh controllers (what a live call pays), and the
-explorer's inner loop (restore a configuration, feed it one event) over the
+The turn chart runs on both engines (``TurnController(..., engine=...)``), driven the
+same way: whole scripted calls through fresh controllers (what a live call pays), and
+the explorer's inner loop (restore a configuration, feed it one event) over the
 configurations of that call and every event of the explorer's alphabet (what the test
-suite pays). Figures are ratios to the stock engine, paired per round.
+suite pays). Figures are ratios to the reference engine, paired per round.
 """
 
 from __future__ import annotations
@@ -13,29 +13,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from statemachine.engines.sync import SyncEngine
-
-from turnfsm import TurnController, TurnMachine
+from turnfsm import TurnController
 from turnfsm.context import TurnContext
-from turnfsm.machine import TurnChart, declare_chart
+from turnfsm.engine import ENGINES, EngineName
 from turnfsm.testing import event_alphabet
 
 from .callscript import POLICY, scripted_call
 from .harness import Config, Row, Section, gc_paused, ratio, rounds_of
-
-
-class _StockEngineChart(TurnChart):
-    def _get_engine(self) -> Any:
-        return SyncEngine(self)
-
-
-StockTurnMachine = type(
-    "StockTurnMachine", (_StockEngineChart,), {**declare_chart(), "__module__": __name__}
-)
-"""The turn chart, declared afresh, on python-statemachine's own sync engine."""
-
-MACHINES: dict[str, type[TurnChart]] = {"tabled": TurnMachine, "stock": StockTurnMachine}
-
 
 EXPLORED_CONFIGURATIONS = 12
 """The scripted call's first distinct configurations the explorer loop is timed on."""
@@ -58,51 +42,53 @@ def engines(config: Config) -> Section:
     alphabet = event_alphabet()
     calls = config.scaled(2)
 
-    def whole_calls(machine: type[TurnChart]) -> Callable[[], float]:
+    def whole_calls(engine: EngineName) -> Callable[[], float]:
         def case() -> float:
-            controllers = [TurnController(POLICY, machine_class=machine) for _ in range(calls)]
+            controllers = [TurnController(POLICY, engine=engine) for _ in range(calls)]
             with gc_paused():
-                start = time.perf_counter()
+                start = time.process_time()
                 for controller in controllers:
                     for event in script:
                         controller.handle(event)
-                elapsed = time.perf_counter() - start
+                elapsed = time.process_time() - start
             return elapsed / (calls * len(script)) * 1e6
 
         return case
 
-    def explorer_loop(machine: type[TurnChart]) -> Callable[[], float]:
-        controller = TurnController(POLICY, record=False, machine_class=machine)
+    def explorer_loop(engine: EngineName) -> Callable[[], float]:
+        controller = TurnController(POLICY, record=False, engine=engine)
 
         def case() -> float:
             with gc_paused():
-                start = time.perf_counter()
+                start = time.process_time()
                 for state, context in configurations:
                     for event in alphabet:
                         controller.restore(state, context)
                         controller.handle(event)
-                elapsed = time.perf_counter() - start
+                elapsed = time.process_time() - start
             return elapsed / (len(configurations) * len(alphabet)) * 1e6
 
         return case
 
     cases = {
-        f"{kind}: {name}": build(machine)
+        f"{kind}: {engine}": build(engine)
         for kind, build in (("whole call", whole_calls), ("explorer step", explorer_loop))
-        for name, machine in MACHINES.items()
+        for engine in ENGINES
     }
     samples = rounds_of(cases, config)
     rows = {case: Row(case, values, "µs/event") for case, values in samples.items()}
     for kind in ("whole call", "explorer step"):
-        stock = rows[f"{kind}: stock"]
-        for name in MACHINES:
-            rows[f"{kind}: {name}"].ratios = f"{ratio(rows[f'{kind}: {name}'].times(stock))} stock"
+        reference = rows[f"{kind}: reference"]
+        for engine in ENGINES:
+            row = rows[f"{kind}: {engine}"]
+            row.ratios = f"{ratio(row.times(reference))} reference"
     return Section(
-        "Engine: tabled transition selection vs python-statemachine's",
+        "Engine: compiled tables vs python-statemachine's own",
         list(rows.values()),
         [
-            f"Engine: the turn chart on turnfsm.engine.TurnEngine (tabled) and on "
-            f"python-statemachine's SyncEngine (stock). Whole call: the {len(script)} events "
+            f"Engine: the turn chart on turnfsm.engine's compiled tables (compiled, the "
+            f"default) and on python-statemachine's SyncEngine (reference). Whole call: "
+            f"the {len(script)} events "
             f"of the scripted call (handled and ignored), record=True, {calls} fresh "
             f"controllers per round. Explorer step: restore() then handle() for each of the "
             f"call's first {len(configurations)} configurations x {len(alphabet)} alphabet events "

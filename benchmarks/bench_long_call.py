@@ -27,7 +27,11 @@ from turnfsm.controller import DEFAULT_MAX_TRACE_STEPS
 from turnfsm.timeline import render_timeline
 
 from .callscript import POLICY, scripted_call
-from .harness import Config, Row, Section, gc_paused, ratio
+from .harness import Config, Row, Section, gc_paused, ratio, verdict
+
+DEFAULT_RING_TARGET_KIB = 256.0
+"""What a controller holds at the end of a long call with the default trace ring
+(issue 23)."""
 
 CALL_SECONDS = 2 * 3600.0
 STRETCH = 600.0
@@ -117,7 +121,7 @@ def long_call_section(config: Config) -> Section:
     without.ratios = "1.00× no sink"
     with_sink.ratios = f"{ratio(with_sink.times(without))} no sink"
     memory: dict[str, dict[str, object]] = {
-        "held at the end: max_trace_steps=1,000": {"max_trace_steps": 1_000},
+        "held at the end: max_trace_steps=10,000": {"max_trace_steps": 10_000},
         f"held at the end: max_trace_steps={DEFAULT_MAX_TRACE_STEPS:,} (default)": {},
         "held at the end: max_trace_steps=None (unbounded)": {"max_trace_steps": None},
         "held at the end: record=False": {"record": False},
@@ -126,6 +130,11 @@ def long_call_section(config: Config) -> Section:
     unbounded = memory_rows[2]
     for row in memory_rows:
         row.ratios = f"{ratio(row.times(unbounded))} unbounded"
+    default = memory_rows[1]
+    default.target = verdict(
+        default.median <= DEFAULT_RING_TARGET_KIB,
+        f"≤ {DEFAULT_RING_TARGET_KIB:g} KiB; {default.median - DEFAULT_RING_TARGET_KIB:+.0f} KiB",
+    )
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "call.jsonl"
         with TraceWriter(path) as writer:

@@ -1,8 +1,10 @@
 """python-statemachine's engine log, quiet unless asked for (imported first by ``turnfsm``).
 
-At DEBUG the engine logs every macro- and microstep of every event: dozens of lines per
-call through whatever handler the application set (LiveKit's formats each as JSON or
-colours it, on the session's event loop). Like LiveKit's own noisy third-party loggers,
+At DEBUG the engine logs every macro- and microstep of every event (the reference
+engine, ``TurnController(..., engine="reference")``: the compiled one, the default, runs
+no python-statemachine step): dozens of lines per call through whatever handler the
+application set (LiveKit's formats each as JSON or colours it, on the session's event
+loop). Like LiveKit's own noisy third-party loggers,
 the ``statemachine`` logger is set to WARNING unless the application set its level; the
 engine decides whether to log once, when it is built, so this must happen before any
 machine exists. To see the engine's steps, set the level before creating a controller::

@@ -170,6 +170,8 @@ def format_check(report: CheckReport) -> str:
         f"explored {exploration.configurations} configurations, {exploration.steps} checked "
         f"steps; states reached: {', '.join(sorted(exploration.states))}",
         f"moves taken: {taken} (the machine declares {report.declared})",
+        f"engines compared (E1): {exploration.engine_checks} steps also run on "
+        "python-statemachine's engine, one per distinct decisions",
     ]
     if report.random is None:
         lines.append("random calls: skipped (hypothesis not installed, or none asked for)")

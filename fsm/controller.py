@@ -41,6 +41,7 @@ from statemachine.orderedset import OrderedSet
 from . import effects as fx
 from .context import TurnContext
 from .context_rules import check_context, state_rules_apply
+from .engine import ENGINES, CompiledEngine, EngineName, compiled_chart
 from .events import Event
 from .invariants import SafetyMonitor
 from .machine import (
@@ -55,18 +56,24 @@ from .policy import TurnPolicy
 from .rules import TurnRules
 from .trace import CallInfo, Trace, TraceSink, TraceStep, redact, turnfsm_version
 
-DEFAULT_MAX_TRACE_STEPS = 10_000
-"""Steps a controller's trace keeps by default: a few MB, the last ~hour of a busy call.
-A :class:`~turnfsm.trace.TraceWriter` keeps every step of any call, on disk."""
+DEFAULT_MAX_TRACE_STEPS = 1_000
+"""Steps a controller's trace keeps by default: about 150 KiB, the last ten minutes of a
+busy call (issue 23: a default ring of at most 256 KiB, so a thousand concurrent calls
+hold a few hundred MB, not gigabytes). A :class:`~turnfsm.trace.TraceWriter` keeps every
+step of any call, on disk."""
 
 
 class ConcurrentUseError(RuntimeError):
     """A controller was used from a second thread, or re-entered during a step."""
 
 
-def initial_state(policy: TurnPolicy, machine_class: type[TurnChart] = TurnMachine) -> str:
+def initial_state(
+    policy: TurnPolicy,
+    machine_class: type[TurnChart] = TurnMachine,
+    engine: EngineName = "compiled",
+) -> str:
     """Where a call under ``policy`` starts: the state the chart's eventless start picks."""
-    return TurnController(policy, record=False, machine_class=machine_class).state
+    return TurnController(policy, record=False, machine_class=machine_class, engine=engine).state
 
 
 class TurnController:
@@ -91,6 +98,10 @@ class TurnController:
             class from :func:`~turnfsm.machine.build_machine`.
         rules_class: the guards and actions it runs; a subclass of
             :class:`~turnfsm.rules.TurnRules` (tests seed bugs this way).
+        engine: ``"compiled"`` (the default) runs the chart compiled into tables
+            (:mod:`turnfsm.engine`); ``"reference"`` runs it on python-statemachine's own
+            engine, a machine built per controller (slower; for charts or rules the
+            compiled engine refuses, and as the reference the explorer checks it against).
     """
 
     def __init__(
@@ -105,20 +116,30 @@ class TurnController:
         call: CallInfo | None = None,
         machine_class: type[TurnChart] = TurnMachine,
         rules_class: type[TurnRules] = TurnRules,
+        engine: EngineName = "compiled",
     ) -> None:
         if call is not None and not isinstance(call, CallInfo):
             raise TypeError(f"call must be a turnfsm.trace.CallInfo, got {type(call).__name__}")
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
         self.policy = policy
         self.call = call or CallInfo()
         self._rules = rules_class(policy=policy)
         self._machine_class = machine_class
-        self._machine = machine_class(listeners=[self._rules])
+        self._engine: CompiledEngine | None = None
+        self._machine: TurnChart | None = None
+        if engine == "compiled":
+            chart = compiled_chart(machine_class, rules_class)
+            self._engine = CompiledEngine(chart, self._rules)
+            self._configuration = self._engine.leaves
+        else:
+            self._machine = machine_class(listeners=[self._rules])
+            self._configuration = _configuration_of(self._machine)
         # The chart's eventless start picks the first state; entering it emits nothing
         # before the call starts (call_answered, or session_started for inbound calls,
         # replays the enter actions). Effects here would be lost: refuse them.
         if self._rules.outbox:
             raise RuntimeError(f"the start emitted effects before any event: {self._rules.outbox}")
-        self._configuration = _configuration_of(self._machine)
         self._handled = _handled(machine_class, self._configuration)
         self._monitor = SafetyMonitor(policy) if strict else None
         self._keep_text = keep_text
@@ -178,6 +199,11 @@ class TurnController:
         return self._keep_text
 
     @property
+    def engine(self) -> EngineName:
+        """Which engine runs the chart: ``"compiled"`` or ``"reference"``."""
+        return "compiled" if self._engine is not None else "reference"
+
+    @property
     def strict(self) -> bool:
         """Whether every step is checked against the safety invariants."""
         return self._monitor is not None
@@ -227,12 +253,17 @@ class TurnController:
         """Put the machine in ``configuration`` with ``context`` (taken, not copied),
         unchecked: for a step's rollback and the explorer, whose configurations this
         controller made itself; anything from outside goes through :meth:`restore`."""
-        if self._machine.is_terminated and configuration[0] != "ended":
-            # A machine that reached `ended` takes no events. Building a new one costs
-            # milliseconds (callback resolution), so the explorer revives the engine,
-            # which holds no other state between steps.
-            self._machine._engine.running = True
-        self._machine.model.state = OrderedSet(_path(self._machine_class, configuration))
+        if self._engine is not None:
+            self._engine.resume(configuration)
+        else:
+            machine = self._machine
+            assert machine is not None
+            if machine.is_terminated and configuration[0] != "ended":
+                # A machine that reached `ended` takes no events. Building a new one costs
+                # milliseconds (callback resolution), so the explorer revives the engine,
+                # which holds no other state between steps.
+                machine._engine.running = True
+            machine.model.state = OrderedSet(_path(self._machine_class, configuration))
         self._configuration = configuration
         self._handled = _handled(self._machine_class, configuration)
         self._rules.context = context
@@ -276,11 +307,19 @@ class TurnController:
         if event.name in self._handled:
             outbox = self._rules.outbox
             try:
-                self._machine.send(event.name, ev=event)
+                if self._engine is not None:
+                    self._engine.send(event)
+                else:
+                    assert self._machine is not None
+                    self._machine.send(event.name, ev=event)
                 effects = tuple(outbox)
             finally:
                 outbox.clear()
-            self._configuration = _configuration_of(self._machine)
+            self._configuration = (
+                self._engine.leaves
+                if self._engine is not None
+                else _configuration_of(self._machine)  # type: ignore[arg-type]
+            )
             self._handled = _handled(self._machine_class, self._configuration)
         else:
             effects = ()

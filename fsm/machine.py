@@ -53,7 +53,6 @@ from typing import Any, cast
 from statemachine import State, StateChart
 from statemachine.transition import Transition
 
-from .engine import TurnEngine
 from .events import EVENTS_BY_NAME
 
 
@@ -71,13 +70,6 @@ class TurnChart(StateChart):
 
     atomic_configuration_update = True
     """The state changes once per step, after exit and before enter actions."""
-
-    def _get_engine(self) -> Any:
-        """The stock sync engine with its transition selection tabled (see
-        :mod:`turnfsm.engine`); rules with coroutine actions keep the stock async one."""
-        if self._callbacks.has_async_callbacks:
-            return super()._get_engine()
-        return TurnEngine(self)
 
 
 def declare_chart() -> dict[str, Any]:

@@ -36,6 +36,7 @@ from .context import TurnContext
 from .context_rules import check_context, state_rules_apply
 from .controller import TurnController
 from .effects import REALTIME_TIMERS, TIMER_NAMES, TimerName
+from .engine import Decision, UnsupportedChart
 from .invariants import InvariantViolation, SafetyMonitor
 from .machine import CONVERSATION_STATES, LIVE_STATES, TurnChart, TurnMachine, handled_events
 from .policy import TurnPolicy
@@ -227,6 +228,10 @@ class ExplorationReport:
     ends with the breaking event (breadth-first: no shorter path breaks it there)."""
     watched: int = 0
     """Configurations in which a watchdog applied (its timer is set by the policy)."""
+    engine_checks: int = 0
+    """Steps also run on the reference engine and compared with the compiled one: one
+    per distinct decisions (:attr:`turnfsm.engine.CompiledEngine.decisions`), which
+    stand for every handled step with the same decisions."""
 
 
 def fresh_context(state: str, policy: TurnPolicy) -> TurnContext:
@@ -274,6 +279,17 @@ def explore(
     :func:`realtime_alphabet`. ``reached`` is called with each configuration and context
     first reached (a copy: keep it).
 
+    Every step runs on the compiled engine (:mod:`turnfsm.engine`). The first step with
+    each distinct decisions (the configuration, the event's name and every guard's
+    answer at each choice the step makes) also runs on python-statemachine's own engine
+    from the same configuration and context: a different configuration, context or
+    effects (or error) after it is a violation, ``E1 engines differ``. As a step of
+    either engine is a function of its decisions and its context, this proves the two
+    engines equal on every step explored, at the cost of one reference step per
+    distinct decisions (``ExplorationReport.engine_checks``). A chart or rules class the
+    compiled engine refuses (:class:`~turnfsm.engine.UnsupportedChart`) is explored on the
+    reference engine alone.
+
     Raises:
         RuntimeError: more than ``max_configurations`` configurations (unbounded state).
     """
@@ -281,9 +297,23 @@ def explore(
     if realtime and policy.greets_in_own_words:
         alphabet = (*alphabet, *OWN_WORDS_SPEECH)
     by_state = state_rules_apply(machine_class, rules_class)
-    controller = TurnController(
-        policy, record=False, machine_class=machine_class, rules_class=rules_class
+    reference = TurnController(
+        policy,
+        record=False,
+        machine_class=machine_class,
+        rules_class=rules_class,
+        engine="reference",
     )
+    try:
+        controller = TurnController(
+            policy, record=False, machine_class=machine_class, rules_class=rules_class
+        )
+    except UnsupportedChart:  # explored on the reference engine alone
+        controller = reference
+    engine = controller._engine
+    compared: set[Hashable] = set()
+    handled_in: dict[tuple[str, ...], frozenset[str]] = {}
+    handled_by_state = handled_events(machine_class)
     start = (controller.configuration, controller.context, SafetyMonitor(policy))
     # every configuration's first way in (parent key, event): shortest paths, breadth-first
     seen: dict[Hashable, tuple[Hashable, ev.Event] | None] = {_key(*start): None}
@@ -310,23 +340,52 @@ def explore(
         state = configuration[0]
         states.add(state)
         here = _key(configuration, context, monitor)
+        handled = handled_in.get(configuration)
+        if handled is None:  # as the controller decides what it ignores
+            handled = frozenset().union(*(handled_by_state[leaf] for leaf in configuration))
+            handled_in[configuration] = handled
         for event in alphabet:
-            # resumed unchecked (checked once, when first reached), the context copied: a
-            # step changes it in place
-            controller._resume(configuration, context.copy())
             shadow = monitor.copy()
             steps += 1
+            if event.name not in handled:
+                # ignored: the controller returns nothing and changes nothing (no need to
+                # run it); the monitor still sees the step
+                effects, after_configuration, after_context = (), configuration, context
+            else:
+                # resumed unchecked (checked once, when first reached), the context
+                # copied: a step changes it in place
+                controller._resume(configuration, context.copy())
+                decisions: list[Decision] = []
+                if engine is not None:
+                    engine.decisions = decisions
+                try:
+                    effects = controller.handle(event)
+                finally:
+                    if engine is not None:
+                        engine.decisions = None
+                after_configuration, after_context = controller.configuration, controller.context
+                decided = (tuple(decisions), event.name)
+                if decisions and decided not in compared:
+                    compared.add(decided)
+                    difference = _engines_differ(
+                        reference, configuration, context, event, controller, effects
+                    )
+                    if difference is not None:
+                        violations.append(
+                            f"{difference} [in {_named(configuration)} on {event!r}]"
+                        )
+                        paths.append((*_path_to(seen, here), event))
+                        continue
             try:
-                effects = controller.handle(event)
-                shadow.check(state, event, controller.state, effects)
+                shadow.check(state, event, after_configuration[0], effects)
             except InvariantViolation as breach:
                 violations.append(f"{breach} [in {_named(configuration)} on {event!r}]")
                 paths.append((*_path_to(seen, here), event))
                 continue
             moves.update(
-                region_moves(configuration, event.name, controller.configuration, machine_class)
+                region_moves(configuration, event.name, after_configuration, machine_class)
             )
-            after = (controller.configuration, controller.context, shadow)
+            after = (after_configuration, after_context, shadow)
             key = _key(*after)
             if key not in seen:
                 # as restore() would, once per configuration
@@ -350,7 +409,37 @@ def explore(
         violations=violations,
         paths=tuple(paths),
         watched=watched,
+        engine_checks=len(compared),
     )
+
+
+def _engines_differ(
+    reference: TurnController,
+    configuration: tuple[str, ...],
+    context: TurnContext,
+    event: ev.Event,
+    compiled: TurnController,
+    effects: tuple[fx.Effect, ...],
+) -> str | None:
+    """How the reference engine's step from (``configuration``, ``context``) on ``event``
+    differs from the compiled engine's, which ended in ``compiled`` with ``effects``."""
+    reference._resume(configuration, context.copy())
+    try:
+        expected: object = reference.handle(event)
+    except Exception as error:  # noqa: BLE001 - the compiled step did not raise
+        expected = error
+    if expected != effects:
+        return f"E1 engines differ: effects {effects!r}, the reference's {expected!r}"
+    if reference.configuration != compiled.configuration:
+        return (
+            f"E1 engines differ: {_named(compiled.configuration)}, the reference's "
+            f"{_named(reference.configuration)}"
+        )
+    if reference.context != compiled.context:
+        return (
+            f"E1 engines differ: context {compiled.context}, the reference's {reference.context}"
+        )
+    return None
 
 
 def watchdog_problem(

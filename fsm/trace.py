@@ -408,7 +408,21 @@ def redact(item: Any, *, keep_text: bool = False) -> Any:
     if not names:
         return item
     changes = {name: REDACTED for name in names if getattr(item, name) is not None}
-    return attrs.evolve(item, **changes) if changes else item
+    return _with(item, changes) if changes else item
+
+
+def _with(item: Any, changes: dict[str, str]) -> Any:
+    """``attrs.evolve(item, **changes)`` for the redaction marker. An event or effect is
+    copied rather than built again: building one only checks its fields, which it passed
+    already, and the marker is a valid text (every step of a call redacts its event and
+    effects, and evolving cost more than the rest of a step). Anything else is evolved."""
+    if not isinstance(item, ev.Event | fx.Effect):
+        return attrs.evolve(item, **changes)
+    copy = object.__new__(type(item))
+    for field in attrs.fields(type(item)):
+        name = field.name
+        object.__setattr__(copy, name, changes[name] if name in changes else getattr(item, name))
+    return copy
 
 
 def step_line(step: TraceStep) -> str:

@@ -1,36 +1,34 @@
-"""The tabled engine (:mod:`turnfsm.engine`) makes exactly the stock engine's moves.
+"""The compiled engine (:mod:`turnfsm.engine`) makes exactly python-statemachine's moves.
 
-The same guided random calls run through the turn chart on both engines: every step
-must give the same state, effects and context, and the whole traces must be equal.
+The explorer proves it on every configuration it reaches (``E1``, in
+``tests/core/test_explorer.py``); here a seeded engine bug shows that proof can fail,
+guided random calls compare whole traces, and the compiled engine refuses, naming why,
+what it cannot run as the reference does.
 """
 
 from __future__ import annotations
 
 import gc
+import itertools
 import random
 import weakref
 from typing import Any
 
 import pytest
-from statemachine import HistoryState, State, StateChart
-from statemachine.engines.sync import SyncEngine
 
 from turnfsm import TurnController, TurnPolicy
 from turnfsm import events as ev
-from turnfsm.engine import _TABLES, TurnEngine
-from turnfsm.machine import TurnChart, TurnMachine, declare_chart
-from turnfsm.testing import event_alphabet
-
-
-class _StockEngineChart(TurnChart):
-    def _get_engine(self) -> Any:
-        return SyncEngine(self)
-
-
-StockTurnMachine = type(
-    "StockTurnMachine", (_StockEngineChart,), {**declare_chart(), "__module__": __name__}
+from turnfsm.engine import CompiledChart, CompiledEngine, Plan, UnsupportedChart, compiled_chart
+from turnfsm.events import EVENTS_BY_NAME
+from turnfsm.machine import (
+    LIVE_STATES,
+    TurnMachine,
+    build_machine,
+    leaf_states,
+    voice_states,
 )
-"""The turn chart, declared afresh, on python-statemachine's own sync engine."""
+from turnfsm.rules import TurnRules
+from turnfsm.testing import event_alphabet, explore, realtime_alphabet
 
 POLICIES = {
     "outbound-user-timers": TurnPolicy(
@@ -63,71 +61,144 @@ ENDINGS = frozenset({"call_ended", "session_error", "answering_machine_detected"
 """Drawn only among any events, or the walks end too soon."""
 
 
-def test_the_turn_machine_runs_on_the_tabled_engine() -> None:
+def test_the_controller_runs_the_compiled_engine_unless_asked_for_the_reference() -> None:
     policy = POLICIES["inbound-agent-mute"]
-    assert isinstance(TurnController(policy)._machine._engine, TurnEngine)
-    stock = TurnController(policy, machine_class=StockTurnMachine)
-    assert type(stock._machine._engine) is SyncEngine
+    compiled = TurnController(policy)
+    assert compiled.engine == "compiled"
+    assert isinstance(compiled._engine, CompiledEngine)
+    assert compiled._machine is None  # no python-statemachine machine per call
+    reference = TurnController(policy, engine="reference")
+    assert reference.engine == "reference"
+    assert reference._engine is None
+    assert reference._machine is not None
+
+
+def test_an_unknown_engine_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="engine must be one of .*'fast'"):
+        TurnController(TurnPolicy(), engine="fast")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("name", list(POLICIES))
 def test_both_engines_make_the_same_moves(name: str) -> None:
     policy = POLICIES[name]
-    alphabet = event_alphabet()
+    alphabet = (*event_alphabet(), *realtime_alphabet())
     rng = random.Random(name)
     moves = set()
     for _ in range(WALKS):
-        tabled = TurnController(policy, strict=True, keep_text=True, machine_class=TurnMachine)
-        stock = TurnController(policy, strict=True, keep_text=True, machine_class=StockTurnMachine)
-        assert tabled.state == stock.state
+        compiled = TurnController(policy, strict=True, keep_text=True)
+        reference = TurnController(policy, strict=True, keep_text=True, engine="reference")
+        assert compiled.configuration == reference.configuration
         for _ in range(STEPS):
             handled = [
-                e for e in alphabet if e.name in tabled.handled_events and e.name not in ENDINGS
+                e for e in alphabet if e.name in compiled.handled_events and e.name not in ENDINGS
             ]
             event = rng.choice(handled if handled and rng.random() < 0.85 else alphabet)
-            before = tabled.state
-            effects = tabled.handle(event)
-            assert stock.handle(event) == effects, f"{before} on {event!r}"
-            assert (stock.state, stock.context) == (tabled.state, tabled.context)
-            moves.add((before, event.name, tabled.state))
-        assert stock.trace == tabled.trace
+            before = compiled.configuration
+            effects = compiled.handle(event)
+            assert reference.handle(event) == effects, f"{before} on {event!r}"
+            assert reference.configuration == compiled.configuration
+            assert reference.context == compiled.context
+            moves.add((before, event.name, compiled.configuration))
+        assert reference.trace == compiled.trace
     assert len({move for move in moves if move[0] != move[2]}) > 5  # the walks got going
 
 
-def _history_chart() -> type[StateChart]:
-    class Remembering(StateChart):
-        def _get_engine(self) -> Any:
-            return TurnEngine(self)
-
-        class away(State.Compound):  # noqa: N801
-            first = State(initial=True)
-            second = State()
-            h = HistoryState()
-            onward = first.to(second)
-
-        home = State(initial=True)
-        leave = home.to(away)
-        back = away.to(home)
-        resume = home.to(away.h)
-
-    return Remembering
+def _configurations() -> list[tuple[str, ...]]:
+    """Every configuration of the turn chart: a state, and the caller's voice if live."""
+    voices = [state.id for state in voice_states()]
+    return [
+        (state.id, voice) if state.id in LIVE_STATES else (state.id,)
+        for state in leaf_states()
+        for voice in (voices if state.id in LIVE_STATES else voices[:1])
+    ]
 
 
-def test_plans_are_not_reused_across_history_states() -> None:
-    """Entering through a history state depends on what it remembers, not only on the
-    transition and the configuration: such a chart is planned step by step."""
-    machine = _history_chart()()
-    assert isinstance(machine._engine, TurnEngine)
-    visits = []
-    for event in ("leave", "back", "resume", "onward", "back", "resume"):
-        machine.send(event)
-        visits.append(sorted(state.id for state in machine.configuration))
-    assert visits[2] == ["away", "first"]
-    assert visits[5] == ["away", "second"]
+def test_the_order_of_the_regions_never_changes_a_step_of_the_turn_chart() -> None:
+    """The compiled engine tries the turn before the caller's voice; mid-call the reference
+    tries them in the order it entered them. In every configuration of the chart, for every
+    event, taking one region's candidate beside the other's gives the same step in either
+    order (the same callbacks, in the same order, and the same configuration after)."""
+    chart = compiled_chart(TurnMachine, TurnRules)
+    names = [*EVENTS_BY_NAME, None]
+    compared = 0
+    for leaves in _configurations():
+        for name in names:
+            regions = chart.candidates(leaves, name)
+            if len(regions) < 2:
+                continue
+            for first, second in itertools.product(*regions):
+                if first is second:
+                    continue
+                ahead = chart.plan(leaves, (first.index, second.index))
+                behind = chart.plan(leaves, (second.index, first.index))
+                assert (ahead.names, ahead.leaves) == (behind.names, behind.leaves), (
+                    leaves,
+                    name,
+                    first,
+                    second,
+                )
+                compared += 1
+    assert compared >= 7  # the caller's voice beside each turn transition on its events
+
+
+def _ends_before_the_reason_is_noted(original: Any) -> Any:
+    """A seeded engine bug: a step into the final state runs the state's enter actions
+    (``clean_up_call``, which says why the call ended) before the transition's own
+    (``note_end_reason``)."""
+
+    def plan(self: CompiledChart, leaves: tuple[str, ...], enabled: tuple[int, ...]) -> Plan:
+        right = original(self, leaves, enabled)
+        if not right.terminates:
+            return right
+        return Plan(
+            right.after_update,
+            right.before_update,
+            right.leaves,
+            right.active,
+            right.terminates,
+        )
+
+    return plan
+
+
+def test_the_explorer_catches_a_compiled_engine_that_differs_from_the_reference(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a chart class of its own: its tables are compiled afresh, with the bug
+    seeded = build_machine(name="SeededEngineBug")
+    monkeypatch.setattr(
+        CompiledChart, "_make_plan", _ends_before_the_reason_is_noted(CompiledChart._make_plan)
+    )
+    report = explore(TurnPolicy(first_speaker="user", max_tool_steps=1), machine_class=seeded)
+    engines = [v for v in report.violations if v.startswith("E1 engines differ")]
+    assert engines, report.violations[:3]
+    assert "effects (EndCall(reason='hangup'),), the reference's (EndCall(reason=" in engines[0]
+    assert report.paths[report.violations.index(engines[0])]  # a path that shows it
+
+
+class _AsksForTheModel(TurnRules):
+    def begin_call(self, model: object) -> None:  # type: ignore[override]
+        super().begin_call()
+
+
+def test_what_the_compiled_engine_cannot_run_exactly_is_refused_by_name() -> None:
+    policy = TurnPolicy(direction="outbound", greeting="Hi")
+    with pytest.raises(UnsupportedChart, match=r"begin_call asks for 'model'"):
+        TurnController(policy, rules_class=_AsksForTheModel)
+    # the reference engine runs it
+    reference = TurnController(policy, rules_class=_AsksForTheModel, engine="reference")
+    assert reference.handle(ev.CallAnswered(at=0.0))
+    # the explorer explores such a chart on the reference engine alone (cut short here:
+    # it went past the start instead of refusing)
+    with pytest.raises(RuntimeError, match="more than 50 configurations"):
+        explore(policy, rules_class=_AsksForTheModel, max_configurations=50)
+    not_atomic = type("NotAtomic", (TurnMachine,), {"atomic_configuration_update": False})
+    with pytest.raises(UnsupportedChart, match="atomic_configuration_update must be True"):
+        TurnController(policy, machine_class=not_atomic)
 
 
 def _finished_call(policy: TurnPolicy) -> list[weakref.ref[Any]]:
-    """Weak references to one finished call's controller, machine, rules, context and
+    """Weak references to one finished call's controller, engine, rules, context and
     policy, after a walk that meets many (state, event) pairs for the first time."""
     controller = TurnController(policy, keep_text=True)
     rng = random.Random(7)
@@ -135,20 +206,16 @@ def _finished_call(policy: TurnPolicy) -> list[weakref.ref[Any]]:
         handled = [e for e in event_alphabet() if e.name in controller.handled_events]
         controller.handle(rng.choice(handled or event_alphabet()))
     controller.handle(ev.CallEnded(at=99.0))
-    parts = (controller, controller._machine, controller._rules, controller.context, policy)
+    parts = (controller, controller._engine, controller._rules, controller.context, policy)
     return [weakref.ref(part) for part in parts]
 
 
-def test_no_engine_cache_keeps_a_finished_call() -> None:
-    """Issue 22: the chart's table of candidates, shared by every machine of a class,
-    was keyed by the first machine's bound event, so that machine, its rules (the
-    policy's greeting) and its context lived as long as the process."""
+def test_no_engine_table_keeps_a_finished_call() -> None:
+    """Issue 22: the chart's tables, shared by every call of a class, must hold the chart's
+    and rules class's own objects only, never a call's rules, policy or context."""
     policy = TurnPolicy(direction="outbound", greeting="Hi Mrs Jones, about your loan")
     refs = _finished_call(policy)
     del policy
     gc.collect()
     alive = [type(ref()).__name__ for ref in refs if ref() is not None]
     assert alive == [], f"still referenced after the call: {alive}"
-    for state, event in _TABLES[TurnMachine]:
-        assert type(state) is str, state
-        assert event is None or type(event) is str, event

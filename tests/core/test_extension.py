@@ -8,6 +8,7 @@ actions; ``TurnMachine`` itself must come out unchanged.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -191,6 +192,8 @@ def test_turnfsm_check_cli_prints_the_violation_path(
     assert "VIOLATION I5 quiet_after_end" in out
     assert "  4. CallerSaidGoodbye(at=1.0)" in out
     assert "random calls: skipped" in out
+    # the user's rules run compiled, checked against python-statemachine's engine
+    assert re.search(r"engines compared \(E1\): [1-9]\d* steps", out), out
     # the plain machine under the same policy, from JSON: every invariant holds
     plain = {"direction": "outbound", "greeting": "Hi", "max_tool_steps": 1}
     (tmp_path / "policy.json").write_text(json.dumps(plain))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import attrs
 import pytest
 
 from turnfsm import Trace, TraceFormatError, TurnController, TurnPolicy, replay
@@ -247,3 +248,30 @@ def test_read_reports_the_line_of_a_file(tmp_path: Path) -> None:
     with pytest.raises(TraceFormatError, match="^line 5: "):
         Trace.read(path)
     assert issubclass(TraceFormatError, ValueError)
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        ev.UserTranscript(at=1.0, text=SAID, is_final=False),
+        ev.UserTurnCommitted(at=2.0, text=SAID, item_id="u1"),
+        ev.AgentSpeechEnded(at=3.0, speech_id="s1", interrupted=True, played_text=HEARD),
+        fx.Say(text=REPLY, reason="reprompt"),
+        fx.StartGreeting(text=REPLY, instructions=SAID, in_reply_to="u1"),
+        fx.DropUnspokenText(speech_id="s1", keep="spoken", played_seconds=1.0, played_text=HEARD),
+    ],
+)
+def test_redaction_copies_an_event_or_effect_as_rebuilding_it_would(item: object) -> None:
+    """An event's or effect's redaction is a copy with its texts replaced (not rebuilt:
+    that cost more than the rest of a step): equal to the item built again with them."""
+    redacted = redact(item)
+    names = [name for name in ("text", "instructions", "played_text") if hasattr(item, name)]
+    rebuilt = type(item)(**{**_fields(item), **dict.fromkeys(names, REDACTED)})
+    assert redacted == rebuilt
+    assert repr(redacted) == repr(rebuilt)
+    assert hash(redacted) == hash(rebuilt)
+    assert _fields(redact(item, keep_text=True)) == _fields(item)
+
+
+def _fields(item: object) -> dict[str, object]:
+    return attrs.asdict(item, recurse=False)  # type: ignore[arg-type]
