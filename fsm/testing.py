@@ -151,6 +151,7 @@ def event_alphabet() -> tuple[ev.Event, ...]:
             ev.AssistantMessageCommitted(at=EARLY, speech_id=speech, text="hi", interrupted=True),
             ev.ToolStepStarted(at=EARLY, speech_id=speech, calls=1),
             ev.ToolStepFinished(at=EARLY, speech_id=speech),
+            ev.ToolStepFinished(at=EARLY, speech_id=speech, hands_over=True),
         ]
     return tuple(alphabet)
 
