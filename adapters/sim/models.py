@@ -405,7 +405,7 @@ class _ScriptedRecognizeStream(stt.RecognizeStream):
 
     def _on_frame(self, frame: rtc.AudioFrame, *, received_at: float) -> None:
         samples = np.frombuffer(frame.data, dtype=np.int16)
-        silenced = not samples.any()
+        silenced = not np.count_nonzero(samples)
         delivered = self._match_delivered(frame, received_at)
         if delivered is not None and delivered.utterance is not None and not silenced:
             utterance = delivered.utterance

@@ -115,7 +115,8 @@ class SilenceMemo:
     def run(self, output_names: Any, input_feed: dict[str, np.ndarray], *args: Any) -> Any:
         """``InferenceSession.run``, from memory where the memo has the answer."""
         window, state = input_feed["input"], input_feed["state"]
-        if output_names is not None or args or window.view(np.uint32).any():
+        # silence and the zeroed state are all-zero bits (a -0.0 sample is not silence)
+        if output_names is not None or args or np.count_nonzero(window.view(np.uint32)):
             self.runs += 1
             return self._session.run(output_names, input_feed, *args)  # not silence
         key = (state.tobytes(), int(input_feed["sr"]))
@@ -125,7 +126,7 @@ class SilenceMemo:
             return [known[0].copy(), known[1].copy()]  # the caller may change them
         self.runs += 1
         probability, next_state = self._session.run(None, input_feed)
-        on_path = key in self._path or not state.view(np.uint32).any()
+        on_path = key in self._path or not np.count_nonzero(state.view(np.uint32))
         if on_path and len(self._answers) < self._limit:
             self._answers[key] = (probability.copy(), next_state.copy())
             self._path.add((next_state.tobytes(), key[1]))
