@@ -123,15 +123,15 @@ class SimulationTimeLimit(RuntimeError):
 class _OrderedTimer(asyncio.TimerHandle):
     """A timer that fires after every timer set earlier for the same instant."""
 
-    __slots__ = ("_order",)
+    __slots__ = ("_key",)
 
     def __init__(self, when: float, order: int, *args: Any) -> None:
         super().__init__(when, *args)
-        self._order = order
+        self._key = (when, order)  # built once: the heap compares timers thousands of times
 
     def __lt__(self, other: asyncio.TimerHandle) -> bool:
         if isinstance(other, _OrderedTimer):
-            return (self.when(), self._order) < (other.when(), other._order)
+            return self._key < other._key
         return super().__lt__(other)
 
 
