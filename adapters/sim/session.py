@@ -80,6 +80,11 @@ def load_silero_vad() -> vad.VAD:
     return loaded
 
 
+_SilentInputs = tuple[bytes, int, tuple[int, ...]]
+"""What silero's model is given for a window of silence: the bytes of its recurrent state,
+the sample rate, and the window's shape (its samples are all zero)."""
+
+
 class SilenceMemo:
     """The silero model's ONNX session, answering a call's opening silence from memory.
 
@@ -103,8 +108,8 @@ class SilenceMemo:
     def __init__(self, session: Any, *, limit: int = 10_000) -> None:
         self._session = session
         self._limit = limit
-        self._answers: dict[tuple[bytes, int], tuple[np.ndarray, np.ndarray]] = {}
-        self._path: set[tuple[bytes, int]] = set()
+        self._answers: dict[_SilentInputs, tuple[np.ndarray, np.ndarray]] = {}
+        self._path: set[_SilentInputs] = set()
         """The states the memo's own answers lead to: where its path goes on."""
         self.hits = 0
         self.runs = 0
@@ -119,7 +124,7 @@ class SilenceMemo:
         if output_names is not None or args or np.count_nonzero(window.view(np.uint32)):
             self.runs += 1
             return self._session.run(output_names, input_feed, *args)  # not silence
-        key = (state.tobytes(), int(input_feed["sr"]))
+        key = (state.tobytes(), int(input_feed["sr"]), window.shape)
         known = self._answers.get(key)
         if known is not None:
             self.hits += 1
@@ -129,7 +134,7 @@ class SilenceMemo:
         on_path = key in self._path or not np.count_nonzero(state.view(np.uint32))
         if on_path and len(self._answers) < self._limit:
             self._answers[key] = (probability.copy(), next_state.copy())
-            self._path.add((next_state.tobytes(), key[1]))
+            self._path.add((next_state.tobytes(), *key[1:]))
         return [probability, next_state]
 
 
