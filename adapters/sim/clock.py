@@ -123,15 +123,15 @@ class SimulationTimeLimit(RuntimeError):
 class _OrderedTimer(asyncio.TimerHandle):
     """A timer that fires after every timer set earlier for the same instant."""
 
-    __slots__ = ("_order",)
+    __slots__ = ("_key",)
 
     def __init__(self, when: float, order: int, *args: Any) -> None:
         super().__init__(when, *args)
-        self._order = order
+        self._key = (when, order)  # built once: the heap compares timers thousands of times
 
     def __lt__(self, other: asyncio.TimerHandle) -> bool:
         if isinstance(other, _OrderedTimer):
-            return (self.when(), self._order) < (other.when(), other._order)
+            return self._key < other._key
         return super().__lt__(other)
 
 
@@ -163,6 +163,12 @@ class _JumpingSelector(selectors.BaseSelector):
         self._real.close()
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if timeout == 0 and len(self._real.get_map()) <= 1:
+            # work is ready and only the loop's self-pipe is registered: nothing to poll
+            # for (a thread's callback is queued without it; the pipe only wakes a loop
+            # that waits, and is drained when the loop next would), so no system call
+            self._loop.count_busy_turn()
+            return []
         ready = self._real.select(0)
         if timeout == 0 and not ready:
             self._loop.count_busy_turn()
@@ -339,45 +345,63 @@ def _cancel_remaining_tasks(loop: asyncio.AbstractEventLoop) -> None:
 
 def running_virtual_loop() -> VirtualClockLoop | None:
     """The virtual loop running in this thread, or None (no loop, or an ordinary one)."""
-    loop = asyncio._get_running_loop()
+    loop = _get_running_loop()
     return loop if isinstance(loop, VirtualClockLoop) else None
 
 
+# The reads below run thousands of times a call (LiveKit times every VAD inference, every
+# event and message): each looks the running loop up itself rather than through
+# running_virtual_loop(), and reads the loop's clock directly.
+_get_running_loop = asyncio._get_running_loop
+
+
 def _time() -> float:
-    loop = running_virtual_loop()
-    return _real_time() if loop is None else WALL_CLOCK_EPOCH + loop.wall_read()
+    loop = _get_running_loop()
+    if isinstance(loop, VirtualClockLoop):
+        return WALL_CLOCK_EPOCH + loop.wall_read()
+    return _real_time()
 
 
 def _time_ns() -> int:
-    loop = running_virtual_loop()
-    return _real_time_ns() if loop is None else round((WALL_CLOCK_EPOCH + loop.wall_read()) * 1e9)
+    loop = _get_running_loop()
+    if isinstance(loop, VirtualClockLoop):
+        return round((WALL_CLOCK_EPOCH + loop.wall_read()) * 1e9)
+    return _real_time_ns()
 
 
 def _perf_counter() -> float:
-    loop = running_virtual_loop()
-    return _real_perf_counter() if loop is None else loop.elapsed()
+    loop = _get_running_loop()
+    if isinstance(loop, VirtualClockLoop):
+        return loop._now - LOOP_TIME_ORIGIN
+    return _real_perf_counter()
 
 
 def _perf_counter_ns() -> int:
-    loop = running_virtual_loop()
-    return _real_perf_counter_ns() if loop is None else round(loop.elapsed() * 1e9)
+    loop = _get_running_loop()
+    if isinstance(loop, VirtualClockLoop):
+        return round((loop._now - LOOP_TIME_ORIGIN) * 1e9)
+    return _real_perf_counter_ns()
 
 
 def _monotonic() -> float:
-    loop = running_virtual_loop()
-    return _real_monotonic() if loop is None else loop.elapsed()
+    loop = _get_running_loop()
+    if isinstance(loop, VirtualClockLoop):
+        return loop._now - LOOP_TIME_ORIGIN
+    return _real_monotonic()
 
 
 def _monotonic_ns() -> int:
-    loop = running_virtual_loop()
-    return _real_monotonic_ns() if loop is None else round(loop.elapsed() * 1e9)
+    loop = _get_running_loop()
+    if isinstance(loop, VirtualClockLoop):
+        return round((loop._now - LOOP_TIME_ORIGIN) * 1e9)
+    return _real_monotonic_ns()
 
 
 def _uuid4() -> uuid.UUID:
-    loop = running_virtual_loop()
-    if loop is None:
-        return _real_uuid4()
-    return uuid.UUID(int=loop.random.getrandbits(128), version=4)
+    loop = _get_running_loop()
+    if isinstance(loop, VirtualClockLoop):
+        return uuid.UUID(int=loop.random.getrandbits(128), version=4)
+    return _real_uuid4()
 
 
 _VIRTUAL_READS: dict[str, Callable[[], Any]] = {
@@ -410,20 +434,23 @@ def install_virtual_wall_clock() -> None:
 
 
 _scanned_modules: set[str] = set()
-"""LiveKit modules whose models were rebuilt already (each is looked at once: a loop is
-made per simulated call, and scanning every module again would cost each call ~20 ms)."""
+"""Modules looked at already, LiveKit's or not (each is looked at once: a loop is made per
+simulated call, and going through every loaded module again would cost each call
+milliseconds)."""
 
 
 def _rebuild_livekit_models() -> None:
     """Rebuild every loaded LiveKit pydantic model whose field defaults to a real clock read."""
     from pydantic import BaseModel
 
+    if not sys.modules.keys() - _scanned_modules:
+        return  # nothing imported since the last call (the usual case: a few µs, not ms)
     for module_name, module in list(sys.modules.items()):
-        if not module_name.startswith("livekit.") or module is None:
-            continue
-        if module_name in _scanned_modules:
+        if module_name in _scanned_modules or module is None:
             continue
         _scanned_modules.add(module_name)
+        if not module_name.startswith("livekit."):
+            continue
         for model in list(vars(module).values()):
             if not (isinstance(model, type) and issubclass(model, BaseModel)):
                 continue

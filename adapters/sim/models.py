@@ -405,7 +405,7 @@ class _ScriptedRecognizeStream(stt.RecognizeStream):
 
     def _on_frame(self, frame: rtc.AudioFrame, *, received_at: float) -> None:
         samples = np.frombuffer(frame.data, dtype=np.int16)
-        silenced = not samples.any()
+        silenced = not np.count_nonzero(samples)
         delivered = self._match_delivered(frame, received_at)
         if delivered is not None and delivered.utterance is not None and not silenced:
             utterance = delivered.utterance
@@ -417,7 +417,7 @@ class _ScriptedRecognizeStream(stt.RecognizeStream):
             else:
                 heard.append((start, end))
 
-        rms = float(np.sqrt(np.mean(samples.astype(np.float64) ** 2))) if samples.size else 0.0
+        rms = 0.0 if silenced else float(np.sqrt(np.mean(samples.astype(np.float64) ** 2)))
         final_lag = self._scripted_stt.final_lag
         if rms <= self._scripted_stt.voiced_rms:
             if self._in_segment:

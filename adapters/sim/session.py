@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+import numpy as np
 from livekit.agents import Agent, AgentSession, llm, vad
 from livekit.agents.voice.events import EventTypes
 from livekit.agents.voice.transcription.synchronizer import TranscriptSynchronizer
@@ -71,8 +72,70 @@ def load_silero_vad() -> vad.VAD:
     """The bundled silero VAD with default options, loaded once per process.
 
     Loading takes a while; one instance can serve any number of sessions, in any loop.
+    Its model remembers what it answered to the silence that opens every call
+    (:class:`SilenceMemo`): the same answers, without running it again.
     """
-    return silero.VAD.load()
+    loaded = silero.VAD.load()
+    loaded._onnx_session = SilenceMemo(loaded._onnx_session)  # type: ignore[attr-defined]
+    return loaded
+
+
+_SilentInputs = tuple[bytes, int, tuple[int, ...]]
+"""What silero's model is given for a window of silence: the bytes of its recurrent state,
+the sample rate, and the window's shape (its samples are all zero)."""
+
+
+class SilenceMemo:
+    """The silero model's ONNX session, answering a call's opening silence from memory.
+
+    The model is a pure function of its inputs: a window of samples (with the previous
+    window's tail as context), its recurrent state and the sample rate. Every simulated
+    call starts the same way, from a zeroed state with windows of silence (all-zero
+    samples) until the caller's first sound, and only there do calls repeat each other's
+    inputs exactly (speech, and the state after it, differ from call to call). So the
+    memo keeps the model's outputs along that one path: for silence, keyed by the exact
+    bytes of the state it came with, when that state is the zeroed one or one the path
+    itself produced. An answer from memory is a copy of what the model once returned to
+    those very inputs: bit for bit what running it again gives, so the VAD decides
+    exactly as it would without the memo. Everything else runs the model.
+
+    Args:
+        session: The ``onnxruntime.InferenceSession`` silero loaded.
+        limit: Answers kept at most (one per 32 ms window of opening silence; each
+            about 2 KB).
+    """
+
+    def __init__(self, session: Any, *, limit: int = 10_000) -> None:
+        self._session = session
+        self._limit = limit
+        self._answers: dict[_SilentInputs, tuple[np.ndarray, np.ndarray]] = {}
+        self._path: set[_SilentInputs] = set()
+        """The states the memo's own answers lead to: where its path goes on."""
+        self.hits = 0
+        self.runs = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)  # the rest of the session's API, as it is
+
+    def run(self, output_names: Any, input_feed: dict[str, np.ndarray], *args: Any) -> Any:
+        """``InferenceSession.run``, from memory where the memo has the answer."""
+        window, state = input_feed["input"], input_feed["state"]
+        # silence and the zeroed state are all-zero bits (a -0.0 sample is not silence)
+        if output_names is not None or args or np.count_nonzero(window.view(np.uint32)):
+            self.runs += 1
+            return self._session.run(output_names, input_feed, *args)  # not silence
+        key = (state.tobytes(), int(input_feed["sr"]), window.shape)
+        known = self._answers.get(key)
+        if known is not None:
+            self.hits += 1
+            return [known[0].copy(), known[1].copy()]  # the caller may change them
+        self.runs += 1
+        probability, next_state = self._session.run(None, input_feed)
+        on_path = key in self._path or not np.count_nonzero(state.view(np.uint32))
+        if on_path and len(self._answers) < self._limit:
+            self._answers[key] = (probability.copy(), next_state.copy())
+            self._path.add((next_state.tobytes(), *key[1:]))
+        return [probability, next_state]
 
 
 @dataclass(frozen=True)
