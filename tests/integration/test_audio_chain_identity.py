@@ -102,6 +102,21 @@ async def test_an_app_finds_its_synchronizer_after_the_start_and_closes_it() -> 
     assert still_pending(created) == [], "the closed call left tasks pending"
 
 
+async def test_only_a_bare_sink_gets_the_meter_in_front() -> None:
+    """With nothing behind the sink there is no behind: the meter is then
+    ``session.output.audio``, the sink behind it (as the README says)."""
+    async with turn_call(OUTBOUND, settings="sim") as tc:  # no synchronizer
+        meter = tc.session.output.audio
+        assert meter is tc.adapter.meter
+        assert meter is not None
+        assert meter.next_in_chain is not None
+        assert meter.next_in_chain.next_in_chain is tc.call.audio_output  # via LiveKit's proxy
+        played = await tc.segment_played(0, timeout=16)
+        await tc.call.wait_until(lambda: bool(tc.events("agent_speech_ended")), timeout=2)
+        ended = tc.events("agent_speech_ended")[0].event
+        assert ended.played_seconds == pytest.approx(played.played), tc.describe()
+
+
 async def test_a_sink_swapped_in_after_the_start_is_measured() -> None:
     """LiveKit swaps the sink at the chain's bottom (``replace_audio_tail``, e.g. for an
     avatar) keeping the wrappers: the meter is one of them, and measures the new sink."""
