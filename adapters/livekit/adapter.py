@@ -351,7 +351,8 @@ class TurnAdapter:
             self._handlers.append((name, guarded))
 
     def detach(self) -> None:
-        """Stop listening, cancel timers and release the input. Idempotent."""
+        """Stop listening, cancel timers, release the input and take the playout meter out
+        of the output chain. Idempotent."""
         for name, handler in self._handlers:
             self.session.off(name, handler)  # type: ignore[arg-type]
         self._handlers.clear()
@@ -361,6 +362,8 @@ class TurnAdapter:
             handle.cancel()
         self.timers.clear()
         self._release_input()
+        if self.meter is not None:
+            self.meter.remove()
         self.interruptions.close()
         self.outcomes.agreement.close()
         if self.realtime is not None:  # realtime: restore options, stop listening

@@ -165,6 +165,16 @@ class PlayoutMeter(AudioOutput):
         """``session.output.audio``: the meter itself when it went in front of a bare sink."""
         self.head.on("playback_finished", self._segment_finished)
 
+    def remove(self) -> None:
+        """Leave the chain (the call is over): the object in front of the meter is linked
+        to the one behind it again, as before :func:`measure_playout`. A meter in front of
+        a bare sink stays: it is what the session plays into."""
+        if self.head is self or self.head.next_in_chain is not self:
+            return
+        self.head.off("playback_finished", self._segment_finished)
+        assert self.next_in_chain is not None
+        _link(self.head, self.next_in_chain, instead_of=self)
+
     @property
     def sample_rate(self) -> int | None:
         # the sink's, as it is now (LiveKit can swap the sink at the chain's bottom)
@@ -258,8 +268,14 @@ def measure_playout(
     meter = PlayoutMeter(
         below, on_segment_start=on_segment_start, on_segment=on_segment, head=head
     )
-    for event, handler in _CHAIN_LINKS:
-        below.off(event, getattr(head, handler))
-        meter.on(event, getattr(head, handler))
-    head._next_in_chain = meter
+    _link(head, meter, instead_of=below)
     return meter
+
+
+def _link(output: AudioOutput, below: AudioOutput, *, instead_of: AudioOutput) -> None:
+    """Make ``below`` the ``next_in_chain`` of ``output`` in place of ``instead_of``, and
+    have ``output`` hear its events (as LiveKit's ``AudioOutput.__init__`` links them)."""
+    for event, handler in _CHAIN_LINKS:
+        instead_of.off(event, getattr(output, handler))
+        below.on(event, getattr(output, handler))
+    output._next_in_chain = below

@@ -9,7 +9,8 @@ The playout meter always measures the output, from inside the chain: behind a tr
 synchronizer (RoomIO's, or one the app built) ``session.output.audio`` is still the
 synchronizer's after the start, so an app that finds its synchronizer there, e.g. to close
 it with the session as LiveKit's own tests do, finds it — and what the caller heard is
-still measured to the end of each speech.
+still measured to the end of each speech. Once the call is over the meter leaves the
+chain.
 """
 
 from __future__ import annotations
@@ -97,6 +98,11 @@ async def test_an_app_finds_its_synchronizer_after_the_start_and_closes_it() -> 
             assert ended.played_seconds == pytest.approx(played.played), tc.describe()
             assert ended.played_text == GREETING, tc.describe()
             await tc.session.aclose()
+            # the call is over: the app's chain is as it built it (synchronizer, LiveKit's
+            # proxy, sink), with no meter left in it
+            proxy = found.next_in_chain
+            assert proxy is not None
+            assert proxy.next_in_chain is tc.call.audio_output, found
             await found._synchronizer.aclose()
         await settle()
     assert still_pending(created) == [], "the closed call left tasks pending"
