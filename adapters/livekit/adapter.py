@@ -124,7 +124,7 @@ from turnfsm.controller import ConcurrentUseError
 from turnfsm.metrics import CallMeter, CallMetrics
 from turnfsm.trace import TraceStep, redact
 
-from .audio import InputGate, PlayedSegment, PlayoutMeter
+from .audio import InputGate, PlayedSegment, PlayoutMeter, measure_playout
 from .effect_outcomes import EffectRefused, PendingOutcome
 from .embedding import (
     EmbeddingError,
@@ -242,9 +242,8 @@ class TurnAdapter:
         """In front of ``session.input.audio`` only under a policy that can mute or hold
         the caller's audio (otherwise the session's input is left as it is)."""
         self.meter: PlayoutMeter | None = None
-        self.audio_output: Any = None
-        """``session.output.audio`` as the session had it before the meter went in front
-        of it (e.g. RoomIO's transcript synchronizer), also ``meter.next_in_chain``."""
+        """Right behind ``session.output.audio`` (which stays the session's object), or
+        in front of it when it is a bare sink (:func:`~.audio.measure_playout`)."""
         self.transcript_final = False
         """A final transcript arrived since the caller last started speaking: the STT is
         done with what was said (``commit_user_turn`` need not wait for another)."""
@@ -356,7 +355,8 @@ class TurnAdapter:
             self._handlers.append((name, guarded))
 
     def detach(self) -> None:
-        """Stop listening, cancel timers and release the input. Idempotent."""
+        """Stop listening, cancel timers, release the input and take the playout meter out
+        of the output chain. Idempotent."""
         for name, handler in self._handlers:
             self.session.off(name, handler)  # type: ignore[arg-type]
         self._handlers.clear()
@@ -366,6 +366,8 @@ class TurnAdapter:
             handle.cancel()
         self.timers.clear()
         self._release_input()
+        if self.meter is not None:
+            self.meter.remove()
         self.interruptions.close()
         self.outcomes.agreement.close()
         if self.realtime is not None:  # realtime: restore options, stop listening
@@ -717,13 +719,11 @@ class TurnAdapter:
             self.gate = InputGate(session.input.audio)
             session.input.audio = self.gate
         if session.output.audio is not None and self.meter is None:
-            self.audio_output = session.output.audio
-            self.meter = PlayoutMeter(
-                session.output.audio,
+            self.meter = measure_playout(
+                session.output,
                 on_segment_start=self._on_segment_start,
                 on_segment=self._on_segment,
             )
-            session.output.audio = self.meter
 
     def _on_segment_start(self) -> None:
         speech = self.session.current_speech

@@ -6,12 +6,15 @@
   them to replay them on unmute. It works for every input, unlike
   ``set_audio_enabled(False)``, whose dropping depends on the input honouring
   ``on_detached`` and which cannot keep the audio.
-* :class:`PlayoutMeter` sits in front of ``session.output.audio`` and measures every
-  playback segment: seconds pushed, seconds played, interrupted, the synchronized
-  transcript when the chain has one, and where in the audio each piece of text starts
-  when the TTS says so (LiveKit's timed transcripts: per sentence for a non-streaming
-  TTS, per word for aligned ones). The adapter uses it to know what the caller really
-  heard, with or without a ``TranscriptSynchronizer``.
+* :class:`PlayoutMeter` measures every playback segment of ``session.output.audio``:
+  seconds pushed, seconds played, interrupted, the synchronized transcript when the chain
+  has one, and where in the audio each piece of text starts when the TTS says so
+  (LiveKit's timed transcripts: per sentence for a non-streaming TTS, per word for aligned
+  ones). The adapter uses it to know what the caller really heard, with or without a
+  ``TranscriptSynchronizer``. :func:`measure_playout` puts it right behind the session's
+  output object (e.g. RoomIO's transcript synchronizer), so ``session.output.audio`` stays
+  the object LiveKit or the app put there; only a bare sink, with nothing behind it, gets
+  the meter in front.
 """
 
 from __future__ import annotations
@@ -20,11 +23,20 @@ import asyncio
 import collections
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from livekit import rtc
 from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT
 from livekit.agents.utils import is_given
-from livekit.agents.voice.io import AudioInput, AudioOutput, AudioOutputCapabilities
+from livekit.agents.voice.io import (
+    AgentOutput,
+    AudioInput,
+    AudioOutput,
+    AudioOutputCapabilities,
+    PlaybackFinishedEvent,
+)
+
+_OutputEvent = Literal["playback_finished", "playback_started", "playback_progressed"]
 
 MAX_HELD_SECONDS = 30.0
 """Held audio beyond this is dropped, oldest first (a muted caller talking for minutes)."""
@@ -133,7 +145,12 @@ class _SegmentLog:
 
 
 class PlayoutMeter(AudioOutput):
-    """Passes audio on unchanged and reports each finished segment to ``on_segment``."""
+    """Passes audio on unchanged and reports each finished segment to ``on_segment``.
+
+    It measures the frames it passes on (a segment starts at its first frame) and reports
+    a segment when ``head``, the object the session plays into, says it finished: with
+    the transcript a synchronizer above the meter adds on the way up.
+    """
 
     def __init__(
         self,
@@ -141,17 +158,36 @@ class PlayoutMeter(AudioOutput):
         *,
         on_segment_start: Callable[[], None],
         on_segment: Callable[[PlayedSegment], None],
+        head: AudioOutput | None = None,
     ) -> None:
         super().__init__(
             label="turnfsm.PlayoutMeter",
             capabilities=AudioOutputCapabilities(pause=next_in_chain.can_pause),
             next_in_chain=next_in_chain,
-            sample_rate=next_in_chain.sample_rate,
         )
         self._on_segment_start = on_segment_start
         self._on_segment = on_segment
         self._segments: collections.deque[_SegmentLog] = collections.deque()
         self._capturing = False
+        self.head: AudioOutput = head if head is not None else self
+        """``session.output.audio``: the meter itself when it went in front of a bare sink."""
+        self.head.on("playback_finished", self._segment_finished)
+
+    def remove(self) -> None:
+        """Leave the chain (the call is over): the object in front of the meter is linked
+        to the one behind it again, as before :func:`measure_playout`. A meter in front of
+        a bare sink stays: it is what the session plays into."""
+        if self.head is self or self.head.next_in_chain is not self:
+            return
+        self.head.off("playback_finished", self._segment_finished)
+        assert self.next_in_chain is not None
+        _link(self.head, self.next_in_chain, instead_of=self)
+
+    @property
+    def sample_rate(self) -> int | None:
+        # the sink's, as it is now (LiveKit can swap the sink at the chain's bottom)
+        assert self.next_in_chain is not None
+        return self.next_in_chain.sample_rate
 
     async def capture_frame(self, frame: rtc.AudioFrame) -> None:
         if not self._capturing:
@@ -191,35 +227,63 @@ class PlayoutMeter(AudioOutput):
         assert self.next_in_chain is not None
         self.next_in_chain.clear_buffer()
 
-    def pause(self) -> None:
-        assert self.next_in_chain is not None
-        self.next_in_chain.pause()
-
-    def resume(self) -> None:
-        assert self.next_in_chain is not None
-        self.next_in_chain.resume()
-
-    def on_playback_finished(
-        self,
-        *,
-        playback_position: float,
-        interrupted: bool,
-        synchronized_transcript: str | None = None,
-    ) -> None:
+    def _segment_finished(self, event: PlaybackFinishedEvent) -> None:
         log = self._segments.popleft() if self._segments else None
-        pushed = log.pushed if log is not None else playback_position
+        played = event.playback_position
         self._on_segment(
             PlayedSegment(
-                pushed_seconds=max(pushed, playback_position),
-                played_seconds=playback_position,
-                interrupted=interrupted,
-                synchronized_transcript=synchronized_transcript,
+                pushed_seconds=max(log.pushed, played) if log is not None else played,
+                played_seconds=played,
+                interrupted=event.interrupted,
+                synchronized_transcript=event.synchronized_transcript,
                 timed_text=tuple(log.timed) if log is not None else (),
-                complete=log is None or log.complete or not interrupted,
+                complete=log is None or log.complete or not event.interrupted,
             )
         )
-        super().on_playback_finished(
-            playback_position=playback_position,
-            interrupted=interrupted,
-            synchronized_transcript=synchronized_transcript,
-        )
+
+
+_CHAIN_LINKS: tuple[tuple[_OutputEvent, str], ...] = (
+    ("playback_finished", "_dispatch_playback_finished"),
+    ("playback_started", "_forward_next_playback_started"),
+    ("playback_progressed", "_forward_next_playback_progressed"),
+)
+"""The events an ``AudioOutput`` hears from its ``next_in_chain``, and its handler of each
+(what LiveKit's ``AudioOutput.__init__`` subscribes)."""
+
+
+def measure_playout(
+    output: AgentOutput,
+    *,
+    on_segment_start: Callable[[], None],
+    on_segment: Callable[[PlayedSegment], None],
+) -> PlayoutMeter:
+    """Put a :class:`PlayoutMeter` into the chain of ``output.audio``.
+
+    It goes right behind ``output.audio`` when that object passes its audio on (a
+    ``TranscriptSynchronizer``, a recorder, any wrapper): ``output.audio`` stays the
+    session's object, its segments and events unchanged, so code that reads it back after
+    the start finds what it (or LiveKit) put there. A bare sink has nothing behind it:
+    the meter then goes in front, as ``output.audio``.
+    """
+    head = output.audio
+    assert head is not None
+    below: AudioOutput | None = head.next_in_chain
+    if below is None or head._next_in_chain is not below:
+        # (a wrapper whose next_in_chain is not LiveKit's own link cannot be entered)
+        meter = PlayoutMeter(head, on_segment_start=on_segment_start, on_segment=on_segment)
+        output.audio = meter
+        return meter
+    meter = PlayoutMeter(
+        below, on_segment_start=on_segment_start, on_segment=on_segment, head=head
+    )
+    _link(head, meter, instead_of=below)
+    return meter
+
+
+def _link(output: AudioOutput, below: AudioOutput, *, instead_of: AudioOutput) -> None:
+    """Make ``below`` the ``next_in_chain`` of ``output`` in place of ``instead_of``, and
+    have ``output`` hear its events (as LiveKit's ``AudioOutput.__init__`` links them)."""
+    for event, handler in _CHAIN_LINKS:
+        instead_of.off(event, getattr(output, handler))
+        below.on(event, getattr(output, handler))
+    output._next_in_chain = below

@@ -21,12 +21,15 @@ The cases LiveKit's own test suite found (``make livekit-compat``), in our words
   the session's turn detection on the new agent, which opened a second turn-detector
   stream nobody closed).
 
-Each call checks the audio the caller heard, the history, and the trace.
+Each call checks the audio the caller heard, the history, the trace, and that no task is
+left pending once it is closed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 
 import pytest
 from livekit.agents import Agent, AgentTask, function_tool, inference, llm
@@ -129,6 +132,16 @@ class GreetsOnEnter(TurnAgent):
             self.session.generate_reply(instructions="Greet the caller.")
 
 
+@contextlib.asynccontextmanager
+async def _no_task_left() -> AsyncIterator[None]:
+    """Around a call: once it is closed (and its last callbacks ran), no task LiveKit or
+    turnfsm started in it is left pending."""
+    with recorded_tasks() as created:
+        yield
+        await settle()
+    assert still_pending(created) == [], "the closed call left tasks pending"
+
+
 def _history(tc: TurnCall) -> list[tuple[str, str | None]]:
     return [(m.role, m.text_content) for m in tc.call.messages()]
 
@@ -162,7 +175,10 @@ async def test_an_on_enter_greeting_plays_where_the_caller_speaks_first_without_
 ):
     script = CallScript([UserLine(4.5, "question")])
     model = ScriptedLLM(_model)
-    async with turn_call(TRANSPARENT, script, agent=WelcomesOnEnter(), llm=model) as tc:
+    async with (
+        _no_task_left(),
+        turn_call(TRANSPARENT, script, agent=WelcomesOnEnter(), llm=model) as tc,
+    ):
         await _answered(tc)
         context = tc.describe()
         _played_whole(tc, 0, WELCOME)
@@ -177,7 +193,10 @@ async def test_an_on_enter_greeting_plays_where_the_caller_speaks_first_without_
 
 
 async def test_every_on_enter_speech_plays_in_order() -> None:
-    async with turn_call(TRANSPARENT, (), agent=SaysTwiceOnEnter(), llm=ScriptedLLM(_model)) as tc:
+    async with (
+        _no_task_left(),
+        turn_call(TRANSPARENT, (), agent=SaysTwiceOnEnter(), llm=ScriptedLLM(_model)) as tc,
+    ):
         await wait_segment(tc.call, 1, timeout=12, finished=True)
         _played_whole(tc, 0, GREETING)
         _played_whole(tc, 1, WELCOME)
@@ -203,7 +222,10 @@ async def test_the_agents_first_speech_is_the_locked_greeting(
     script = CallScript([UserLine(1.5, "question")])  # over the ~4.9 s greeting
     model = ScriptedLLM(_model)
     agent = GreetsOnEnter(how)
-    async with turn_call(policy, script, agent=agent, llm=model, settings=settings) as tc:
+    async with (
+        _no_task_left(),
+        turn_call(policy, script, agent=agent, llm=model, settings=settings) as tc,
+    ):
         greeting = await tc.segment_played(0, timeout=8)
         await _answered(tc)
         context = tc.describe()
@@ -233,7 +255,10 @@ async def test_the_agents_first_speech_is_the_locked_greeting(
 async def test_a_caller_who_speaks_before_the_agent_greets_is_answered_unlocked() -> None:
     agent = Agent(instructions="You answer the phone for Acme.")  # no on_enter speech
     script = CallScript([UserLine(0.5, "question")])
-    async with turn_call(OWN_WORDS, script, agent=agent, llm=ScriptedLLM(_model)) as tc:
+    async with (
+        _no_task_left(),
+        turn_call(OWN_WORDS, script, agent=agent, llm=ScriptedLLM(_model)) as tc,
+    ):
         await _answered(tc)
         context = tc.describe()
         # LiveKit's reply to the caller (created before or after the turn is reported)
@@ -254,9 +279,12 @@ async def test_an_on_enter_speech_before_the_callers_first_words_is_refused_loud
     policy = TurnPolicy(first_speaker="user", greeting=GREETING)
     script = CallScript([UserLine(1.0, "hello")])
     agent = GreetsOnEnter("generate_reply")
-    async with turn_call(
-        policy, script, agent=agent, llm=ScriptedLLM(_model), adapter_strict=False
-    ) as tc:
+    async with (
+        _no_task_left(),
+        turn_call(
+            policy, script, agent=agent, llm=ScriptedLLM(_model), adapter_strict=False
+        ) as tc,
+    ):
         await tc.segment_played(0, timeout=8)
         context = tc.describe()
         _played_whole(tc, 0, GREETING)  # the policy's greeting is the first thing heard
@@ -323,10 +351,8 @@ class Receptionist(TurnAgent):
 
 
 async def _book(policy: TurnPolicy, *, nested: bool) -> None:
-    with recorded_tasks() as created:
+    async with _no_task_left():
         await _book_and_close(policy, nested=nested)
-        await settle()
-    assert still_pending(created) == [], "the closed call left tasks pending"
 
 
 async def _book_and_close(policy: TurnPolicy, *, nested: bool) -> None:
@@ -382,10 +408,8 @@ class Desk(TurnAgent):
 async def test_a_handoff_to_an_agent_that_speaks_in_on_enter() -> None:
     """``update_agent`` after the own-words greeting: the new agent's ``on_enter`` speech
     plays, unlocked, and the call goes on with it."""
-    with recorded_tasks() as created:
+    async with _no_task_left():
         await _hand_over_and_close()
-        await settle()
-    assert still_pending(created) == [], "the closed call left tasks pending"
 
 
 async def _hand_over_and_close() -> None:
@@ -410,24 +434,24 @@ async def _hand_over_and_close() -> None:
 async def test_a_handoff_while_the_greeting_plays_waits_for_its_end() -> None:
     """``update_agent`` during the own-words greeting: LiveKit lets the locked greeting
     finish, then the new agent's ``on_enter`` speech plays, unlocked."""
-    with recorded_tasks() as created:
-        async with turn_call(OWN_WORDS, (), agent=Desk(), llm=ScriptedLLM(_model)) as tc:
-            await tc.call.wait_until(lambda: tc.controller.state == "greeting", timeout=4)
-            await tc.call.sleep_until(tc.call.now() + 1.5)  # in the middle of it
-            tc.session.update_agent(Billing())
-            await tc.segment_played(1, timeout=12)
-            await tc.call.wait_until(lambda: tc.controller.state == "listening", timeout=2)
-            context = tc.describe()
-            assert tc.call.tts.texts == [WELCOME, WELCOME], context
-            _played_whole(tc, 0, WELCOME)
-            _played_whole(tc, 1, WELCOME)
-            (locked,) = tc.effects(fx.LockSpeech)
-            assert tc.events("agent_speech_created")[0].event.speech_id == locked.speech_id
-            assert type(tc.session.current_agent) is Billing, context
-            assert _history(tc) == [("assistant", WELCOME), ("assistant", WELCOME)], context
-            assert tc.adapter.outcomes.counts == {}, context
-        await settle()
-    assert still_pending(created) == [], "the closed call left tasks pending"
+    async with (
+        _no_task_left(),
+        turn_call(OWN_WORDS, (), agent=Desk(), llm=ScriptedLLM(_model)) as tc,
+    ):
+        await tc.call.wait_until(lambda: tc.controller.state == "greeting", timeout=4)
+        await tc.call.sleep_until(tc.call.now() + 1.5)  # in the middle of it
+        tc.session.update_agent(Billing())
+        await tc.segment_played(1, timeout=12)
+        await tc.call.wait_until(lambda: tc.controller.state == "listening", timeout=2)
+        context = tc.describe()
+        assert tc.call.tts.texts == [WELCOME, WELCOME], context
+        _played_whole(tc, 0, WELCOME)
+        _played_whole(tc, 1, WELCOME)
+        (locked,) = tc.effects(fx.LockSpeech)
+        assert tc.events("agent_speech_created")[0].event.speech_id == locked.speech_id
+        assert type(tc.session.current_agent) is Billing, context
+        assert _history(tc) == [("assistant", WELCOME), ("assistant", WELCOME)], context
+        assert tc.adapter.outcomes.counts == {}, context
 
 
 async def test_a_handoff_before_the_agent_greeted_makes_the_new_agents_speech_the_greeting() -> (
@@ -437,7 +461,10 @@ async def test_a_handoff_before_the_agent_greeted_makes_the_new_agents_speech_th
     speech is the call's greeting, locked."""
     first = Agent(instructions="Says nothing.")
     script = CallScript([UserLine(2.5, "question")])  # over the greeting
-    async with turn_call(OWN_WORDS, script, agent=first, llm=ScriptedLLM(_model)) as tc:
+    async with (
+        _no_task_left(),
+        turn_call(OWN_WORDS, script, agent=first, llm=ScriptedLLM(_model)) as tc,
+    ):
         await tc.call.sleep_until(0.3)
         assert tc.controller.state == "awaiting_agent", tc.describe()
         tc.session.update_agent(Desk())
@@ -500,10 +527,8 @@ async def test_a_tool_that_returns_an_agent_hands_the_call_over(policy: TurnPoli
     """The handoff LiveKit's docs teach, from the middle of a tool step: the new agent's
     ``on_enter`` speech plays whole, unlocked (only an own-words first speech is the
     greeting), the call goes on with the new agent, and nothing is left pending."""
-    with recorded_tasks() as created:
+    async with _no_task_left():
         await _transfer_and_close(policy)
-        await settle()
-    assert still_pending(created) == [], "the closed call left tasks pending"
 
 
 async def _transfer_and_close(policy: TurnPolicy) -> None:
@@ -553,10 +578,8 @@ async def test_a_task_awaited_in_on_enter_speaks_first(policy: TurnPolicy) -> No
     """The task's question is the agent's first speech: played whole (and, where the agent
     greets in its own words, it is the locked greeting); the agent's welcome follows the
     caller's answer, and nothing is left pending."""
-    with recorded_tasks() as created:
+    async with _no_task_left():
         await _ask_name_and_close(policy)
-        await settle()
-    assert still_pending(created) == [], "the closed call left tasks pending"
 
 
 def _name_model(request: LLMRequest) -> ScriptedReply:
