@@ -299,10 +299,11 @@ async def test_barge_in_truncates_server_item_to_played_audio(call: Call) -> Non
     assert spoken
     assert LONG_ANSWER.startswith(spoken)
     assert len(spoken) < len(LONG_ANSWER)
-    # what the server's item kept (the real service clears a truncated item's transcript)
-    heard_on_server = server.heard_prefix(LONG_ANSWER, truncate.payload["audio_end_ms"])
-    assert heard_on_server.startswith(spoken)
-    assert len(spoken.split()) >= len(heard_on_server.split()) - 1
+    # only words heard to their end, at most two short of them: the reply's audio had
+    # not all come, so the cut is conservative (the slowest rate seen, one word earlier)
+    heard = words_heard(server, LONG_ANSWER, ended.played_seconds)
+    assert spoken.split() == heard[: len(spoken.split())]
+    assert len(spoken.split()) >= len(heard) - 2
     agent_item = session.current_agent.chat_ctx.get_by_id(message_id)
     assert isinstance(agent_item, llm.ChatMessage)
     assert agent_item.text_content == spoken
