@@ -357,7 +357,7 @@ class SafetyMonitor:
             f"user turns left held in {after}",
         )
         _require(
-            not self.model_replies_paused or after == "greeting",
+            not self.model_replies_paused or after in SILENT_STATES | {"greeting"},
             "I2",
             f"the model's own replies left paused in {after}",
         )

@@ -730,8 +730,9 @@ class RealtimeLink:
         segment = adapter.last_segment.get(effect.speech_id)
         if segment is None:
             return ""
-        text = message.text_content or ""
         item = self._items.get(message.id)
+        # the text the model sent: with a synchronizer LiveKit commits only its prefix
+        text = (item.transcript if item is not None else "") or message.text_content or ""
         if item is not None and item.audio_done and item.transcript and item.audio_seconds > 0:
             return spoken_prefix(text, segment.played_seconds, item.audio_seconds)
         rates = [*self._rates]

@@ -7,14 +7,17 @@ import asyncio
 from dataclasses import replace
 
 import pytest
+from livekit.agents import llm
 from openai.types.realtime.realtime_audio_input_turn_detection import ServerVad
 
+from turnfsm import TurnPolicy
 from turnfsm import events as ev
-from turnfsm.adapters.sim.realtime import FIDELITY_MATRIX, REAL_PROTOCOL
+from turnfsm.adapters.sim.realtime import FIDELITY_MATRIX, REAL_PROTOCOL, UNEVEN_SPEECH
 
 from support.realtime_calls import (
     SHORT_GREETING,
     greet_after_hello_started,
+    scripted_model,
     served_call,
     wait_finished,
     words_heard,
@@ -83,12 +86,14 @@ async def test_a_greeting_whose_connection_drops_is_retried_and_cut_to_what_was_
 
 async def test_a_stray_cancel_does_not_cut_the_greeting() -> None:
     """Server turn detection (200 ms of silence ends a turn), 300 ms each way: the callee
-    says "Hello?", pauses 0.3 s, says "uh". The model answers "uh"; turnfsm suppresses that
-    reply through LiveKit's interrupt. Was: its ``response.cancel`` named no response,
-    landed after the greeting's response started and cut the greeting. Now it names the
-    suppressed reply's response, and the model refuses it as no longer active."""
+    says "Hello?", pauses 0.3 s, says "uh". The model answers "Hello?" (its lock's setting
+    lands too late: the VAD race); turnfsm suppresses that reply through LiveKit's
+    interrupt. Was: its ``response.cancel`` named no response, landed after the greeting's
+    response started and cut the greeting. Now it names the suppressed reply's response,
+    and the model refuses it as no longer active."""
     async with served_call(replace(REAL_PROTOCOL, network_latency_ms=300)) as call:
         server = call.server
+        server.script.race_auto_replies = 1
         _, controller = await greet_after_hello_started(
             call,
             turn_detection=ServerVad(type="server_vad", silence_duration_ms=200),
@@ -104,3 +109,102 @@ async def test_a_stray_cancel_does_not_cut_the_greeting() -> None:
         assert all(c.payload["response_id"] != greeted[0].id for c in cancels)
         assert not greeting.interrupted
         assert greeting.played == pytest.approx(len(SHORT_GREETING) / 15, abs=0.1)
+
+
+async def test_the_model_does_not_answer_hello_itself() -> None:
+    """Prevent rather than cancel: from the model's link until the greeting has played,
+    the server answers no turn itself (``create_response`` off) and cancels nothing on
+    speech (``interrupt_response`` off), so the greeting is the first response, asked for
+    as soon as "Hello?" is committed, with no cancel round trip. Was: the model answered
+    "Hello?", the greeting waited for that reply's cancel (1.5 s of extra silence at
+    300 ms each way)."""
+    latency = 0.3
+    async with served_call(replace(REAL_PROTOCOL, network_latency_ms=300)) as call:
+        server = call.server
+        await greet_after_hello_started(call)
+        greeting = await call.segment_playing(0)
+        await wait_finished(greeting)
+        assert [r.reply.text for r in server.responses] == [SHORT_GREETING]
+        assert not server.events_of_type("response.cancel")
+        (committed,) = server.events_of_type("input_audio_buffer.committed", direction="sent")
+        (created,) = server.events_of_type("response.create")
+        lock = server.connection.turn_detection_at(committed.timestamp)
+        assert lock is not None
+        assert (lock["create_response"], lock["interrupt_response"]) == (False, False)
+        # the client asks at once once it learns of the commit, and plays the greeting a
+        # round trip and the first audio (one 100 ms chunk at most) after that
+        learned = committed.timestamp + latency
+        assert (created.timestamp - latency) - learned <= 0.05
+        assert greeting.started_at is not None
+        assert greeting.started_at - learned <= 2 * latency + 0.1
+        # and the session's own setting is back once the greeting has played
+        await asyncio.sleep(2 * latency)
+        after = server.connection.turn_detection
+        assert after is not None
+        assert (after["create_response"], after["interrupt_response"]) == (True, True)
+
+
+async def test_a_greeting_whose_response_fails_is_retried_and_cut_to_what_was_heard() -> None:
+    """The greeting's response ends ``failed`` 1.2 s of audio in (4.8 s long). Was: the
+    1.2 s played, no retry, the machine in ``listening``, unheard words committed."""
+    async with served_call(FIDELITY_MATRIX["100ms-cancel-150ms"]) as call:
+        server = call.server
+        server.script.fail_responses, server.script.fail_after_ms = 1, 1200
+        session, controller = await greet_after_hello_started(call, GREETING)
+        cut = await call.segment_playing(0)
+        retry = await call.segment_playing(1)
+        await wait_finished(retry)
+        await asyncio.sleep(1.0)
+        assistant = [
+            item.text_content or ""
+            for item in session.history.items
+            if item.type == "message" and item.role == "assistant"
+        ]
+        greeted = [r for r in server.responses if r.reply.text == GREETING]
+        assert [r.status for r in greeted] == ["failed", "completed"]
+        assert cut.played == pytest.approx(1.2, abs=0.05)
+        heard = words_heard(server, GREETING, cut.played)
+        assert assistant[0].split() == heard[: len(assistant[0].split())]
+        assert assistant[1:] == [GREETING]
+        assert not retry.interrupted
+        assert retry.played == pytest.approx(len(GREETING) / 15, abs=0.1)
+        assert controller.state == "listening"
+        # the model's conversation holds what the caller heard, not what was generated
+        said = [text for role, text in server.conversation_summary() if role == "assistant"]
+        assert said == assistant
+
+
+LONG_ANSWER = (
+    "Our shop opens at nine and closes at six on weekdays, and on Saturdays "
+    "it opens at ten and closes at four."
+)
+
+
+@pytest.mark.parametrize("barge_in_at", [1.3, 2.1, 2.9, 3.7, 4.4])
+async def test_uneven_speech_commits_no_word_unheard(barge_in_at: float) -> None:
+    """Words 0.7x to 1.3x their nominal length, text 1 s ahead of the audio, 300 ms each
+    way, LiveKit's transcript synchronizer in the chain (as in every RoomIO deployment):
+    the caller barges in while the answer's audio is still coming. Was: the synchronizer's
+    text was committed, and at 2.9 s it held a word the caller had not heard to its end."""
+    async with served_call(UNEVEN_SPEECH) as call:
+        server = call.server
+        server.script.policy = scripted_model([SHORT_GREETING, LONG_ANSWER, "Sure."])
+        session, adapter, _ = await call.start(
+            TurnPolicy(direction="inbound", first_speaker="user"), transcript_sync=True
+        )
+        first = session.generate_reply(user_input="Hi.")
+        await asyncio.wait_for(first, 10)
+        handle = session.generate_reply(user_input="When are you open?")
+        answer = await call.segment_playing(1)
+        await call.played(answer, barge_in_at)
+        call.microphone.speak(0.5)
+        await asyncio.wait_for(handle, 10)
+        await asyncio.sleep(0.5)
+        (message,) = [
+            m for m in session.history.items if m.id == server.responses[1].message_item_id
+        ]
+        assert isinstance(message, llm.ChatMessage)
+        committed = (message.text_content or "").split()
+        heard = words_heard(server, LONG_ANSWER, answer.played)
+        assert committed == heard[: len(committed)]
+        assert len(committed) >= len(heard) - 3
