@@ -746,6 +746,8 @@ class TurnAdapter:
         item = event.item
         if isinstance(item, llm.AgentHandoff):
             self._agent_handed_over()
+            if self.realtime is not None:  # the new activity may open a new session
+                self.track(self.realtime.follow_handoff(), "realtime link after a handoff")
             return
         if not isinstance(item, llm.ChatMessage):
             return

@@ -224,8 +224,19 @@ class RealtimeLink:
         (called once the agent session started, before ``SessionStarted``)."""
         if self.rt_session is not None:
             return
-        agent = self.adapter.session.current_agent
-        rt_session = agent.realtime_llm_session
+        caps = self._subscribe(self.adapter.session.current_agent.realtime_llm_session)
+        guarded = self.adapter._guarded("realtime tools", self._on_tools_executed)
+        self.adapter.session.on("function_tools_executed", guarded)
+        self._session_handlers.append(("function_tools_executed", guarded))
+        self.adapter.dispatch(
+            ev.RealtimeModelLinked(
+                at=self.adapter.now(),
+                replies_to_turns=caps.turn_detection,
+                replies_to_tool_output=caps.auto_tool_reply_generation,
+            )
+        )
+
+    def _subscribe(self, rt_session: llm.RealtimeSession) -> llm.RealtimeCapabilities:
         self.rt_session = rt_session
         caps = rt_session.capabilities
         self.server_turns = caps.turn_detection
@@ -241,16 +252,40 @@ class RealtimeLink:
             guarded = self.adapter._guarded(f"realtime {name}", handler)
             rt_session.on(name, guarded)
             self._rt_handlers.append((name, guarded))
-        guarded = self.adapter._guarded("realtime tools", self._on_tools_executed)
-        self.adapter.session.on("function_tools_executed", guarded)
-        self._session_handlers.append(("function_tools_executed", guarded))
-        self.adapter.dispatch(
-            ev.RealtimeModelLinked(
-                at=self.adapter.now(),
-                replies_to_turns=caps.turn_detection,
-                replies_to_tool_output=caps.auto_tool_reply_generation,
-            )
-        )
+        return caps
+
+    def _unsubscribe(self) -> None:
+        if self.rt_session is not None:
+            for name, handler in self._rt_handlers:
+                self.rt_session.off(name, handler)
+        self._rt_handlers.clear()
+
+    async def follow_handoff(self) -> None:
+        """A handoff started a new agent activity, which may open a new realtime session
+        (an agent with a model of its own): once the activity started, the link moves to
+        it, as after a reconnect, and puts the levers in force on it (the lock's paused
+        replies, forbidden tools)."""
+        activity = getattr(self.adapter.session, "_activity", None)
+        started = getattr(activity, "_lock", None)  # held while the activity starts
+        if started is not None:
+            async with started:
+                pass
+        try:
+            rt_session = self.adapter.session.current_agent.realtime_llm_session
+        except RuntimeError:
+            return  # the new agent runs no realtime model
+        if self._released or rt_session is self.rt_session:
+            return
+        self._unsubscribe()
+        self._on_reconnected(llm.RealtimeSessionReconnectedEvent())
+        self._subscribe(rt_session)
+        options = getattr(rt_session, "_opts", None)
+        if self._replies_paused and getattr(options, "turn_detection", None) is not None:
+            self._replies_paused = False
+            self._pause_model_replies(self.adapter, fx.PauseModelReplies())
+        if self._tools_forbidden:
+            self._tools_forbidden = False
+            self._forbid_tools(self.adapter, fx.ForbidTools())
 
     def release(self) -> None:
         """Stop listening and restore what the levers changed on the model (detach)."""
@@ -261,10 +296,7 @@ class RealtimeLink:
             self._allow_tools(self.adapter, fx.AllowTools())
             self._resume_model_replies(self.adapter, fx.ResumeModelReplies())
         self._tools_forbidden = self._replies_paused = False
-        if self.rt_session is not None:
-            for name, handler in self._rt_handlers:
-                self.rt_session.off(name, handler)
-        self._rt_handlers.clear()
+        self._unsubscribe()
         for name, handler in self._session_handlers:
             self.adapter.session.off(name, handler)  # type: ignore[arg-type]
         self._session_handlers.clear()

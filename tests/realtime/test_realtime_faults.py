@@ -8,14 +8,17 @@ from dataclasses import replace
 
 import pytest
 from livekit.agents import llm
+from livekit.plugins import openai
 from openai.types.realtime.realtime_audio_input_turn_detection import ServerVad
 
 from turnfsm import TurnPolicy
 from turnfsm import events as ev
+from turnfsm.adapters.livekit import TurnAgent
 from turnfsm.adapters.sim.realtime import FIDELITY_MATRIX, REAL_PROTOCOL, UNEVEN_SPEECH
 
 from support.realtime_calls import (
     SHORT_GREETING,
+    greet_after_hello,
     greet_after_hello_started,
     scripted_model,
     served_call,
@@ -208,3 +211,41 @@ async def test_uneven_speech_commits_no_word_unheard(barge_in_at: float) -> None
         heard = words_heard(server, LONG_ANSWER, answer.played)
         assert committed == heard[: len(committed)]
         assert len(committed) >= len(heard) - 3
+
+
+class _Successor(TurnAgent):
+    """An agent with a realtime model of its own: its activity opens a new session."""
+
+    def __init__(self, model: openai.realtime.RealtimeModel) -> None:
+        super().__init__(instructions="You are Bo, who takes over from Ada.", llm=model)
+
+
+async def test_the_link_follows_a_handoff_to_a_new_realtime_session() -> None:
+    """``update_agent`` starts a new activity; LiveKit may give it a new RealtimeSession.
+    Was: the link stayed bound to the first one, so the model's responses after the
+    handoff never reached the machine (no ``model_response_created``)."""
+    async with served_call(FIDELITY_MATRIX["no-latency"]) as call:
+        server = call.server
+        session, controller, _ = await greet_after_hello(call)
+        assert call.adapter is not None
+        assert call.adapter.realtime is not None
+        first = call.adapter.realtime.rt_session
+        server.script.policy = scripted_model(["Bo here, how can I help?"])
+        own_model = openai.realtime.RealtimeModel(api_key="dummy", **server.model_options())
+        session.update_agent(_Successor(own_model))
+        await asyncio.sleep(1.0)
+        link = call.adapter.realtime
+        current = session.current_agent.realtime_llm_session
+        handle = session.generate_reply(user_input="Who is this?")
+        await asyncio.wait_for(handle, 10)
+        assert controller.trace is not None
+        created = [
+            s.event.response_id
+            for s in controller.trace
+            if isinstance(s.event, ev.ModelResponseCreated)
+        ]
+        assert link.rt_session is current
+        assert server.responses[-1].id in created
+        assert first is not None
+        assert current is not first
+        await own_model.aclose()
