@@ -274,8 +274,8 @@ class RealtimeLink:
             rt_session = self.adapter.session.current_agent.realtime_llm_session
         except RuntimeError:
             return  # the new agent runs no realtime model
-        if self._released or rt_session is self.rt_session:
-            return
+        if self._released or self.rt_session is None or rt_session is self.rt_session:
+            return  # (the first agent's activity: bind() takes its session)
         self._unsubscribe()
         self._on_reconnected(llm.RealtimeSessionReconnectedEvent())
         self._subscribe(rt_session)
