@@ -249,3 +249,36 @@ async def test_the_link_follows_a_handoff_to_a_new_realtime_session() -> None:
         assert first is not None
         assert current is not first
         await own_model.aclose()
+
+
+async def test_an_answer_whose_connection_drops_is_cut_to_what_was_heard() -> None:
+    """The socket drops 2 s into an answer whose audio is still coming. Was: the answer's
+    message kept unheard words, the model stayed busy for the machine and the new
+    conversation lacked the answer."""
+    async with served_call(FIDELITY_MATRIX["100ms-cancel-150ms"]) as call:
+        server = call.server
+        server.script.policy = scripted_model([LONG_ANSWER, "Sure."])
+        session, _, controller = await call.start(
+            TurnPolicy(direction="inbound", first_speaker="user")
+        )
+        handle = session.generate_reply(user_input="When are you open?")
+        answer = await call.segment_playing(0)
+        await call.played(answer, 1.0)
+        server.connection.drop()
+        await asyncio.wait_for(handle, 10)
+        await asyncio.sleep(2.0)
+        assert len(server.connections) == 2
+        assistant = [
+            item.text_content or ""
+            for item in session.history.items
+            if item.type == "message" and item.role == "assistant"
+        ]
+        heard = words_heard(server, LONG_ANSWER, answer.played)
+        (said,) = assistant
+        assert said.split() == heard[: len(said.split())]
+        assert len(said.split()) < len(LONG_ANSWER.split())
+        assert not controller.context.model_responding
+        on_the_new_connection = [
+            text for role, text in server.conversation_summary() if role == "assistant"
+        ]
+        assert on_the_new_connection == assistant
