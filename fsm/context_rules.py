@@ -41,10 +41,11 @@ SCOPED: Mapping[str, frozenset[str]] = {
             "greeting_speech_id",
             "greeting_retried",
             "greeting_wait",
-            "model_replies_paused",
         ),
         frozenset({"greeting"}),
     ),
+    # paused from the model's link until the greeting has played (issue 19)
+    "model_replies_paused": frozenset({"start", "ringing", "awaiting_user", "greeting"}),
     "discarding_overlap": frozenset({"listening"}),
     "spill_over_until": frozenset({"listening"}),
     "turns_held": frozenset({"greeting", "listening"}),

@@ -197,7 +197,8 @@ class SuppressReply(Effect):
 @attrs.frozen
 class PauseModelReplies(Effect):
     """A realtime model with server turn detection must neither answer nor cancel on its
-    own (``create_response`` and ``interrupt_response`` off) until ``ResumeModelReplies``."""
+    own (``create_response`` and ``interrupt_response`` off) until ``ResumeModelReplies``:
+    from the model's link, when the call has a greeting, until the greeting has played."""
 
     name: ClassVar[str] = "pause_model_replies"
 

@@ -18,8 +18,8 @@ I1      greeting_locked         in ``greeting`` no ``Interrupt`` is emitted but 
                                 in the greeting
 I2      no_leaked_mute          input is muted only in a muting state, user turns are
                                 held only around the greeting and a realtime model's own
-                                replies are paused only in the greeting; all are released
-                                when the call ends, whatever the path
+                                replies are paused only until the greeting has played;
+                                all are released when the call ends, whatever the path
 I3      tool_cap                per user turn at most ``max_tool_steps`` tool rounds are
                                 let through; reaching the cap cancels the tool reply and
                                 asks for exactly one final reply without tools (with a
@@ -360,7 +360,7 @@ class SafetyMonitor:
             f"user turns left held in {after}",
         )
         _require(
-            not self.model_replies_paused or after == "greeting",
+            not self.model_replies_paused or after in SILENT_STATES | {"greeting"},
             "I2",
             f"the model's own replies left paused in {after}",
         )

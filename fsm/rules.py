@@ -374,11 +374,12 @@ class TurnRules:
             self._mute(hold_audio=policy.greeting_overlap == "answer_whole")
         else:
             self._hold_user_turns()
+        paused_before = ctx.model_replies_paused
         if ctx.model_replies_to_turns:
             self._pause_model_replies()
         if ctx.greeting_speech_id is not None:
             return  # the agent's own speech is the greeting: nothing to ask for
-        if ctx.model_replies_to_turns and ctx.first_words_item is not None:
+        if ctx.model_replies_to_turns and ctx.first_words_item is not None and not paused_before:
             # the model answers the first words itself: that reply is replaced by the greeting
             self._greeting_waits("model_reply")
         elif ctx.realtime_model and ctx.model_responding:
@@ -725,11 +726,18 @@ class TurnRules:
 
     # -- realtime models ----------------------------------------------------------------
 
-    def note_model_link(self, ev: RealtimeModelLinked) -> None:
+    def note_model_link(self, ev: RealtimeModelLinked, machine: StateChart) -> None:
         ctx = self.context
         ctx.realtime_model = True
         ctx.model_replies_to_turns = ev.replies_to_turns
         ctx.model_replies_to_tools = ev.replies_to_tool_output
+        before_the_greeting = {"start", "ringing", "awaiting_user"} & set(
+            machine.configuration_values
+        )
+        if ev.replies_to_turns and self.policy.has_greeting and before_the_greeting:
+            # prevent rather than cancel: a model that answers the first words itself
+            # makes the greeting wait out that reply's cancel round trip (issue 19)
+            self._pause_model_replies()
 
     def note_model_responding(self) -> None:
         self.context.model_responding = True

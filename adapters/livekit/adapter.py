@@ -758,6 +758,8 @@ class TurnAdapter:
         item = event.item
         if isinstance(item, llm.AgentHandoff):
             self._agent_handed_over()
+            if self.realtime is not None:  # the new activity may open a new session
+                self.track(self.realtime.follow_handoff(), "realtime link after a handoff")
             return
         if not isinstance(item, llm.ChatMessage):
             return
@@ -781,7 +783,10 @@ class TurnAdapter:
                     item_id=item.id,
                     speech_id=speech_id,
                     text=item.text_content or "",
-                    interrupted=item.interrupted,
+                    # realtime: a reply whose audio was cut short by the model (a failed
+                    # or cancelled response, a lost connection) is cut as an interrupted one
+                    interrupted=item.interrupted
+                    or (self.realtime is not None and self.realtime.cut_short(item.id)),
                 )
             )
 
@@ -886,6 +891,8 @@ class TurnAdapter:
             raise refusal
 
     def _on_speech_done(self, handle: SpeechHandle) -> None:
+        if self.realtime is not None:
+            self.realtime.speech_done(handle)  # the greeting's outcome comes before its end
         try:
             self.interruptions.settle(handle)  # reported before its end
             segment = self.last_segment.get(handle.id)

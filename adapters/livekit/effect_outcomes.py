@@ -14,7 +14,10 @@ refused    LiveKit declined: the lever raised :class:`EffectRefused` (an interru
            speech that does not allow interruptions, a lock of an interrupted speech),
            or a deferred outcome was refused (the turn hook stopped the reply that
            was to carry the greeting)
-failed     the lever, or a future it started, raised; ``detail`` is the error's type
+failed     the lever, or a future it started, raised; ``detail`` is the error's type;
+           or a realtime greeting started and did not finish (its response cancelled,
+           failed, left incomplete, or its connection lost): ``detail`` starts with
+           :data:`UNFINISHED`
 =========  ==========================================================================
 
 ``detail`` never carries transcript text.
@@ -28,6 +31,9 @@ from typing import Any
 
 from turnfsm import effects as fx
 from turnfsm import events as ev
+
+UNFINISHED = "unfinished"
+"""The ``detail`` of a greeting that played in part: the model did not finish it."""
 
 
 class EffectRefused(Exception):

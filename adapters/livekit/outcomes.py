@@ -57,6 +57,7 @@ from turnfsm import events as ev
 from turnfsm.machine import LIVE_STATES
 
 from .audio import PlayedSegment
+from .effect_outcomes import UNFINISHED
 from .levers import heard_text
 from .log import logger
 
@@ -247,7 +248,8 @@ class OutcomeMonitor:
             and event.effect == fx.StartGreeting.name
             and event.speech_id
         ):
-            if event.outcome == "done":
+            if event.outcome == "done" or event.detail.startswith(UNFINISHED):
+                # (a greeting the model did not finish was the greeting, cut)
                 self._greeting_speeches.add(event.speech_id)
             else:  # the speech taken for the greeting played something else
                 self._greeting_speeches.discard(event.speech_id)

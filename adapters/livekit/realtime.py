@@ -28,6 +28,10 @@ a reply nobody asked for                ``ModelReplyStarted`` (its speech is hel
 initiated)                              only if not suppressed), ``after_tool_output``
                                         and ``duplicate`` (LiveKit asks for the tool
                                         reply itself) read from the conversation
+a new connection                        ``ModelResponseDone`` for each response the
+(``session_reconnected``)               lost connection left open; its requests and
+                                        truncates are forgotten (the plugin replays its
+                                        options, the lock's included)
 a committed user item                   ``UserTurnCommitted`` (``remote_item_added``, or
                                         ``conversation_item_added``; once per item)
 a ``response.create`` refused           ``EffectOutcome`` ``refused`` of the
@@ -57,16 +61,26 @@ SuppressReply              the held speech interrupted before it is authorized (
                            deleted
 StartGreeting / Say        ``session.say`` with a TTS or ``supports_say``, else
                            ``generate_reply(instructions='Say exactly: "..."',
-                           tool_choice="none")``; ``done`` once the model created the
-                           response, ``refused`` when it rejects it
-DropUnspokenText           LiveKit already truncates the played message server-side
+                           tool_choice="none")``; ``done`` at the speech's end once the
+                           model completed the response, ``refused`` when it rejects it,
+                           ``failed`` (detail ``unfinished: response <status>``) when the
+                           response ended ``cancelled``, ``failed`` or ``incomplete`` or
+                           its connection was lost (``dropped``): the machine says the
+                           greeting once more, locked
+DropUnspokenText           for every message cut short (interrupted, or its audio never
+                           all came: a cancelled, failed or incomplete response, a lost
+                           connection; the adapter reports those as interrupted): the
+                           local message is edited in place to the words played to their
+                           end (never the transcript synchronizer's text): over the item's
+                           own audio length once all of it came, else at the slowest
+                           speaking rate seen, one word earlier; nothing heard → removed.
+                           Server side, LiveKit truncates an interrupted message
                            (``conversation.item.truncate``, ``audio_end_ms`` = played ms)
-                           or deletes it; the local message is edited in place to the
-                           words whose audio played (``turnfsm.spoken`` over the item's
-                           own audio length, once it is all received), and the plugin's
-                           mirror of the server item with it; nothing heard → removed. A
-                           truncate the model rejects as past its audio (its items run
-                           ~85 ms short) is sent again at the length the model states
+                           and the plugin's mirror gets the heard text; a message the
+                           model cut is replaced through ``update_chat_ctx`` (re-created
+                           on a new connection whose replay left it out). A truncate the
+                           model rejects as past its audio (its items run ~85 ms short)
+                           is sent again at the length the model states
 ForbidTools / AllowTools   the session's ``tool_choice`` set to ``"none"`` (before the
                            capped step's output reaches the model) / restored
 CancelToolReply            ``cancel_tool_reply()`` (LiveKit asks for no further step)
@@ -96,9 +110,9 @@ from turnfsm import events as ev
 from turnfsm.spoken import spoken_prefix
 
 from . import levers
-from .effect_outcomes import PendingOutcome
+from .effect_outcomes import UNFINISHED, PendingOutcome
 from .log import logger
-from .text import audio_seconds
+from .text import estimated_seconds
 
 if TYPE_CHECKING:
     from .adapter import TurnAdapter
@@ -109,6 +123,8 @@ ACTIVE_RESPONSE = "conversation_already_has_active_response"
 
 _AUDIO_TOO_SHORT = re.compile(r"Audio content of (\d+)ms is already shorter than (\d+)ms")
 """The model's refusal of a truncate past the end of its item's audio."""
+
+_WORD = re.compile(r"\S+")
 
 _PCM16_BYTES_PER_SECOND = 24000 * 2
 """The plugin's realtime audio: 24 kHz mono PCM16."""
@@ -175,6 +191,8 @@ class RealtimeLink:
         self._done_speeches: set[str] = set()
         self._responses: dict[str, _ResponseItems] = {}
         self._speech_responses: dict[str, list[str]] = {}
+        self._response_status: dict[str, str] = {}
+        """How each response ended (``response.done``), by response id."""
         self._current_response: str | None = None
         self._last_server_speech: SpeechHandle | None = None
         self._last_input: str | None = None
@@ -183,8 +201,9 @@ class RealtimeLink:
         self._request_outcomes: dict[str, PendingOutcome] = {}
         """Deferred outcomes of greeting levers, by the speech they created."""
         self._items: dict[str, _ItemAudio] = {}
-        self._chars_per_second: float | None = None
-        """The model's speaking rate, measured on its last item whose audio was all sent."""
+        self._rates: list[float] = []
+        """The model's speaking rates (characters per second), one per item whose audio
+        was all sent."""
         self._truncates: collections.deque[dict[str, Any]] = collections.deque()
         self._saved_tool_choice: Any = None
         self._tools_forbidden = False
@@ -205,22 +224,7 @@ class RealtimeLink:
         (called once the agent session started, before ``SessionStarted``)."""
         if self.rt_session is not None:
             return
-        agent = self.adapter.session.current_agent
-        rt_session = agent.realtime_llm_session
-        self.rt_session = rt_session
-        caps = rt_session.capabilities
-        self.server_turns = caps.turn_detection
-        rt_handlers: dict[str, Callable[[Any], None]] = {
-            "generation_created": self._on_generation_created,
-            "remote_item_added": self._on_remote_item_added,
-            # the OpenAI plugin's raw protocol events; other plugins never emit them
-            "openai_server_event_received": self._on_server_event,
-            "openai_client_event_queued": self._on_client_event,
-        }
-        for name, handler in rt_handlers.items():
-            guarded = self.adapter._guarded(f"realtime {name}", handler)
-            rt_session.on(name, guarded)
-            self._rt_handlers.append((name, guarded))
+        caps = self._subscribe(self.adapter.session.current_agent.realtime_llm_session)
         guarded = self.adapter._guarded("realtime tools", self._on_tools_executed)
         self.adapter.session.on("function_tools_executed", guarded)
         self._session_handlers.append(("function_tools_executed", guarded))
@@ -232,6 +236,57 @@ class RealtimeLink:
             )
         )
 
+    def _subscribe(self, rt_session: llm.RealtimeSession) -> llm.RealtimeCapabilities:
+        self.rt_session = rt_session
+        caps = rt_session.capabilities
+        self.server_turns = caps.turn_detection
+        rt_handlers: dict[str, Callable[[Any], None]] = {
+            "generation_created": self._on_generation_created,
+            "remote_item_added": self._on_remote_item_added,
+            # the OpenAI plugin's raw protocol events; other plugins never emit them
+            "openai_server_event_received": self._on_server_event,
+            "openai_client_event_queued": self._on_client_event,
+            "session_reconnected": self._on_reconnected,
+        }
+        for name, handler in rt_handlers.items():
+            guarded = self.adapter._guarded(f"realtime {name}", handler)
+            rt_session.on(name, guarded)
+            self._rt_handlers.append((name, guarded))
+        return caps
+
+    def _unsubscribe(self) -> None:
+        if self.rt_session is not None:
+            for name, handler in self._rt_handlers:
+                self.rt_session.off(name, handler)
+        self._rt_handlers.clear()
+
+    async def follow_handoff(self) -> None:
+        """A handoff started a new agent activity, which may open a new realtime session
+        (an agent with a model of its own): once the activity started, the link moves to
+        it, as after a reconnect, and puts the levers in force on it (the lock's paused
+        replies, forbidden tools)."""
+        activity = getattr(self.adapter.session, "_activity", None)
+        started = getattr(activity, "_lock", None)  # held while the activity starts
+        if started is not None:
+            async with started:
+                pass
+        try:
+            rt_session = self.adapter.session.current_agent.realtime_llm_session
+        except RuntimeError:
+            return  # the new agent runs no realtime model
+        if self._released or self.rt_session is None or rt_session is self.rt_session:
+            return  # (the first agent's activity: bind() takes its session)
+        self._unsubscribe()
+        self._on_reconnected(llm.RealtimeSessionReconnectedEvent())
+        self._subscribe(rt_session)
+        options = getattr(rt_session, "_opts", None)
+        if self._replies_paused and getattr(options, "turn_detection", None) is not None:
+            self._replies_paused = False
+            self._pause_model_replies(self.adapter, fx.PauseModelReplies())
+        if self._tools_forbidden:
+            self._tools_forbidden = False
+            self._forbid_tools(self.adapter, fx.ForbidTools())
+
     def release(self) -> None:
         """Stop listening and restore what the levers changed on the model (detach)."""
         if self._released:
@@ -241,10 +296,7 @@ class RealtimeLink:
             self._allow_tools(self.adapter, fx.AllowTools())
             self._resume_model_replies(self.adapter, fx.ResumeModelReplies())
         self._tools_forbidden = self._replies_paused = False
-        if self.rt_session is not None:
-            for name, handler in self._rt_handlers:
-                self.rt_session.off(name, handler)
-        self._rt_handlers.clear()
+        self._unsubscribe()
         for name, handler in self._session_handlers:
             self.adapter.session.off(name, handler)  # type: ignore[arg-type]
         self._session_handlers.clear()
@@ -270,14 +322,21 @@ class RealtimeLink:
             )
         )
 
+    def cut_short(self, item_id: str) -> bool:
+        """The model's message ``item_id`` ended before all its audio came: its response
+        was cancelled, failed or left incomplete, or its connection was lost."""
+        item = self._items.get(item_id)
+        return item is not None and item.audio_seconds > 0 and not item.audio_done
+
     # -- speeches -----------------------------------------------------------------------
 
     def intercept_speech(self, event: SpeechCreatedEvent) -> bool:
         """Called first for every ``speech_created``; True swallows the speech (the
         machine suppressed it: it is cancelled before it plays and never reaches the
-        machine as an agent speech)."""
+        machine as an agent speech). A speech it lets through reaches :meth:`speech_done`
+        from the adapter's own end of the speech, first (a speech's done callbacks run in
+        no set order)."""
         handle = event.speech_handle
-        handle.add_done_callback(self._on_speech_done)
         if event.user_initiated:
             return False
         self._last_server_speech = handle
@@ -290,7 +349,10 @@ class RealtimeLink:
                 duplicate=self._last_input == "tool_output" and self._livekit_continues_tools(),
             )
         )
-        return handle.id in self._suppressed
+        if handle.id not in self._suppressed:
+            return False
+        handle.add_done_callback(self.speech_done)
+        return True
 
     def _livekit_continues_tools(self) -> bool:
         """LiveKit asks for the reply to the last tool step itself (the server's own reply
@@ -304,7 +366,9 @@ class RealtimeLink:
             and tool_event.has_tool_reply
         )
 
-    def _on_speech_done(self, handle: SpeechHandle) -> None:
+    def speech_done(self, handle: SpeechHandle) -> None:
+        """A speech ended: its greeting's outcome is reported, its unheard server items
+        deleted (before the machine hears of its end)."""
         if self._released:  # detached: nothing may start any more
             return
         try:
@@ -321,12 +385,40 @@ class RealtimeLink:
         outcome = self._request_outcomes.pop(speech_id, None)
         if outcome is not None:  # reported before the speech's end reaches the machine
             error = handle.exception()
+            unfinished = self._unfinished_response(speech_id)
             if isinstance(error, llm.RealtimeError):
                 outcome.resolve("refused", getattr(error, "code", None) or "RealtimeError")
+            elif unfinished is not None:
+                outcome.resolve("failed", f"{UNFINISHED}: response {unfinished}")
             else:
                 outcome.resolve("done")
         if handle.interrupted or speech_id in self._suppressed:
             self._delete_unplayed(speech_id, everything=speech_id in self._suppressed)
+
+    def _on_reconnected(self, event: llm.RealtimeSessionReconnectedEvent) -> None:
+        """The plugin lost its connection and opened a new one (replaying its options,
+        the lock's turn detection included, and the conversation it had confirmed). What
+        was in flight on the old one is gone: its responses never end, its requests and
+        truncates are never answered. The machine is told the model is free."""
+        for response_id in self._responses:
+            if response_id not in self._response_status:
+                self._response_status[response_id] = "dropped"
+                self.adapter.dispatch(
+                    ev.ModelResponseDone(at=self.adapter.now(), response_id=response_id)
+                )
+        self._requests.clear()
+        self._truncates.clear()
+        self._current_response = None
+
+    def _unfinished_response(self, speech_id: str) -> str | None:
+        """How the last response of a speech ended when the model did not complete it
+        (``cancelled``, ``failed``, ``incomplete``, or ``dropped``: its connection was
+        lost before its ``response.done``); None when it completed or none was made."""
+        responses = self._speech_responses.get(speech_id)
+        if not responses:
+            return None
+        status = self._response_status.get(responses[-1], "dropped")
+        return None if status == "completed" else status
 
     # -- the model's protocol events (OpenAI plugin) -------------------------------------
 
@@ -358,6 +450,9 @@ class RealtimeLink:
             )
         elif kind == "response.done":
             response = event.get("response") or {}
+            self._response_status[str(response.get("id") or "")] = str(
+                response.get("status") or ""
+            )
             self.adapter.dispatch(
                 ev.ModelResponseDone(
                     at=self.adapter.now(), response_id=str(response.get("id") or "")
@@ -384,7 +479,7 @@ class RealtimeLink:
             return
         item.audio_done = True
         if item.transcript and item.audio_seconds > 0:
-            self._chars_per_second = len(item.transcript) / item.audio_seconds
+            self._rates.append(len(item.transcript) / item.audio_seconds)
 
     def _name_cancelled_response(self, cancel: dict[str, Any]) -> None:
         """LiveKit's interrupt cancels the plugin's current generation with a
@@ -398,13 +493,12 @@ class RealtimeLink:
             cancel["response_id"] = current
 
     def _answer_request(self, event_id: str | None) -> None:
-        """The model created a response: the request it answers is taken."""
+        """The model created a response: the request it answers is taken. A greeting's
+        outcome waits for its speech's end: only a response the model completed is a
+        greeting said (issue 19)."""
         for request in list(self._requests):
             if request.event_id == event_id:
                 self._requests.remove(request)
-                outcome = self._request_outcomes.pop(request.speech_id or "", None)
-                if outcome is not None:
-                    outcome.resolve("done")
                 return
 
     def _answer_truncate(self, item_id: str) -> None:
@@ -643,41 +737,46 @@ class RealtimeLink:
             self._delete_items([message.id])
             return
         caps = self.capabilities
-        if caps is not None and caps.message_truncation:
-            self._mirror_text(message.id, heard)  # the server truncated it already
+        if caps is not None and caps.message_truncation and message.interrupted:
+            self._mirror_text(message.id, heard)  # LiveKit truncated the server item already
         elif caps is not None and caps.mutable_chat_context:
+            # cut by the model (failed, cancelled, its connection lost): the plugin's diff
+            # replaces the server's item with the heard text, or re-creates it on a new
+            # connection whose replay left it out
             agent = adapter.session.current_agent
             adapter.track(agent.update_chat_ctx(agent.chat_ctx.copy()), "update_chat_ctx")
 
     def _heard(
         self, adapter: TurnAdapter, effect: fx.DropUnspokenText, message: llm.ChatMessage
     ) -> str:
-        """The words of the message whose audio played.
+        """The words of the message whose audio played to their end.
 
-        The model streams its transcript ahead of its audio, so the text received says
-        nothing about what played: the played seconds (at the output) are mapped onto
-        the text at the speaking rate of the item itself once all its audio came, else
-        at the rate measured on the model's last complete item; with neither, the text
-        counts as at least as long as LiveKit's standard rate says.
+        Never the transcript synchronizer's text: it runs at a standard rate, not at the
+        model's, and keeps words the caller did not hear. The model gives no word timing
+        and streams its transcript ahead of its audio, so the played seconds (at the
+        output) are mapped onto the text: at the item's own speaking rate once all its
+        audio came; else at the slowest of the rates seen (this item's so far, the
+        model's earlier items', LiveKit's standard rate), one word earlier, since words
+        are not spoken at an even rate and a faster guess would keep an unheard word.
         """
         segment = adapter.last_segment.get(effect.speech_id)
-        if segment is not None and segment.synchronized_transcript is not None:
-            return segment.synchronized_transcript
-        if effect.played_text is not None:
-            return effect.played_text
         if segment is None:
             return ""
-        text = message.text_content or ""
         item = self._items.get(message.id)
-        rate = self._chars_per_second
+        # the text the model sent: with a synchronizer LiveKit commits only its prefix
+        text = (item.transcript if item is not None else "") or message.text_content or ""
         if item is not None and item.audio_done and item.transcript and item.audio_seconds > 0:
-            rate = len(item.transcript) / item.audio_seconds
-        if rate is not None:
-            seconds = len(text) / rate
-        else:
-            received = item.audio_seconds if item is not None else segment.pushed_seconds
-            seconds = audio_seconds(text, received, complete=False)
-        return spoken_prefix(text, segment.played_seconds, seconds)
+            return spoken_prefix(text, segment.played_seconds, item.audio_seconds)
+        rates = [*self._rates]
+        if text and (standard := estimated_seconds(text)) > 0:
+            rates.append(len(text) / standard)
+        received = item.audio_seconds if item is not None else segment.pushed_seconds
+        if item is not None and item.transcript and item.audio_seconds > 0:
+            rates.append(len(item.transcript) / item.audio_seconds)
+        if not rates:
+            return ""
+        seconds = max(received, len(text) / min(rates))
+        return _one_word_earlier(spoken_prefix(text, segment.played_seconds, seconds))
 
     def _mirror_text(self, item_id: str, text: str) -> None:
         """Keep the plugin's mirror of the server item equal to the local message, so a
@@ -687,6 +786,12 @@ class RealtimeLink:
         item = getattr(node, "item", None)
         if isinstance(item, llm.ChatMessage):
             item.content = [text]
+
+
+def _one_word_earlier(prefix: str) -> str:
+    """``prefix`` without its last word."""
+    words = list(_WORD.finditer(prefix))
+    return prefix[: words[-2].end()] if len(words) > 1 else ""
 
 
 def _pcm16_seconds(delta: str) -> float:

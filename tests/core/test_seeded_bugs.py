@@ -144,8 +144,8 @@ class MachineHangUpSkipsEndCall(TurnRules):
 
 
 class GreetingAskedOfABusyModel(TurnRules):
-    """I9: the greeting is asked for while the model's suppressed reply is still active
-    (the real service refuses it: the greeting would be lost)."""
+    """I9: the greeting is asked for again while the model's suppressed reply is still
+    active (the real service refuses it: the greeting would be lost)."""
 
     def greet_when_model_free(self) -> None:
         self.greet_now()
@@ -249,7 +249,14 @@ REALTIME_HELLO = [
     ev.ModelResponseCreated(at=1.1, response_id="r1"),
     ev.ModelReplyStarted(at=1.1, speech_id="auto"),
 ]
-"""A realtime model answers "Hello?" on its own."""
+"""A realtime model answers "Hello?" on its own (its replies were paused from its link
+on, but the pause landed after the turn: the VAD race)."""
+
+REALTIME_HELLO_REFUSED = [
+    *REALTIME_HELLO,
+    ev.EffectOutcome(at=1.2, effect="start_greeting", outcome="refused"),
+]
+"""The greeting, asked for at "Hello?", is refused behind the model's own reply."""
 
 SCENARIOS: list[tuple[type[TurnRules], list[Event], str]] = [
     (
@@ -285,7 +292,7 @@ SCENARIOS: list[tuple[type[TurnRules], list[Event], str]] = [
     (EarlySpeechLetThrough, [ev.AgentSpeechCreated(at=0.0, speech_id="s1")], "I8"),
     (FillerTakenForTheGreeting, FILLER, "I8"),
     (FillerStoppedWithTheSession, FILLER, "I1"),
-    (GreetingAskedOfABusyModel, REALTIME_HELLO, "I9"),
+    (GreetingAskedOfABusyModel, REALTIME_HELLO_REFUSED, "I9"),
     (ModelReplyLetThroughInTheGreeting, REALTIME_HELLO, "I10"),
 ]
 

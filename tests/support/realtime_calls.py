@@ -13,13 +13,14 @@ from typing import Any
 
 from livekit.agents import AgentSession, function_tool
 from livekit.agents.voice.events import SpeechCreatedEvent
+from livekit.agents.voice.transcription.synchronizer import TranscriptSynchronizer
 from livekit.plugins import openai
 
 from turnfsm import TurnController, TurnPolicy
 from turnfsm import events as ev
 from turnfsm.adapters.livekit import TurnAdapter, TurnAgent, attach
 from turnfsm.adapters.livekit.realtime import say_exactly
-from turnfsm.adapters.sim.io import PacedAudioOutput, PlayoutSegment
+from turnfsm.adapters.sim.io import PacedAudioOutput, PlayoutSegment, RecordingTextOutput
 from turnfsm.adapters.sim.realtime import (
     SAMPLE_RATE,
     Fidelity,
@@ -102,9 +103,16 @@ class Call:
         self.created: list[SpeechCreatedEvent] = []
 
     async def start(
-        self, policy: TurnPolicy, *, auto_tool_reply_generation: bool = False, **model: Any
+        self,
+        policy: TurnPolicy,
+        *,
+        auto_tool_reply_generation: bool = False,
+        transcript_sync: bool = False,
+        **model: Any,
     ) -> tuple[AgentSession, TurnAdapter, TurnController]:
-        """Starts the session; ``model`` holds further ``RealtimeModel`` arguments."""
+        """Starts the session; ``model`` holds further ``RealtimeModel`` arguments.
+        ``transcript_sync`` puts LiveKit's ``TranscriptSynchronizer`` in front of the
+        loudspeaker and a transcript sink, as RoomIO does in every deployment."""
         self.model = openai.realtime.RealtimeModel(
             api_key="dummy", **self.server.model_options(), **model
         )
@@ -113,6 +121,12 @@ class Call:
         session: AgentSession = AgentSession(llm=self.model, vad=None, aec_warmup_duration=None)
         session.input.audio = self.microphone
         session.output.audio = self.speaker
+        if transcript_sync:
+            synchronizer = TranscriptSynchronizer(
+                next_in_chain_audio=self.speaker, next_in_chain_text=RecordingTextOutput()
+            )
+            session.output.audio = synchronizer.audio_output
+            session.output.transcription = synchronizer.text_output
         session.on("speech_created", self.created.append)
         controller = TurnController(policy, strict=True)
         adapter = attach(session, controller)
@@ -162,9 +176,12 @@ class Call:
 
 
 @asynccontextmanager
-async def served_call(fidelity: Fidelity | None = None) -> AsyncIterator[Call]:
-    """A call against its own server (at ``fidelity``, else the run's), closed on exit."""
-    async with RealtimeTestServer(RealtimeScript(), fidelity=fidelity) as server:
+async def served_call(
+    fidelity: Fidelity | None = None, **server_options: Any
+) -> AsyncIterator[Call]:
+    """A call against its own server (at ``fidelity``, else the run's), closed on exit;
+    ``server_options``: further `RealtimeTestServer` arguments (``chars_per_second``)."""
+    async with RealtimeTestServer(RealtimeScript(), fidelity=fidelity, **server_options) as server:
         test_call = Call(server)
         try:
             yield test_call

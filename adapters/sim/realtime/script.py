@@ -102,8 +102,15 @@ class RealtimeScript:
         default_text: Spoken when nothing else decides.
         refuse_creates: How many of the client's next ``response.create`` the server
             refuses with the error it sends while a response is active
-            (``conversation_already_has_active_response``), as the service does when a
-            cancelled response's ``response.done`` has not come yet.
+            (``conversation_already_has_active_response``). The service refuses a create
+            only behind an active response, so one is there: when none is, the server
+            starts its own reply just before the create lands (a turn it answers).
+        race_auto_replies: How many of the next user turns the server answers although
+            ``create_response`` is off, as when the ``session.update`` that turned it
+            off arrived just after the turn was committed (server VAD racing a lock).
+        fail_responses: How many of the next responses the client asks for
+            (``response.create``) end ``failed`` after ``fail_after_ms`` of audio.
+        fail_after_ms: How much audio a failing response generates before it fails.
     """
 
     def __init__(
@@ -117,6 +124,9 @@ class RealtimeScript:
         auto_tool_reply: bool = False,
         default_text: str = "Okay.",
         refuse_creates: int = 0,
+        race_auto_replies: int = 0,
+        fail_responses: int = 0,
+        fail_after_ms: int = 1000,
     ) -> None:
         self._responses: deque[ScriptedResponse] = deque(
             self._coerce(response) for response in responses
@@ -129,6 +139,9 @@ class RealtimeScript:
         self.auto_tool_reply = auto_tool_reply
         self.default_text = default_text
         self.refuse_creates = refuse_creates
+        self.race_auto_replies = race_auto_replies
+        self.fail_responses = fail_responses
+        self.fail_after_ms = fail_after_ms
         self.requests: list[ResponseRequest] = []
         """Every request decided so far, in order."""
 

@@ -161,7 +161,7 @@ class ResponseRecord:
         request: What the script was asked.
         reply: What the script decided.
         created_at: ``loop.time()`` of ``response.created``.
-        status: ``in_progress``, ``completed`` or ``cancelled``.
+        status: ``in_progress``, ``completed``, ``cancelled`` or ``failed``.
         status_reason: ``turn_detected`` or ``client_cancelled`` for cancelled responses.
         message_item_id: Id of the spoken message item, if any.
         transcript_sent: Transcript streamed before the response ended.
@@ -174,7 +174,7 @@ class ResponseRecord:
     request: ResponseRequest
     reply: ScriptedResponse
     created_at: float
-    status: Literal["in_progress", "completed", "cancelled"] = "in_progress"
+    status: Literal["in_progress", "completed", "cancelled", "failed"] = "in_progress"
     status_reason: str | None = None
     message_item_id: str | None = None
     transcript_sent: str = ""
@@ -283,6 +283,8 @@ class _ActiveResponse:
     task: asyncio.Task[None] | None = None
     cancel_reason: str | None = None
     """Set once a cancel was accepted; the response ends when the cancel takes effect."""
+    fail_after_ms: int | None = None
+    """The response fails (``status`` ``failed``) once it generated this much audio."""
 
 
 # --------------------------------------------------------------------------- connection
@@ -576,7 +578,11 @@ class RealtimeConnection:
             }
         )
         self._commit_user_audio(item_id)
-        if turn_detection.get("create_response", True):
+        script = self._server.script
+        racing = not turn_detection.get("create_response", True) and script.race_auto_replies
+        if racing:
+            script.race_auto_replies -= 1
+        if turn_detection.get("create_response", True) or racing:
             self._turn_response_pending = True
             self._start_pending_response()
 
@@ -774,9 +780,11 @@ class RealtimeConnection:
 
     def _on_response_create(self, event: dict[str, Any]) -> None:
         script = self._server.script
-        if self._active is not None or script.refuse_creates > 0:
-            script.refuse_creates = max(0, script.refuse_creates - (self._active is None))
-            active = self._active.record.id if self._active is not None else "resp_cancelled"
+        if self._active is None and script.refuse_creates > 0:
+            script.refuse_creates -= 1
+            self._start_response("turn_detected", {})  # its own reply, just before the create
+        if self._active is not None:
+            active = self._active.record.id
             self._send_error(
                 "conversation_already_has_active_response",
                 f"Conversation already has an active response in progress: {active}. Wait "
@@ -784,7 +792,12 @@ class RealtimeConnection:
                 event,
             )
             return
+        fails = script.fail_responses > 0
+        if fails:
+            script.fail_responses -= 1
         self._start_response("response.create", event.get("response") or {})
+        if fails and self._active is not None:
+            self._active.fail_after_ms = script.fail_after_ms
 
     def _on_response_cancel(self, event: dict[str, Any]) -> None:
         response_id = event.get("response_id")
@@ -827,11 +840,14 @@ class RealtimeConnection:
 
     def _response_payload(self, active: _ActiveResponse) -> dict[str, Any]:
         record = active.record
-        status_details = (
-            {"type": record.status, "reason": record.status_reason}
-            if record.status_reason
-            else None
-        )
+        status_details: dict[str, Any] | None = None
+        if record.status == "failed":
+            status_details = {
+                "type": "failed",
+                "error": {"type": "server_error", "code": record.status_reason},
+            }
+        elif record.status_reason:
+            status_details = {"type": record.status, "reason": record.status_reason}
         payload: dict[str, Any] = {
             "id": record.id,
             "object": "realtime.response",
@@ -861,6 +877,11 @@ class RealtimeConnection:
         reply = active.record.reply
         if reply.text:
             await self._stream_message(active, reply.text)
+        if active.fail_after_ms is not None and active.message_open:
+            # it failed mid-message (the issue's 1.2 s into a greeting)
+            self._close_message(active, "incomplete")
+            self._finish_response(active, "failed", "server_error")
+            return
         if active.cancel_reason is not None:
             # generated to the end while its cancel was on the way: it ends cancelled now
             self._stop_pending_cancel()
@@ -935,6 +956,8 @@ class RealtimeConnection:
             due = started + max(0, chunk_index * chunk_ms - server.lead_ms) / 1000 / speed
             await asyncio.sleep(max(0.0, due - _now()))
             chunk_start_ms = chunk_index * chunk_ms
+            if active.fail_after_ms is not None and chunk_start_ms >= active.fail_after_ms:
+                return  # the message stays open: the response fails
             # the words whose speech starts before this chunk ends, or text_lead_ms later
             spoken_by_ms = chunk_start_ms + chunk_ms + text_lead_ms
             delta = ""
@@ -1072,7 +1095,7 @@ class RealtimeConnection:
     def _finish_response(
         self,
         active: _ActiveResponse,
-        status: Literal["completed", "cancelled"],
+        status: Literal["completed", "cancelled", "failed"],
         reason: str | None,
     ) -> None:
         active.record.status = status

@@ -1,0 +1,205 @@
+"""Issue 19's matrix: the realtime promises under every timing, speech and fault.
+
+Axes: one-way latency {0, 100, 300 ms} × cancel delay {0, 150, 600 ms} × transcript lead
+{0, 1 s} × speech rate {even, uneven} × LiveKit's transcript synchronizer {on, off} ×
+fault {none, refused once, refused twice, failed, socket drop, VAD race}: 432 cells.
+
+Each cell is one outbound call on the virtual clock: the callee answers and says "Hello?",
+turnfsm greets (the fault hits the greeting), then the callee asks a question and barges
+in on the answer 1.5 s into it. What the callee got is judged:
+
+1. the greeting: its last speech played whole and no other speech came before it (or,
+   refused twice, the call ended ``greeting_failed`` with nothing played);
+2. the heard text: every assistant message in the history is a word prefix of the words
+   of its reply played to their end (the server's own speech timeline);
+3. the call goes on: the barge-in is answered, the machine listens.
+
+``make test`` runs a covering subset (every fault with every value of every other axis:
+18 cells, 3.6 s of CPU); ``make test-deep`` runs all 432 (about 0.2 s of CPU each, 90 s
+in all: over the 20 s a `make test` part may take).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from dataclasses import dataclass, replace
+
+import pytest
+from livekit.agents import llm
+
+from turnfsm import TurnPolicy
+from turnfsm import events as ev
+from turnfsm.adapters.sim.realtime import REAL_PROTOCOL, Fidelity
+
+from support.realtime_calls import Call, scripted_model, served_call, wait_finished, words_heard
+
+GREETING = "Hi, this is Ada from Acme, calling about the order you placed last week."
+ANSWER = (
+    "Our shop opens at nine and closes at six on weekdays, and on Saturdays "
+    "it opens at ten and closes at four."
+)
+LATENCIES_MS = (0, 100, 300)
+CANCEL_DELAYS_MS = (0, 150, 600)
+TEXT_LEADS_MS = (0, 1000)
+RATES = ("even", "uneven")
+SYNCHRONIZER = (False, True)
+FAULTS = ("none", "refused once", "refused twice", "failed", "socket drop", "VAD race")
+
+
+@dataclass(frozen=True)
+class Cell:
+    latency_ms: int
+    cancel_ms: int
+    lead_ms: int
+    rate: str
+    synchronizer: bool
+    fault: str
+
+    @property
+    def fidelity(self) -> Fidelity:
+        return replace(
+            REAL_PROTOCOL,
+            network_latency_ms=self.latency_ms,
+            cancel_latency_ms=self.cancel_ms,
+            transcript_lead_ms=self.lead_ms,
+            generation_speed=2.0,
+            speaking_rate_variation=0.3 if self.rate == "uneven" else 0.0,
+        )
+
+    def __str__(self) -> str:
+        sync = "sync" if self.synchronizer else "nosync"
+        return (
+            f"{self.latency_ms}ms-cancel{self.cancel_ms}-lead{self.lead_ms}-{self.rate}-"
+            f"{sync}-{self.fault.replace(' ', '_')}"
+        )
+
+
+def covering_cells() -> list[Cell]:
+    """Every fault with every value of every other axis: fault × latency (18 cells), the
+    other axes cycled so that each fault meets each of their values."""
+    cells = []
+    for f, fault in enumerate(FAULTS):
+        for j, latency in enumerate(LATENCIES_MS):
+            cells.append(
+                Cell(
+                    latency_ms=latency,
+                    cancel_ms=CANCEL_DELAYS_MS[(f + j) % 3],
+                    lead_ms=TEXT_LEADS_MS[(f + j) % 2],
+                    rate=RATES[(f + j + 1) % 2],
+                    synchronizer=SYNCHRONIZER[(j + f // 2) % 2],
+                    fault=fault,
+                )
+            )
+    return cells
+
+
+def all_cells() -> list[Cell]:
+    return [
+        Cell(*values)
+        for values in itertools.product(
+            LATENCIES_MS, CANCEL_DELAYS_MS, TEXT_LEADS_MS, RATES, SYNCHRONIZER, FAULTS
+        )
+    ]
+
+
+def test_the_covering_subset_pairs_every_fault_with_every_value() -> None:
+    cells = covering_cells()
+    for fault in FAULTS:
+        mine = [c for c in cells if c.fault == fault]
+        assert {c.latency_ms for c in mine} == set(LATENCIES_MS)
+        assert {c.cancel_ms for c in mine} == set(CANCEL_DELAYS_MS)
+        assert {c.lead_ms for c in mine} == set(TEXT_LEADS_MS)
+        assert {c.rate for c in mine} == set(RATES)
+        assert {c.synchronizer for c in mine} == set(SYNCHRONIZER)
+    assert len(all_cells()) == 432
+
+
+def _assistant_messages(call: Call) -> list[llm.ChatMessage]:
+    assert call.session is not None
+    return [
+        item
+        for item in call.session.history.items
+        if isinstance(item, llm.ChatMessage) and item.role == "assistant"
+    ]
+
+
+async def run_cell(cell: Cell) -> None:
+    async with served_call(cell.fidelity) as call:
+        server, script = call.server, call.server.script
+        script.policy = scripted_model([])  # a reply of its own to "Hello?" says "Okay."
+        if cell.fault == "refused once":
+            script.refuse_creates = 1
+        elif cell.fault == "refused twice":
+            script.refuse_creates = 2
+        elif cell.fault == "failed":
+            script.fail_responses, script.fail_after_ms = 1, 1200
+        elif cell.fault == "VAD race":
+            script.race_auto_replies = 1
+        session, adapter, controller = await call.start(
+            TurnPolicy(direction="outbound", greeting=GREETING),
+            transcript_sync=cell.synchronizer,
+        )
+        adapter.dispatch(ev.CallAnswered(at=adapter.now()))
+        call.microphone.speak(0.6)  # "Hello?"
+
+        if cell.fault == "refused twice":
+            await asyncio.sleep(8.0)
+            assert controller.is_ended
+            assert controller.context.end_reason == "greeting_failed"
+            assert not [s for s in call.speaker.segments if s.played > 0]
+            return
+
+        first = await call.segment_playing(0, timeout=15.0)
+        if cell.fault == "socket drop":
+            await call.played(first, 1.0)
+            server.connection.drop()
+        greeting = first
+        if cell.fault in ("failed", "socket drop"):
+            greeting = await call.segment_playing(1, timeout=15.0)
+        await wait_finished(greeting)
+        # 1. the greeting played whole, and nothing but a cut greeting came before it
+        assert not greeting.interrupted
+        assert greeting.played == pytest.approx(greeting.pushed, abs=0.01)
+        greeted = [r for r in server.responses if r.reply.text == GREETING]
+        assert greeted[-1].status == "completed"
+        played_before = [s for s in call.speaker.segments if s is not greeting and s.played > 0]
+        assert len(played_before) == (1 if cell.fault in ("failed", "socket drop") else 0)
+
+        # 3. the call goes on: a question, its answer, a barge-in 1.5 s into it
+        script.policy = scripted_model([ANSWER, "Sure."])
+        await asyncio.sleep(1.0)
+        call.microphone.speak(0.5)
+        answer = await call.segment_playing(len(call.speaker.segments), timeout=15.0)
+        await call.played(answer, 1.5)
+        call.microphone.speak(0.5)
+        await wait_finished(answer)
+        await asyncio.sleep(3.0)
+        assert controller.state == "listening"
+        assert answer.interrupted
+
+        # 2. every assistant message holds only words played to their end
+        played = {GREETING: [*played_before, greeting], ANSWER: [answer]}
+        for message in _assistant_messages(call):
+            said = (message.text_content or "").split()
+            if said in (["Sure."], ["Okay."]):  # played whole, or suppressed unplayed
+                continue
+            reply = GREETING if " ".join(said) in GREETING else ANSWER
+            heard = [
+                reply.split()
+                if s.played >= s.pushed - 0.01 and not s.interrupted and s is greeting
+                else words_heard(server, reply, s.played)
+                for s in played[reply]
+            ]
+            assert any(said == words[: len(said)] for words in heard), (said, heard)
+
+
+@pytest.mark.parametrize("cell", covering_cells(), ids=str)
+async def test_matrix_covering_subset(cell: Cell) -> None:
+    await run_cell(cell)
+
+
+@pytest.mark.deep
+@pytest.mark.parametrize("cell", all_cells(), ids=str)
+async def test_matrix_full(cell: Cell) -> None:
+    await run_cell(cell)
