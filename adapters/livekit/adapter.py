@@ -312,7 +312,7 @@ class TurnAdapter:
         self.outcomes = OutcomeMonitor(self, strict=strict)
         """Checks what the session did (audio, history, tool rounds, input)."""
         self.prerendered = PrerenderedTexts(session)
-        """The policy's texts synthesized ahead, while the call rings (prerender.py)."""
+        """The greeting synthesized ahead, while the call rings (prerender.py)."""
         self.realtime: RealtimeLink | None = None
         """Realtime models: the levers that hold there replace the pipeline's (realtime.py)."""
         self.levers: dict[type[fx.Effect], Lever] = dict(LEVERS)
