@@ -15,16 +15,21 @@ spoken reply without tools.
 
 from __future__ import annotations
 
-import asyncio
 from contextlib import AbstractAsyncContextManager
 
 import pytest
-from livekit.agents import function_tool
-from turncalls import SETTING_ROWS, TurnCall, line_start, run_scenarios, turn_call, wait_segment
+from turncalls import (
+    SETTING_ROWS,
+    LookupAgent,
+    TurnCall,
+    line_start,
+    run_scenarios,
+    turn_call,
+    wait_segment,
+)
 
 from turnfsm import TurnPolicy
 from turnfsm import effects as fx
-from turnfsm.adapters.livekit import TurnAgent
 from turnfsm.adapters.sim import (
     LINES,
     CallScript,
@@ -37,23 +42,6 @@ from turnfsm.adapters.sim import (
 
 FINAL = "I could not find anything."
 QUESTION = LINES["question"].text
-
-
-class LookupAgent(TurnAgent):
-    def __init__(self, *, tool_seconds: float = 0.0) -> None:
-        super().__init__(instructions="Look things up.")
-        self.tool_seconds = tool_seconds
-        self.started: list[float] = []
-        self.finished: list[float] = []
-
-    @function_tool
-    async def lookup(self) -> str:
-        """Look up the customer's appointment."""
-        loop = asyncio.get_running_loop()
-        self.started.append(loop.time())
-        await asyncio.sleep(self.tool_seconds)
-        self.finished.append(loop.time())
-        return "The appointment is on Tuesday at ten."
 
 
 def _question_call(

@@ -243,7 +243,7 @@ APPOINTMENT = "Your appointment is on Tuesday at ten."
 class LookupAgent(TurnAgent):
     """Answers the question with one tool round whose tool takes ``tool_seconds``."""
 
-    def __init__(self, tool_seconds: float) -> None:
+    def __init__(self, tool_seconds: float = 0.0) -> None:
         super().__init__(instructions="Look things up.")
         self.tool_seconds = tool_seconds
         self.started: list[float] = []
