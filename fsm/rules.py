@@ -185,6 +185,12 @@ class TurnRules:
         return self.context.tool_loop_stopped
 
     @guard("event")
+    def held_audio_replayed(self, ev: EffectOutcome) -> bool:
+        """The greeting's held audio has been replayed (or its unmute failed): the
+        outcome of its ``UnmuteInput`` comes when the replay is over."""
+        return self.context.replaying_held_audio and ev.effect == "unmute_input"
+
+    @guard("event")
     def greeting_start_not_done(self, ev: EffectOutcome) -> bool:
         """The greeting did not start and no speech of it exists (or the speech taken for
         it played something else, named by the outcome): the call would be deaf."""
@@ -473,6 +479,37 @@ class TurnRules:
     def unmute_replaying_held_audio(self) -> None:
         """``mute_input`` + ``answer_whole``: the caller's held speech is heard whole."""
         self._unmute(replay_held_audio=True)
+
+    def hold_user_turns_through_the_replay(self) -> None:
+        """...as one turn: LiveKit would commit each utterance of the replay on its own, and
+        the reply to the first (its tool steps mute the input) would cut the next ones
+        apart. Held until the replay is over (the unmute's outcome comes then). Not with
+        a realtime model: its hold shuts the input gate, which would stop the replay (the
+        server commits the replayed audio itself)."""
+        if not self.context.realtime_model:
+            self.context.replaying_held_audio = True
+            self._hold_user_turns()
+
+    def note_caller_in_replay(self) -> None:
+        if self.context.replaying_held_audio:
+            self.context.replay_heard_caller = True
+
+    def commit_the_replay(self, machine: StateChart) -> None:
+        """The held audio is replayed: what the caller said in it is one turn now; if the
+        caller still speaks, it becomes one when the caller stops."""
+        ctx = self.context
+        finished = ctx.replay_heard_caller and not _caller_speaks(machine)
+        ctx.replaying_held_audio = ctx.replay_heard_caller = False
+        self._resume_user_turns(commit_pending=finished)
+
+    def stop_holding_for_the_replay(self, target: object) -> None:
+        """Leaving ``listening`` (the agent speaks first) ends the wait for the replay: the
+        rest of it comes as turns of their own; on hang-up clean-up releases the turns."""
+        ctx = self.context
+        if ctx.replaying_held_audio:
+            ctx.replaying_held_audio = ctx.replay_heard_caller = False
+            if not _is_end(target):
+                self._resume_user_turns(commit_pending=False)
 
     def unmute_dropping_held_audio(self) -> None:
         """``mute_input`` + ``drop``."""

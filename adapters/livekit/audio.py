@@ -62,6 +62,8 @@ class InputGate(AudioInput):
         """Frames an unmute released for replay, not passed on yet (then the live ones
         that came meanwhile, so the order is kept)."""
         self._held_seconds = 0.0
+        self._replayed: list[asyncio.Future[None]] = []
+        """Waiting for the replay to be over (:meth:`replayed`)."""
 
     @property
     def muted(self) -> bool:
@@ -95,6 +97,16 @@ class InputGate(AudioInput):
         if not self._replaying:
             self._held_seconds = 0.0  # exactly: the sum of float durations drifts off it
 
+    def replayed(self) -> asyncio.Future[None]:
+        """Done once every frame released for replay has been passed on (at once when
+        none is left)."""
+        future = asyncio.get_running_loop().create_future()
+        if self._replaying:
+            self._replayed.append(future)
+        else:
+            future.set_result(None)
+        return future
+
     async def __anext__(self) -> rtc.AudioFrame:
         while True:
             if not self._muted and self._replaying:
@@ -103,6 +115,8 @@ class InputGate(AudioInput):
                 if not self._replaying and not self._held:
                     self._held_seconds = 0.0
                 await asyncio.sleep(frame.duration / REPLAY_SPEED)
+                if not self._replaying:
+                    self._replay_over()
                 return frame
             frame = await super().__anext__()
             if not self._muted:
@@ -113,6 +127,12 @@ class InputGate(AudioInput):
             if self._holding:
                 self._keep(self._held, frame)
             return _silence_like(frame)
+
+    def _replay_over(self) -> None:
+        waiting, self._replayed = self._replayed, []
+        for future in waiting:
+            if not future.done():
+                future.set_result(None)
 
     def _keep(self, frames: collections.deque[rtc.AudioFrame], frame: rtc.AudioFrame) -> None:
         frames.append(frame)

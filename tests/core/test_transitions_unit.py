@@ -428,13 +428,66 @@ def test_mute_input_drop_speech_after_the_window_is_a_turn() -> None:
     assert controller.handle(ev.UserSpeechEnded(at=6.0)) == ()
 
 
-def test_mute_input_answer_whole_replays_the_held_audio() -> None:
+def test_mute_input_answer_whole_replays_the_held_audio_as_one_turn() -> None:
     controller = greeted(outbound(greeting_lock="mute_input", greeting_overlap="answer_whole"))
+    # the held audio is replayed, user turns held until the replay is over
     assert controller.handle(ev.AgentSpeechEnded(at=5.0, speech_id="g1", played_seconds=3)) == (
         fx.UnmuteInput(replay_held_audio=True),
+        fx.HoldUserTurns(),
     )
     assert controller.handle(ev.UserSpeechStarted(at=5.1)) == ()  # no spill-over window
+    assert controller.handle(ev.UserSpeechEnded(at=5.4)) == ()
     assert controller.state == "listening"
+    assert controller.context.replay_heard_caller
+    # another lever's outcome is not the replay's end
+    assert controller.handle(ev.EffectOutcome(at=5.5, effect="start_timer", outcome="done")) == ()
+    # the replay's unmute reports its outcome when the replay is over: one turn now
+    replayed = ev.EffectOutcome(at=5.8, effect="unmute_input", outcome="done")
+    assert controller.handle(replayed) == (fx.ResumeUserTurns(commit_pending=True),)
+    assert not controller.context.turns_held
+    assert not controller.context.replaying_held_audio
+    assert controller.handle(replayed) == ()  # once
+
+
+@pytest.mark.parametrize(
+    ("heard", "speaking", "commit"),
+    [(False, False, False), (True, True, False), (True, False, True)],
+    ids=["nothing-said", "caller-still-speaking", "caller-done"],
+)
+def test_the_replay_is_committed_only_when_the_caller_said_something_and_stopped(
+    heard: bool, speaking: bool, commit: bool
+) -> None:
+    controller = greeted(outbound(greeting_lock="mute_input", greeting_overlap="answer_whole"))
+    controller.handle(ev.AgentSpeechEnded(at=5.0, speech_id="g1", played_seconds=3))
+    if heard:
+        controller.handle(ev.UserSpeechStarted(at=5.1))
+        if not speaking:
+            controller.handle(ev.UserSpeechEnded(at=5.4))
+    # a failed unmute ends the wait too (its fallback opens the gate without replay)
+    replayed = ev.EffectOutcome(at=5.8, effect="unmute_input", outcome="failed")
+    assert controller.handle(replayed) == (fx.ResumeUserTurns(commit_pending=commit),)
+
+
+def test_the_agent_speaking_during_the_replay_ends_the_hold() -> None:
+    controller = greeted(
+        outbound(greeting_lock="mute_input", greeting_overlap="answer_whole", idle_timeout=1.0)
+    )
+    controller.handle(ev.AgentSpeechEnded(at=5.0, speech_id="g1", played_seconds=3))
+    controller.handle(ev.TimerFired(at=6.0, timer="idle"))  # a re-prompt, said
+    effects = controller.handle(ev.AgentSpeechCreated(at=6.0, speech_id="r1", source="say"))
+    assert fx.ResumeUserTurns(commit_pending=False) in effects
+    assert controller.state == "speaking"
+    assert not controller.context.turns_held
+    replayed = ev.EffectOutcome(at=6.5, effect="unmute_input", outcome="done")
+    assert controller.handle(replayed) == ()
+
+
+def test_a_hang_up_during_the_replay_releases_the_turns_once() -> None:
+    controller = greeted(outbound(greeting_lock="mute_input", greeting_overlap="answer_whole"))
+    controller.handle(ev.AgentSpeechEnded(at=5.0, speech_id="g1", played_seconds=3))
+    effects = controller.handle(ev.CallEnded(at=5.5, reason="user_initiated"))
+    assert effects.count(fx.ResumeUserTurns(commit_pending=False)) == 1
+    assert controller.state == "ended"
 
 
 def test_interrupted_greeting_end_still_releases_the_lock_and_drops_unspoken_text() -> None:
@@ -444,6 +497,7 @@ def test_interrupted_greeting_end_still_releases_the_lock_and_drops_unspoken_tex
     ) == (
         fx.UnmuteInput(replay_held_audio=True),
         fx.DropUnspokenText(speech_id="g1", keep="spoken", played_seconds=1.0),
+        fx.HoldUserTurns(),
     )
 
 
