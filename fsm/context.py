@@ -86,6 +86,11 @@ class TurnContext:
     reprompts: int = 0
     """Idle re-prompts since the caller last spoke."""
 
+    handing_over: bool = False
+    """A tool step handed the call to another agent since the last user turn: the
+    outgoing agent, draining, says nothing more (LiveKit refuses its new speech), and the
+    new agent speaks next."""
+
     realtime_model: bool = False
     """The session runs a realtime model (``realtime_model_linked``)."""
 

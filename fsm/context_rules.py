@@ -66,6 +66,7 @@ SCOPED: Mapping[str, frozenset[str]] = {
             "tools_forbidden",
             "reprompts",
             "model_replies_to_tools",
+            "handing_over",
         ),
         _CONVERSATION_AND_END,
     ),

@@ -315,8 +315,9 @@ def declare_chart() -> dict[str, Any]:
 
     tool_step_finished = (
         tool_loop.to(speaking, cond="tool_loop_must_stop", on="stop_after_tool_step")
-        | tool_loop.to(speaking)
+        | tool_loop.to(speaking, on="note_handoff")
         | conversation.to(None, cond="tool_loop_must_stop", on="stop_after_tool_step")
+        | conversation.to(None, cond="step_hands_over", on="note_handoff")
     )
 
     agent_speech_interrupted = tool_loop.to(

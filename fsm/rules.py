@@ -185,6 +185,10 @@ class TurnRules:
         return self.context.tool_loop_stopped
 
     @guard("event")
+    def step_hands_over(self, ev: ToolStepFinished) -> bool:
+        return ev.hands_over
+
+    @guard("event")
     def held_audio_replayed(self, ev: EffectOutcome) -> bool:
         """The greeting's held audio has been replayed (or its unmute failed): the
         outcome of its ``UnmuteInput`` comes when the replay is over."""
@@ -585,6 +589,7 @@ class TurnRules:
         ctx.tool_loop_stopped = False
         ctx.final_reply_pending = False
         ctx.reprompts = 0
+        ctx.handing_over = False
         self._end_final_wait()
         self._allow_tools()
 
@@ -690,12 +695,19 @@ class TurnRules:
         """The interrupt did not happen: the loop goes on and its reply is spoken."""
         self.context.tool_loop_stopped = False
 
+    def note_handoff(self, ev: ToolStepFinished) -> None:
+        if ev.hands_over:
+            self.context.handing_over = True
+
     def stop_after_tool_step(self, ev: ToolStepFinished) -> None:
         ctx = self.context
         self.emit(fx.CancelToolReply(speech_id=ev.speech_id))
+        self.note_handoff(ev)
         # a step that hands the call over ends with the new agent's first words: the old
-        # agent, draining, says nothing more (no final reply, no fallback)
-        if not ctx.tool_loop_stopped and not ctx.capped and not ev.hands_over:
+        # agent, draining, says nothing more (no final reply, no fallback), whichever of
+        # its replies' steps reaches the cap (an older reply's step may finish after
+        # the one that handed over, or before it)
+        if not ctx.tool_loop_stopped and not ctx.capped and not ctx.handing_over:
             ctx.capped = True
             ctx.final_reply_pending = True
             if ctx.realtime_model:

@@ -847,6 +847,45 @@ def test_a_capped_step_that_hands_the_call_over_asks_no_final_reply() -> None:
     assert controller.state == "listening"
 
 
+def _two_replies_in_tools(controller: TurnController) -> None:
+    """Seeds 22032 and 27779: the reply s1 runs a tool step; the caller's next turn
+    commits meanwhile (LiveKit interrupts s1, whose step still runs) and its reply s2
+    starts a step of its own, the turn's first round (the cap: 1)."""
+    controller.handle(ev.ToolStepStarted(at=2.0, speech_id="s1"))
+    controller.handle(ev.UserTurnCommitted(at=3.0, text="Can I move it?", item_id="u2"))
+    controller.handle(ev.AgentSpeechCreated(at=3.0, speech_id="s2"))
+    controller.handle(ev.AgentSpeechInterrupted(at=3.0, speech_id="s1"))
+    assert controller.handle(ev.ToolStepStarted(at=3.1, speech_id="s2")) == ()
+    assert controller.context.tool_rounds == 1
+
+
+@pytest.mark.parametrize(
+    ("handing_over", "then_capped"),
+    [("s2", "s1"), ("s1", "s2")],
+    ids=["the-turn's-step-hands-over-then-the-old-one-ends", "the-old-step-hands-over"],
+)
+def test_no_final_reply_at_the_cap_once_a_step_handed_the_call_over(
+    handing_over: str, then_capped: str
+) -> None:
+    """The outgoing agent, draining, cannot say a final reply (LiveKit refuses its new
+    speech: the lever failed), whichever of its replies' steps reaches the cap after
+    another one handed the call over; the new agent speaks next."""
+    controller = speaking(max_tool_steps=1)
+    _two_replies_in_tools(controller)
+    handoff = ev.ToolStepFinished(at=3.5, speech_id=handing_over, hands_over=True)
+    assert controller.handle(handoff) == (fx.CancelToolReply(speech_id=handing_over),)
+    capped = ev.ToolStepFinished(at=4.0, speech_id=then_capped)
+    assert controller.handle(capped) == (fx.CancelToolReply(speech_id=then_capped),)
+    assert not controller.context.final_reply_pending
+    # the next user turn (the new agent's) is capped as usual
+    controller.handle(ev.UserTurnCommitted(at=6.0, text="Thanks.", item_id="u3"))
+    controller.handle(ev.AgentSpeechCreated(at=6.0, speech_id="s3"))
+    assert tool_round(controller, "s3") == (
+        fx.CancelToolReply(speech_id="s3"),
+        fx.FinalReplyWithoutTools(fallback_text=FALLBACK),
+    )
+
+
 def test_parallel_calls_count_as_one_round() -> None:
     controller = speaking(max_tool_steps=2)
     assert tool_round(controller, calls=3) == ()

@@ -47,5 +47,6 @@ async def test_a_held_overlap_is_answered_when_resuming_user_turns_fails() -> No
             if isinstance(s.event, ev.EffectOutcome) and s.event.effect == "resume_user_turns"
         ]
         assert outcomes == ["failed"], context
-        assert fc.history()[1:] == [("user", LINES["question"].text), ("assistant", ANSWER)], context
+        answered = [("user", LINES["question"].text), ("assistant", ANSWER)]
+        assert fc.history()[1:] == answered, context
         assert fc.session.turn_detection != "manual", context
