@@ -36,6 +36,13 @@ class TurnContext:
     discarding_overlap: bool = False
     """Speech that overlapped the greeting is still going on and will be discarded."""
 
+    replaying_held_audio: bool = False
+    """The caller's audio held over the greeting (``mute_input`` + ``answer_whole``) is
+    being replayed: user turns are held until its end, so that it becomes one turn."""
+
+    replay_heard_caller: bool = False
+    """The caller's voice was heard in that replay: there is a turn to commit at its end."""
+
     spill_over_until: float | None = None
     """Speech starting before this time continues an overlap the muted input missed."""
 
@@ -78,6 +85,11 @@ class TurnContext:
 
     reprompts: int = 0
     """Idle re-prompts since the caller last spoke."""
+
+    handing_over: bool = False
+    """A tool step handed the call to another agent since the last user turn: the
+    outgoing agent, draining, says nothing more (LiveKit refuses its new speech), and the
+    new agent speaks next."""
 
     realtime_model: bool = False
     """The session runs a realtime model (``realtime_model_linked``)."""

@@ -47,6 +47,8 @@ SCOPED: Mapping[str, frozenset[str]] = {
     # paused from the model's link until the greeting has played (issue 19)
     "model_replies_paused": frozenset({"start", "ringing", "awaiting_user", "greeting"}),
     "discarding_overlap": frozenset({"listening"}),
+    "replaying_held_audio": frozenset({"listening"}),
+    "replay_heard_caller": frozenset({"listening"}),
     "spill_over_until": frozenset({"listening"}),
     "turns_held": frozenset({"greeting", "listening"}),
     "input_muted": frozenset({"greeting", "tool_loop"}),
@@ -64,6 +66,7 @@ SCOPED: Mapping[str, frozenset[str]] = {
             "tools_forbidden",
             "reprompts",
             "model_replies_to_tools",
+            "handing_over",
         ),
         _CONVERSATION_AND_END,
     ),
@@ -231,11 +234,17 @@ def _check_state(context: TurnContext, policy: TurnPolicy, configuration: tuple[
             f"TurnContext.turns_held must be {not policy.mutes_greeting} in the greeting "
             f"(greeting_lock={policy.greeting_lock!r})"
         )
-    if state == "listening" and context.turns_held and not context.discarding_overlap:
+    held_for = context.discarding_overlap or context.replaying_held_audio
+    if state == "listening" and context.turns_held and not held_for:
         raise ValueError(
             "TurnContext.turns_held is set in 'listening' only while an overlap is "
-            "discarded (discarding_overlap=False)"
+            "discarded or the greeting's held audio replays (discarding_overlap=False, "
+            "replaying_held_audio=False)"
         )
+    if context.replaying_held_audio and not context.turns_held:
+        raise ValueError("TurnContext.replaying_held_audio holds user turns (turns_held=False)")
+    if context.replay_heard_caller and not context.replaying_held_audio:
+        raise ValueError("TurnContext.replay_heard_caller is set only while a replay runs")
     if state == "ended" and context.end_reason is None:
         raise ValueError("TurnContext.end_reason must say why the call ended")
     if state in ("speaking", "tool_loop") and not context.active_speeches:

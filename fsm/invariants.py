@@ -24,8 +24,9 @@ I3      tool_cap                per user turn at most ``max_tool_steps`` tool ro
                                 let through; reaching the cap cancels the tool reply and
                                 asks for exactly one final reply without tools (with a
                                 realtime model: forbids tools at once, and asks for the
-                                final reply at most once; none when the step hands the
-                                call to another agent, which speaks next)
+                                final reply at most once; none when the step, or an
+                                earlier one since the user turn, hands the call to
+                                another agent, which speaks next)
 I4      drop_unspoken           an interrupted speech yields ``DropUnspokenText`` (unless
                                 the policy keeps interrupted text) no later than the
                                 step that reports its end
@@ -100,6 +101,8 @@ class SafetyMonitor:
     tool_rounds: int = 0
     final_replies: int = 0
     barge_in_stopped_tools: bool = False
+    handing_over: bool = False
+    """A tool step handed the call over since the last user turn."""
     dropped: set[str] = attrs.field(factory=set)
     first_words: str | None = None
     realtime: bool = False
@@ -233,6 +236,7 @@ class SafetyMonitor:
             self.final_replies = 0
             self.tools_forbidden_at_cap = False
             self.barge_in_stopped_tools = False
+            self.handing_over = False
         if before == "tool_loop" and isinstance(event, ev.AgentSpeechInterrupted):
             self.barge_in_stopped_tools = True
         if (
@@ -266,10 +270,13 @@ class SafetyMonitor:
             _require(
                 self.final_replies == 1
                 or (self.realtime and self.tools_forbidden_at_cap)
-                or event.hands_over,  # the new agent speaks next, not the old one
+                or event.hands_over  # the new agent speaks next, not the old one
+                or self.handing_over,  # ...also after an earlier step handed over
                 "I3",
                 "no final reply without tools at the cap",
             )
+        if isinstance(event, ev.ToolStepFinished) and event.hands_over:
+            self.handing_over = True
 
     def _check_interrupted_text(self, event: ev.Event, effects: tuple[fx.Effect, ...]) -> None:
         for effect in effects:

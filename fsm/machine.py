@@ -125,6 +125,7 @@ def declare_chart() -> dict[str, Any]:
                             "cancel_idle_timer",
                             "close_spill_over_window",
                             "stop_discarding_overlap",
+                            "stop_holding_for_the_replay",
                         ],
                     )
                     """The caller's turn."""
@@ -201,7 +202,7 @@ def declare_chart() -> dict[str, Any]:
             cond="in_spill_over_window",
             on=["cancel_idle_timer", "hold_spill_over"],
         )
-        | listening.to(None, on="cancel_idle_timer")
+        | listening.to(None, on=["cancel_idle_timer", "note_caller_in_replay"])
     )
 
     user_speech_ended |= (
@@ -251,12 +252,13 @@ def declare_chart() -> dict[str, Any]:
     def leave_greeting(
         cond: list[str],
         before: str | list[str],
+        then: tuple[str, ...] = (),
         states: tuple[State, State, State] = (greeting, listening, speaking),
     ) -> Any:
         """The greeting's speech ended: each lock and overlap policy releases the caller
-        its own way (``before``), then it is the caller's turn, or the agent's while a
-        speech made in the greeting is still in flight (the overlap then ends as when a
-        reply starts in ``listening``: its exit actions)."""
+        its own way (``before``), then it is the caller's turn (and ``then``), or the
+        agent's while a speech made in the greeting is still in flight (the overlap then
+        ends as when a reply starts in ``listening``: its exit actions)."""
         source, callers_turn, agents_turn = states
         cond = ["is_greeting_speech", *cond]
         return source.to(
@@ -264,7 +266,7 @@ def declare_chart() -> dict[str, Any]:
             cond=[*cond, "another_speech_in_flight"],
             before=before,
             on=["note_speech_end", "close_spill_over_window", "stop_discarding_overlap"],
-        ) | source.to(callers_turn, cond=cond, before=before, on="note_speech_end")
+        ) | source.to(callers_turn, cond=cond, before=before, on=["note_speech_end", *then])
 
     speech_ended = [
         "note_speech_end",
@@ -273,7 +275,11 @@ def declare_chart() -> dict[str, Any]:
         "say_tool_fallback_if_final_reply_silent",
     ]
     agent_speech_ended = (
-        leave_greeting(["mutes_greeting", "answers_whole_overlap"], "unmute_replaying_held_audio")
+        leave_greeting(
+            ["mutes_greeting", "answers_whole_overlap"],
+            "unmute_replaying_held_audio",
+            then=("hold_user_turns_through_the_replay",),
+        )
         | leave_greeting(
             ["mutes_greeting"], ["unmute_dropping_held_audio", "open_spill_over_window"]
         )
@@ -309,8 +315,9 @@ def declare_chart() -> dict[str, Any]:
 
     tool_step_finished = (
         tool_loop.to(speaking, cond="tool_loop_must_stop", on="stop_after_tool_step")
-        | tool_loop.to(speaking)
+        | tool_loop.to(speaking, on="note_handoff")
         | conversation.to(None, cond="tool_loop_must_stop", on="stop_after_tool_step")
+        | conversation.to(None, cond="step_hands_over", on="note_handoff")
     )
 
     agent_speech_interrupted = tool_loop.to(
@@ -318,7 +325,8 @@ def declare_chart() -> dict[str, Any]:
     )
 
     effect_outcome = (
-        tool_loop.to(
+        listening.to(None, cond="held_audio_replayed", on="commit_the_replay")
+        | tool_loop.to(
             None,
             cond=["interrupt_not_done", "tool_loop_is_stopped"],
             on="resume_tool_loop",
@@ -703,7 +711,6 @@ IGNORED: dict[tuple[str, str], str] = {
             "ringing",
             "awaiting_user",
             "awaiting_agent",
-            "listening",
             "speaking",
         )
     },
@@ -717,7 +724,11 @@ checks that every pair is a transition or listed here with a reason, and nothing
 
 OUTCOME_DECISIONS: dict[str, str] = {
     "mute_input": "traced only: the outcome monitor reports caller audio heard in a lock",
-    "unmute_input": "traced only: the outcome monitor reports input left muted",
+    "unmute_input": "in listening, the greeting's held audio replayed (mute_input +"
+    " answer_whole): the user turns held through the replay are resumed, its speech"
+    " committed as one turn (the replay's unmute reports its outcome once the replay is"
+    " over, done or not); elsewhere traced only: the outcome monitor reports input left"
+    " muted",
     "lock_speech": "traced only: the outcome monitor reports an unlocked greeting",
     "start_greeting": "in greeting, before its speech exists: said again once as a locked"
     " Say of the fixed text; a generated greeting, or a second failure, ends the call"
@@ -745,5 +756,5 @@ OUTCOME_DECISIONS: dict[str, str] = {
     "allow_tools": "traced only: the next user turn allows tools again",
 }
 """What the machine does when a lever reports an effect ``refused`` or ``failed``
-(``effect_outcome``); a ``done`` outcome is traced only. A test checks every effect
-is listed."""
+(``effect_outcome``); a ``done`` outcome is traced only, but for the end of the
+greeting's replay (``unmute_input``). A test checks every effect is listed."""

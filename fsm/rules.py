@@ -185,6 +185,16 @@ class TurnRules:
         return self.context.tool_loop_stopped
 
     @guard("event")
+    def step_hands_over(self, ev: ToolStepFinished) -> bool:
+        return ev.hands_over
+
+    @guard("event")
+    def held_audio_replayed(self, ev: EffectOutcome) -> bool:
+        """The greeting's held audio has been replayed (or its unmute failed): the
+        outcome of its ``UnmuteInput`` comes when the replay is over."""
+        return self.context.replaying_held_audio and ev.effect == "unmute_input"
+
+    @guard("event")
     def greeting_start_not_done(self, ev: EffectOutcome) -> bool:
         """The greeting did not start and no speech of it exists (or the speech taken for
         it played something else, named by the outcome): the call would be deaf."""
@@ -474,6 +484,37 @@ class TurnRules:
         """``mute_input`` + ``answer_whole``: the caller's held speech is heard whole."""
         self._unmute(replay_held_audio=True)
 
+    def hold_user_turns_through_the_replay(self) -> None:
+        """...as one turn: LiveKit would commit each utterance of the replay on its own, and
+        the reply to the first (its tool steps mute the input) would cut the next ones
+        apart. Held until the replay is over (the unmute's outcome comes then). Not with
+        a realtime model: its hold shuts the input gate, which would stop the replay (the
+        server commits the replayed audio itself)."""
+        if not self.context.realtime_model:
+            self.context.replaying_held_audio = True
+            self._hold_user_turns()
+
+    def note_caller_in_replay(self) -> None:
+        if self.context.replaying_held_audio:
+            self.context.replay_heard_caller = True
+
+    def commit_the_replay(self, machine: StateChart) -> None:
+        """The held audio is replayed: what the caller said in it is one turn now; if the
+        caller still speaks, it becomes one when the caller stops."""
+        ctx = self.context
+        finished = ctx.replay_heard_caller and not _caller_speaks(machine)
+        ctx.replaying_held_audio = ctx.replay_heard_caller = False
+        self._resume_user_turns(commit_pending=finished)
+
+    def stop_holding_for_the_replay(self, target: object) -> None:
+        """Leaving ``listening`` (the agent speaks first) ends the wait for the replay: the
+        rest of it comes as turns of their own; on hang-up clean-up releases the turns."""
+        ctx = self.context
+        if ctx.replaying_held_audio:
+            ctx.replaying_held_audio = ctx.replay_heard_caller = False
+            if not _is_end(target):
+                self._resume_user_turns(commit_pending=False)
+
     def unmute_dropping_held_audio(self) -> None:
         """``mute_input`` + ``drop``."""
         self._unmute(replay_held_audio=False)
@@ -548,6 +589,7 @@ class TurnRules:
         ctx.tool_loop_stopped = False
         ctx.final_reply_pending = False
         ctx.reprompts = 0
+        ctx.handing_over = False
         self._end_final_wait()
         self._allow_tools()
 
@@ -653,12 +695,19 @@ class TurnRules:
         """The interrupt did not happen: the loop goes on and its reply is spoken."""
         self.context.tool_loop_stopped = False
 
+    def note_handoff(self, ev: ToolStepFinished) -> None:
+        if ev.hands_over:
+            self.context.handing_over = True
+
     def stop_after_tool_step(self, ev: ToolStepFinished) -> None:
         ctx = self.context
         self.emit(fx.CancelToolReply(speech_id=ev.speech_id))
+        self.note_handoff(ev)
         # a step that hands the call over ends with the new agent's first words: the old
-        # agent, draining, says nothing more (no final reply, no fallback)
-        if not ctx.tool_loop_stopped and not ctx.capped and not ev.hands_over:
+        # agent, draining, says nothing more (no final reply, no fallback), whichever of
+        # its replies' steps reaches the cap (an older reply's step may finish after
+        # the one that handed over, or before it)
+        if not ctx.tool_loop_stopped and not ctx.capped and not ctx.handing_over:
             ctx.capped = True
             ctx.final_reply_pending = True
             if ctx.realtime_model:

@@ -136,7 +136,7 @@ from .embedding import (
     unguard_start,
 )
 from .interruption import InterruptionWatch, ToolStepMinWords
-from .levers import LEVERS, Lever
+from .levers import LEVERS, Lever, commit_held_turn
 from .log import logger
 from .outcomes import OutcomeMonitor
 from .prerender import PrerenderedTexts
@@ -528,7 +528,9 @@ class TurnAdapter:
             self._report_failure(f"lever {effect.name}", error, self._describe(effect, state))
             outcome.lever_failed(error)
             if isinstance(effect, fx.UnmuteInput | fx.ResumeUserTurns):
-                self._release_input()
+                self._release_input(
+                    commit=isinstance(effect, fx.ResumeUserTurns) and effect.commit_pending
+                )
         else:
             outcome.lever_returned()
         finally:
@@ -589,8 +591,11 @@ class TurnAdapter:
             extra={"where": where, "error": type(error).__name__},
         )
 
-    def _release_input(self) -> None:
-        """Whatever happened, the caller is heard again and user turns are committed."""
+    def _release_input(self, *, commit: bool = False) -> None:
+        """Whatever happened, the caller is heard again and user turns are committed;
+        with ``commit`` (a failed ``ResumeUserTurns(commit_pending=True)``), what the
+        caller said while they were held too: nothing else would commit it, as its end
+        of speech came while turns were held, and the caller waits for an answer."""
         self.warmup.close()
         if self.gate is not None and self.gate.muted:
             self.gate.unmute(replay_held_audio=False)
@@ -602,6 +607,11 @@ class TurnAdapter:
                 self.session.update_options(turn_detection=turn_detection)
             except Exception as error:
                 self._report_failure("release input", error, "restoring turn detection")
+        if commit:
+            try:
+                commit_held_turn(self)
+            except Exception as error:
+                self._report_failure("release input", error, "committing the held turn")
 
     def _guarded(
         self, name: str, handler: Callable[[Any], _R], *, session_event: bool = True

@@ -57,7 +57,13 @@ class InputGate(AudioInput):
         self._muted = False
         self._holding = False
         self._held: collections.deque[rtc.AudioFrame] = collections.deque()
+        """Frames kept by a holding mute, not released yet."""
+        self._replaying: collections.deque[rtc.AudioFrame] = collections.deque()
+        """Frames an unmute released for replay, not passed on yet (then the live ones
+        that came meanwhile, so the order is kept)."""
         self._held_seconds = 0.0
+        self._replayed: list[asyncio.Future[None]] = []
+        """Waiting for the replay to be over (:meth:`replayed`)."""
 
     @property
     def muted(self) -> bool:
@@ -66,7 +72,7 @@ class InputGate(AudioInput):
 
     @property
     def held_seconds(self) -> float:
-        """Seconds of the caller's audio waiting to be replayed."""
+        """Seconds of the caller's audio waiting to be replayed (held, or being replayed)."""
         return self._held_seconds
 
     def mute(self, *, hold_audio: bool) -> None:
@@ -75,36 +81,65 @@ class InputGate(AudioInput):
         self._holding = hold_audio
 
     def unmute(self, *, replay_held_audio: bool) -> None:
-        """Open the gate; held frames are replayed first, or discarded."""
+        """Open the gate; frames held by this mute are replayed first, or discarded.
+
+        What an earlier unmute released for replay and was not replayed yet (the gate was
+        shut again meanwhile, e.g. for a tool step, which holds nothing) is replayed in
+        any case: it is what the caller said while held, promised a hearing.
+        """
         self._muted = False
         self._holding = False
-        if not replay_held_audio:
-            self._held.clear()
-            self._held_seconds = 0.0
+        if replay_held_audio:
+            self._replaying.extend(self._held)
+        else:
+            self._held_seconds -= sum(frame.duration for frame in self._held)
+        self._held.clear()
+        if not self._replaying:
+            self._held_seconds = 0.0  # exactly: the sum of float durations drifts off it
+
+    def replayed(self) -> asyncio.Future[None]:
+        """Done once every frame released for replay has been passed on (at once when
+        none is left)."""
+        future = asyncio.get_running_loop().create_future()
+        if self._replaying:
+            self._replayed.append(future)
+        else:
+            future.set_result(None)
+        return future
 
     async def __anext__(self) -> rtc.AudioFrame:
         while True:
-            if not self._muted and self._held:
-                frame = self._held.popleft()
-                # exactly 0 once drained: the sum of float durations drifts off it
-                self._held_seconds = self._held_seconds - frame.duration if self._held else 0.0
+            if not self._muted and self._replaying:
+                frame = self._replaying.popleft()
+                self._held_seconds = self._held_seconds - frame.duration
+                if not self._replaying and not self._held:
+                    self._held_seconds = 0.0
                 await asyncio.sleep(frame.duration / REPLAY_SPEED)
+                if not self._replaying:
+                    self._replay_over()
                 return frame
             frame = await super().__anext__()
             if not self._muted:
-                if self._held:  # keep order: what was held plays before what comes now
-                    self._hold(frame)
+                if self._replaying:  # keep order: what was held plays before what comes now
+                    self._keep(self._replaying, frame)
                     continue
                 return frame
             if self._holding:
-                self._hold(frame)
+                self._keep(self._held, frame)
             return _silence_like(frame)
 
-    def _hold(self, frame: rtc.AudioFrame) -> None:
-        self._held.append(frame)
+    def _replay_over(self) -> None:
+        waiting, self._replayed = self._replayed, []
+        for future in waiting:
+            if not future.done():
+                future.set_result(None)
+
+    def _keep(self, frames: collections.deque[rtc.AudioFrame], frame: rtc.AudioFrame) -> None:
+        frames.append(frame)
         self._held_seconds += frame.duration
-        while self._held_seconds > MAX_HELD_SECONDS and self._held:
-            self._held_seconds -= self._held.popleft().duration
+        for oldest in (self._replaying, self._held):
+            while self._held_seconds > MAX_HELD_SECONDS and oldest:
+                self._held_seconds -= oldest.popleft().duration
 
 
 def _silence_like(frame: rtc.AudioFrame) -> rtc.AudioFrame:

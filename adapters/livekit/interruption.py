@@ -85,32 +85,52 @@ class ToolStepMinWords:
     included — whatever ``min_words`` says.
 
     With ``min_words > 0`` (and a :class:`~.agent.TurnAgent`, whose turn hook runs before
-    LiveKit answers) the step's speech is made uninterruptible for the step, so LiveKit
-    leaves it alone, and each turn committed meanwhile is judged as LiveKit judges one over
-    a playing reply: shorter than ``min_words`` (LiveKit's own word split) it is no turn —
-    no history item, no reply, and the machine hears it as ``UserTurnDeclined``
-    (``min_words``); otherwise the step's speech is interrupted
+    LiveKit answers) the step's speech is made uninterruptible once it is a background
+    speech, so LiveKit leaves it alone, and each turn committed meanwhile is judged as
+    LiveKit judges one over a playing reply: shorter than ``min_words`` (LiveKit's own word
+    split) it is no turn — no history item, no reply, and the machine hears it as
+    ``UserTurnDeclined`` (``min_words``); otherwise the step's speech is interrupted
     (``speech_handle.interrupt()``), as LiveKit would have done. The speech's own setting
-    is restored when the step ends, before the tool's reply. One cost: audio barge-in on
-    text the reply speaks *before* its tool call waits for the end of that turn.
+    is restored when the step ends, before the tool's reply. While the step's speech is
+    still LiveKit's current one (the words the reply says before its tool call play, or a
+    later round's step is just starting), LiveKit's own rules apply to it as they are.
     """
 
     def __init__(self, session: AgentSession) -> None:
         self._session = session
         self._guarded: SpeechHandle | None = None
+        self._waits: set[asyncio.Future[None]] = set()
 
     def _min_words(self) -> int:
         options = self._session.options.interruption
         return int(options["min_words"]) if self._session.stt is not None else 0
 
     def step_started(self, handle: SpeechHandle | None) -> None:
-        """A tool step of ``handle`` started."""
+        """A tool step of ``handle`` started: guarded once LiveKit made it a background
+        speech. Until then it is LiveKit's current speech, whose ``min_words`` LiveKit
+        applies itself; uninterruptible then, LiveKit would drop a turn that ends in that
+        moment before the turn hook judges it (seed 871: a later round's step started as
+        the caller's turn ended)."""
         if handle is None or self._guarded is not None or self._min_words() <= 0:
             return
         if handle.interrupted or handle.done() or not handle.allow_interruptions:
             return  # nothing to protect: LiveKit would not interrupt it on a turn either
-        handle.allow_interruptions = False
         self._guarded = handle
+        if handle is not self._session.current_speech:
+            handle.allow_interruptions = False
+            return
+        # LiveKit moves it to its background speeches when it marks the step's generation
+        # done (SpeechHandle._wait_for_generation, LiveKit 1.8.9: no public signal)
+        task = asyncio.ensure_future(handle._wait_for_generation())
+        self._waits.add(task)
+        task.add_done_callback(lambda done: self._guard_in_background(handle, done))
+
+    def _guard_in_background(self, handle: SpeechHandle, wait: asyncio.Future[None]) -> None:
+        self._waits.discard(wait)
+        if not wait.cancelled():
+            wait.exception()  # none expected; a missing generation guards it at once
+        if handle is self._guarded and not handle.interrupted and not handle.done():
+            handle.allow_interruptions = False
 
     def step_finished(self, handle: SpeechHandle | None) -> None:
         """A tool step of ``handle`` ended: if it is the guarded step, the reply to its

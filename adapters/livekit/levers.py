@@ -15,7 +15,8 @@ effect                   lever
 MuteInput                :class:`~.audio.InputGate` shut (silence to the pipeline; the
                          caller's frames dropped, or held with ``hold_audio``); nothing in
                          a text-only session (no audio input: the caller types)
-UnmuteInput              gate open; held frames replayed or discarded
+UnmuteInput              gate open; held frames replayed or discarded (replayed: done
+                         once the replay is over)
 LockSpeech               ``speech_handle.allow_interruptions = False``; refused once the
                          speech is interrupted
 StartGreeting            the reply to the callee's turn becomes the greeting: written into
@@ -120,7 +121,10 @@ def mute_input(adapter: TurnAdapter, effect: fx.MuteInput) -> None:
 def unmute_input(adapter: TurnAdapter, effect: fx.UnmuteInput) -> None:
     if adapter.text_only:
         return
-    adapter.require_gate().unmute(replay_held_audio=effect.replay_held_audio)
+    gate = adapter.require_gate()
+    gate.unmute(replay_held_audio=effect.replay_held_audio)
+    if effect.replay_held_audio:  # done once the caller's held audio is heard
+        adapter.track(gate.replayed(), "replay of the held audio")
 
 
 def lock_speech(adapter: TurnAdapter, effect: fx.LockSpeech) -> None:
@@ -210,11 +214,16 @@ def resume_user_turns(adapter: TurnAdapter, effect: fx.ResumeUserTurns) -> None:
         session.options.interruption["discard_audio_if_uninterruptible"] = discard
         session.update_options(turn_detection=turn_detection)
     if effect.commit_pending:
-        # the caller is silent (the machine commits only a finished overlap): when its
-        # final transcript is in, LiveKit need not wait for one more, which never comes
-        # once the last final is older than 0.5 s (its default wait: 2 s)
-        wait = 0.0 if adapter.transcript_final else 2.0
-        adapter.track(session.commit_user_turn(transcript_timeout=wait), "commit_user_turn")
+        commit_held_turn(adapter)
+
+
+def commit_held_turn(adapter: TurnAdapter) -> None:
+    """``session.commit_user_turn()`` of what the caller said while user turns were held."""
+    # the caller is silent (the machine commits only a finished overlap): when its final
+    # transcript is in, LiveKit need not wait for one more, which never comes once the
+    # last final is older than 0.5 s (its default wait: 2 s)
+    wait = 0.0 if adapter.transcript_final else 2.0
+    adapter.track(adapter.session.commit_user_turn(transcript_timeout=wait), "commit_user_turn")
 
 
 def interrupt(adapter: TurnAdapter, effect: fx.Interrupt) -> None:

@@ -134,6 +134,10 @@ class OutcomeMonitor:
         self._overlap_committed = False
         """A turn was committed after the greeting: speech from then on is new speech,
         even within the spill-over window."""
+        self._spilled_over = False
+        """A speech started in the spill-over window: it is the overlap's tail; one that
+        starts after it is new speech, even within the window (the machine closes the
+        window at the first)."""
         self._overlap_texts: list[str] = []
         self._fresh_texts: list[str] = []
         """Final transcripts of speech that is not the overlap's, since the last turn."""
@@ -276,7 +280,12 @@ class OutcomeMonitor:
                 self._held_audio_replayed = gate.held_seconds > 0
         if isinstance(event, ev.UserSpeechStarted):
             self._user_speaking = True
-            spill_over = self._in_spill_over_window(event.at) and not self._overlap_committed
+            spill_over = (
+                self._in_spill_over_window(event.at)
+                and not self._overlap_committed
+                and not self._spilled_over
+            )
+            self._spilled_over = self._spilled_over or spill_over
             self._hearing_overlap = before == "greeting" or spill_over
             if self._hearing_overlap and not self._in_overlap:
                 self._in_overlap = True

@@ -428,13 +428,66 @@ def test_mute_input_drop_speech_after_the_window_is_a_turn() -> None:
     assert controller.handle(ev.UserSpeechEnded(at=6.0)) == ()
 
 
-def test_mute_input_answer_whole_replays_the_held_audio() -> None:
+def test_mute_input_answer_whole_replays_the_held_audio_as_one_turn() -> None:
     controller = greeted(outbound(greeting_lock="mute_input", greeting_overlap="answer_whole"))
+    # the held audio is replayed, user turns held until the replay is over
     assert controller.handle(ev.AgentSpeechEnded(at=5.0, speech_id="g1", played_seconds=3)) == (
         fx.UnmuteInput(replay_held_audio=True),
+        fx.HoldUserTurns(),
     )
     assert controller.handle(ev.UserSpeechStarted(at=5.1)) == ()  # no spill-over window
+    assert controller.handle(ev.UserSpeechEnded(at=5.4)) == ()
     assert controller.state == "listening"
+    assert controller.context.replay_heard_caller
+    # another lever's outcome is not the replay's end
+    assert controller.handle(ev.EffectOutcome(at=5.5, effect="start_timer", outcome="done")) == ()
+    # the replay's unmute reports its outcome when the replay is over: one turn now
+    replayed = ev.EffectOutcome(at=5.8, effect="unmute_input", outcome="done")
+    assert controller.handle(replayed) == (fx.ResumeUserTurns(commit_pending=True),)
+    assert not controller.context.turns_held
+    assert not controller.context.replaying_held_audio
+    assert controller.handle(replayed) == ()  # once
+
+
+@pytest.mark.parametrize(
+    ("heard", "speaking", "commit"),
+    [(False, False, False), (True, True, False), (True, False, True)],
+    ids=["nothing-said", "caller-still-speaking", "caller-done"],
+)
+def test_the_replay_is_committed_only_when_the_caller_said_something_and_stopped(
+    heard: bool, speaking: bool, commit: bool
+) -> None:
+    controller = greeted(outbound(greeting_lock="mute_input", greeting_overlap="answer_whole"))
+    controller.handle(ev.AgentSpeechEnded(at=5.0, speech_id="g1", played_seconds=3))
+    if heard:
+        controller.handle(ev.UserSpeechStarted(at=5.1))
+        if not speaking:
+            controller.handle(ev.UserSpeechEnded(at=5.4))
+    # a failed unmute ends the wait too (its fallback opens the gate without replay)
+    replayed = ev.EffectOutcome(at=5.8, effect="unmute_input", outcome="failed")
+    assert controller.handle(replayed) == (fx.ResumeUserTurns(commit_pending=commit),)
+
+
+def test_the_agent_speaking_during_the_replay_ends_the_hold() -> None:
+    controller = greeted(
+        outbound(greeting_lock="mute_input", greeting_overlap="answer_whole", idle_timeout=1.0)
+    )
+    controller.handle(ev.AgentSpeechEnded(at=5.0, speech_id="g1", played_seconds=3))
+    controller.handle(ev.TimerFired(at=6.0, timer="idle"))  # a re-prompt, said
+    effects = controller.handle(ev.AgentSpeechCreated(at=6.0, speech_id="r1", source="say"))
+    assert fx.ResumeUserTurns(commit_pending=False) in effects
+    assert controller.state == "speaking"
+    assert not controller.context.turns_held
+    replayed = ev.EffectOutcome(at=6.5, effect="unmute_input", outcome="done")
+    assert controller.handle(replayed) == ()
+
+
+def test_a_hang_up_during_the_replay_releases_the_turns_once() -> None:
+    controller = greeted(outbound(greeting_lock="mute_input", greeting_overlap="answer_whole"))
+    controller.handle(ev.AgentSpeechEnded(at=5.0, speech_id="g1", played_seconds=3))
+    effects = controller.handle(ev.CallEnded(at=5.5, reason="user_initiated"))
+    assert effects.count(fx.ResumeUserTurns(commit_pending=False)) == 1
+    assert controller.state == "ended"
 
 
 def test_interrupted_greeting_end_still_releases_the_lock_and_drops_unspoken_text() -> None:
@@ -444,6 +497,7 @@ def test_interrupted_greeting_end_still_releases_the_lock_and_drops_unspoken_tex
     ) == (
         fx.UnmuteInput(replay_held_audio=True),
         fx.DropUnspokenText(speech_id="g1", keep="spoken", played_seconds=1.0),
+        fx.HoldUserTurns(),
     )
 
 
@@ -791,6 +845,45 @@ def test_a_capped_step_that_hands_the_call_over_asks_no_final_reply() -> None:
     assert not controller.context.final_reply_pending
     controller.handle(ev.AgentSpeechEnded(at=1.6, speech_id="s1", played_seconds=0.0))
     assert controller.state == "listening"
+
+
+def _two_replies_in_tools(controller: TurnController) -> None:
+    """Seeds 22032 and 27779: the reply s1 runs a tool step; the caller's next turn
+    commits meanwhile (LiveKit interrupts s1, whose step still runs) and its reply s2
+    starts a step of its own, the turn's first round (the cap: 1)."""
+    controller.handle(ev.ToolStepStarted(at=2.0, speech_id="s1"))
+    controller.handle(ev.UserTurnCommitted(at=3.0, text="Can I move it?", item_id="u2"))
+    controller.handle(ev.AgentSpeechCreated(at=3.0, speech_id="s2"))
+    controller.handle(ev.AgentSpeechInterrupted(at=3.0, speech_id="s1"))
+    assert controller.handle(ev.ToolStepStarted(at=3.1, speech_id="s2")) == ()
+    assert controller.context.tool_rounds == 1
+
+
+@pytest.mark.parametrize(
+    ("handing_over", "then_capped"),
+    [("s2", "s1"), ("s1", "s2")],
+    ids=["the-turn's-step-hands-over-then-the-old-one-ends", "the-old-step-hands-over"],
+)
+def test_no_final_reply_at_the_cap_once_a_step_handed_the_call_over(
+    handing_over: str, then_capped: str
+) -> None:
+    """The outgoing agent, draining, cannot say a final reply (LiveKit refuses its new
+    speech: the lever failed), whichever of its replies' steps reaches the cap after
+    another one handed the call over; the new agent speaks next."""
+    controller = speaking(max_tool_steps=1)
+    _two_replies_in_tools(controller)
+    handoff = ev.ToolStepFinished(at=3.5, speech_id=handing_over, hands_over=True)
+    assert controller.handle(handoff) == (fx.CancelToolReply(speech_id=handing_over),)
+    capped = ev.ToolStepFinished(at=4.0, speech_id=then_capped)
+    assert controller.handle(capped) == (fx.CancelToolReply(speech_id=then_capped),)
+    assert not controller.context.final_reply_pending
+    # the next user turn (the new agent's) is capped as usual
+    controller.handle(ev.UserTurnCommitted(at=6.0, text="Thanks.", item_id="u3"))
+    controller.handle(ev.AgentSpeechCreated(at=6.0, speech_id="s3"))
+    assert tool_round(controller, "s3") == (
+        fx.CancelToolReply(speech_id="s3"),
+        fx.FinalReplyWithoutTools(fallback_text=FALLBACK),
+    )
 
 
 def test_parallel_calls_count_as_one_round() -> None:

@@ -66,7 +66,9 @@ def test_overlay_tells_alternatives_and_ignored_events_apart() -> None:
     assert LOCKED_ONCE in text
     # two transitions of user_speech_started stay in listening; only the unguarded one fired
     assert "listening : user_speech_started [in_spill_over_window] / " in text
-    assert "listening : user_speech_started ×1 / cancel_idle_timer\n" in text
+    assert (
+        "listening : user_speech_started ×1 / cancel_idle_timer, note_caller_in_replay\n" in text
+    )
 
 
 def test_overlay_labels_and_highlights_in_mermaid() -> None:

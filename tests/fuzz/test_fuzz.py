@@ -27,7 +27,8 @@ from turnfsm.adapters.livekit import TurnAdapter
 from turnfsm.adapters.livekit.levers import committed_message
 from turnfsm.adapters.sim.fuzz import draw_call, judge_call, run_call
 from turnfsm.adapters.sim.fuzz.draw import EFFECTS_THAT_MAY_FAIL, MIN_WORDS, PROBES
-from turnfsm.adapters.sim.fuzz.harness import Mutation
+from turnfsm.adapters.sim.fuzz.harness import CallRecord, Mutation
+from turnfsm.adapters.sim.fuzz.judge import judge_tool_rounds
 from turnfsm.adapters.sim.fuzz.runner import replay
 
 REPLAYED = 23
@@ -142,6 +143,30 @@ def test_the_same_trace_in_other_processes_whatever_their_string_hashing(
     here = (tmp_path / "here" / "call.jsonl").read_bytes()
     for seed in runs:
         assert (tmp_path / seed / "call.jsonl").read_bytes() == here, f"PYTHONHASHSEED={seed}"
+
+
+# -- the judges ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fourth_round_at", "over_the_cap"),
+    [(10.5, False), (10.4, True)],
+    ids=["in-the-commit-instant: the new turn's", "before the commit: the old turn's"],
+)
+def test_a_tool_round_begun_as_a_turn_commits_counts_for_that_turn(
+    fourth_round_at: float, over_the_cap: bool
+) -> None:
+    """Seed 25309's rounds (cap 3): three for the turn committed at 6.4 s, then one that
+    LiveKit began for the turn committed at 10.5 s as it committed (its reply was
+    prepared before). The judge counted it as the first turn's fourth round (it took a
+    round for a turn only when it began strictly after the commit), where the outcome
+    monitor, following the speeches, saw none: 9 false findings of the 20000-29999 run."""
+    record = CallRecord(plan=draw_call(25309))
+    assert record.plan.policy.max_tool_steps == 3
+    record.user_turns = [(6.4, "Uh-huh."), (10.5, "Is there parking near the office?")]
+    record.tool_rounds = [(6.6, 9.1), (9.3, 9.6), (9.8, 10.1), (fourth_round_at, 13.0)]
+    capped = [f for f in judge_tool_rounds(record) if "tool rounds in one user turn" in f]
+    assert capped == (["4 tool rounds in one user turn (cap 3)"] if over_the_cap else [])
 
 
 # -- seeded bugs ------------------------------------------------------------------------------

@@ -29,7 +29,8 @@ def plan_fingerprint(seed: int) -> str:
 
 def test_the_list_is_read() -> None:
     assert len(KNOWN) >= 20
-    assert {call.status for call in KNOWN.values()} == {"fixed", "open"}
+    # every entry fixed or open (none is open since the 20000-29999 triage)
+    assert {call.status for call in KNOWN.values()} <= {"fixed", "open"}
 
 
 @pytest.mark.parametrize("seed", sorted(KNOWN))

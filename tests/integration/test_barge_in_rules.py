@@ -38,7 +38,10 @@ from turnfsm import TurnPolicy
 from turnfsm.adapters.sim import (
     LINES,
     CallScript,
+    LLMRequest,
     ScriptedLLM,
+    ScriptedReply,
+    ScriptedToolCall,
     UserLine,
 )
 from turnfsm.trace import TraceStep
@@ -143,3 +146,55 @@ async def test_barge_in_follows_livekit_interruption_rules() -> None:
             "interruptions-disabled": _interruptions_disabled(),
         }
     )
+
+
+LOOKING = (
+    "Let me look that up for you in our calendar system, it will only take a moment,"
+    " thank you for waiting."
+)
+"""What the reply says before its tool call: about 7 s of audio, played while the tool runs."""
+
+
+def _speaks_then_looks_up(request: LLMRequest) -> ScriptedReply:
+    if request.chat_ctx.items[-1].type == "function_call_output":
+        return ScriptedReply(text=APPOINTMENT)
+    if request.last_user_text == APPOINTMENT_QUESTION:
+        return ScriptedReply(text=LOOKING, tool_calls=(ScriptedToolCall("lookup"),))
+    return ScriptedReply(text="Okay.")
+
+
+async def test_a_turn_over_the_words_before_a_tool_call_is_answered_under_min_words() -> None:
+    """``min_words=3``: the reply speaks, then calls its tool; the caller says "Wait, stop,
+    stop." (three words) while those words still play and the tool runs. The reply is
+    still LiveKit's current speech then, and LiveKit's own rules apply: the speech is
+    interrupted and the caller answered. The tool step's min_words guard made it
+    uninterruptible from the tool call on, and LiveKit dropped the caller's turn as it
+    ended ('current speech generation cannot be interrupted'): never answered (seed 871,
+    where a turn ended as a later round's step started)."""
+    policy = TurnPolicy(direction="inbound", first_speaker="user", max_tool_steps=3)
+    agent = LookupAgent(TOOL_SECONDS)
+    script = CallScript([UserLine(0.3, "question")])
+    async with turn_call(
+        policy,
+        script,
+        agent=agent,
+        llm=ScriptedLLM(_speaks_then_looks_up),
+        turn_handling={"interruption": {"min_words": 3}},
+        settings="livekit-defaults",
+    ) as tc:
+        call = tc.call
+        await call.wait_until(lambda: bool(agent.started), timeout=LINES["question"].duration + 4)
+        await call.sleep_until(call.now() + 0.3)
+        call.audio_input.say_now("stop")
+        try:
+            await call.wait_until(lambda: "Okay." in tc.texts("assistant"), timeout=10)
+        except TimeoutError:
+            raise AssertionError(f"the caller was not answered\n{tc.describe()}") from None
+        context = tc.describe()
+
+        looking = call.audio_output.segments[0]
+        assert looking.interrupted, context  # cut by the caller, its words still playing
+        stop_start = line_start(call, "stop")
+        assert tc.segment_start(looking) < stop_start < tc.segment_start(looking) + 3, context
+        assert call.messages("user")[-1].text_content == LINES["stop"].text, context
+        assert APPOINTMENT not in call.tts.texts, context  # the tool's output unanswered

@@ -67,8 +67,14 @@ async def _barge_in_after_greeting(lock: str, settings: str) -> None:
         await wait_segment(call, 0, timeout=4, finished=True)
         await call.wait_until(lambda: tc.controller.state == "listening", timeout=0.5)
         gate = tc.adapter.gate
-        # audio held over the greeting (answer_whole) is replayed in a burst on unmute
-        await call.wait_until(lambda: gate is None or gate.held_seconds == 0, timeout=0.5)
+        # audio held over the greeting (answer_whole) is replayed on unmute (4x real time),
+        # user turns held until the replay is over
+        await call.wait_until(
+            lambda: (
+                (gate is None or gate.held_seconds == 0) and not tc.controller.context.turns_held
+            ),
+            timeout=0.5,
+        )
         _assert_released(tc, turn_detection, discard)
         call.audio_input.say_now("question")
         reply = await wait_segment(call, 1, timeout=LINES["question"].duration + 3)

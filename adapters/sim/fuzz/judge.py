@@ -262,8 +262,12 @@ def judge_tool_rounds(record: CallRecord) -> list[str]:
     turns = [at for at, _ in record.user_turns]
     findings = []
     groups: dict[int, list[float]] = {}
-    for began, ended in record.tool_rounds:  # a round is the turn's it began in
-        groups.setdefault(sum(turn < began for turn in turns), []).append(ended)
+    for began, ended in record.tool_rounds:
+        # a round is the turn's it began in; one that began in the instant a turn was
+        # committed is that turn's: LiveKit runs the tools of the reply it prepared for
+        # the turn (preemptively, or as the transcript came) as the turn commits, while
+        # the previous reply, cut or capped by then, starts none in that instant
+        groups.setdefault(sum(turn <= began for turn in turns), []).append(ended)
     for rounds in groups.values():
         if len(rounds) > cap:
             findings.append(f"{len(rounds)} tool rounds in one user turn (cap {cap})")
