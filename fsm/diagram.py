@@ -7,11 +7,14 @@ model as Mermaid. turnfsm adds a layer on that model, nothing more:
 
 * **labels**: each edge reads ``event [guard, !unless_guard] / action, action`` with the
   state ids and event names the code uses; transitions that stay in their state
-  (internal or targetless bookkeeping) are listed in their state, guards included;
+  (internal or targetless bookkeeping) are lines of that state, guards included: under a
+  leaf's name, in the note beside a box (a compound state or a region). Never a loop,
+  which in statechart notation means exit and re-enter;
 * **pruning by policy**: given a policy, the diagram starts where that policy's calls
   start and leaves out the transitions that can never fire under it (a guard that reads
   only the policy is false, a timer is not configured, an earlier transition always
-  wins, or no state it fires from is reachable);
+  wins, or no state it fires from is reachable: a move inside one region of a parallel
+  state enters nothing in the others);
 * **trace overlay**: given a trace, the states the call visited are highlighted and each
   transition shows how often it was taken (``×N``), found by replaying the trace's events
   through the machine;
@@ -153,7 +156,8 @@ def declared_transitions(
 
 def machine_edges(machine_class: type[TurnChart] = TurnMachine) -> tuple[Edge, ...]:
     """Every declared transition of ``machine_class``, in declaration order."""
-    return tuple(_edge(transition) for transition, _ in declared_transitions(machine_class))
+    pairs = declared_transitions(machine_class)
+    return tuple(transition_edge(transition) for transition, _ in pairs)
 
 
 def build_diagram(
@@ -172,7 +176,7 @@ def build_diagram(
     """
     graph = extract(machine_class)
     pairs = declared_transitions(machine_class)
-    edges = tuple(_edge(transition) for transition, _ in pairs)
+    edges = tuple(transition_edge(transition) for transition, _ in pairs)
     if policy is None:
         kept, start = edges, "start"
         drawn_leaves = {state.id for state in atomic_states(machine_class)}
@@ -222,7 +226,8 @@ def _walk_model(states: Iterable[DiagramState]) -> Iterator[DiagramState]:
         yield from _walk_model(state.children)
 
 
-def _edge(transition: Transition) -> Edge:
+def transition_edge(transition: Transition) -> Edge:
+    """A declared transition as the diagrams draw it."""
     events = sorted({str(event) for event in transition.events})
     if len(events) > 1:
         raise ValueError(f"expected one event per transition, got {events}")
@@ -269,7 +274,7 @@ def _prune(
     unset_timers = {
         guard for guard, field in TIMER_GUARDS.items() if getattr(policy, field) is None
     }
-    edge_of = {id(transition): _edge(transition) for transition, _ in pairs}
+    edge_of = {id(transition): transition_edge(transition) for transition, _ in pairs}
 
     def open_guards(edge: Edge) -> frozenset[str] | None:
         """The guards left to check at run time; ``None`` if the policy rules it out."""
@@ -303,10 +308,11 @@ def _prune(
     leaves = {state.id: state for state in atomic_states(machine_class)}
     reachable, frontier, kept = {start}, [start], set()
     while frontier:
-        for transition, edge in possible_in(leaves[frontier.pop()]):
+        leaf = frontier.pop()
+        for transition, edge in possible_in(leaves[leaf]):
             kept.add(edge)
-            entered = _entered_leaves(transition.target) if transition.target else []
-            for target in entered:
+            into = transition.target
+            for target in _entered_leaves(into, leaves[leaf]) if into else []:
                 if target not in reachable:
                     reachable.add(target)
                     frontier.append(target)
@@ -317,19 +323,28 @@ def _prune(
     return tuple(edge for edge in edge_of.values() if edge in kept), reachable
 
 
-def _entered_leaves(state: State) -> list[str]:
-    """The atomic states active once ``state`` is entered: its own (down the initial
-    children) and, where it lies in a parallel state, those of the regions beside it
-    (more than a move within one region enters: enough to tell what is reachable)."""
+def _entered_leaves(state: State, source: State) -> list[str]:
+    """The atomic states active once a transition from ``source`` enters ``state``: its
+    own (down the initial children) and, where it enters a parallel state from outside,
+    those of the regions beside it. A move within one region (the caller's voice falling
+    silent) enters nothing beside it."""
     entered = _entry_leaves(state)
+    inside = set(_ancestors(source))
     node = state
     while node.parent is not None:
-        if node.parent.parallel:
+        if node.parent.parallel and node.parent not in inside:
             for region in node.parent.states:
                 if region is not node:
                     entered += _entry_leaves(region)
         node = node.parent
     return entered
+
+
+def _ancestors(state: State) -> Iterator[State]:
+    node: State | None = state
+    while node is not None:
+        yield node
+        node = node.parent
 
 
 def _entry_leaves(state: State) -> list[str]:
@@ -366,7 +381,7 @@ def _overlay(diagram: Diagram, trace: Trace, machine_class: type[TurnChart]) -> 
     for number, step in enumerate(trace, start=1):
         fired.clear()
         controller.handle(step.event)
-        taken.update(_edge(transition) for transition in fired)
+        taken.update(transition_edge(transition) for transition in fired)
         if controller.state != step.after:
             warnings.append(
                 f"step {number} ({step.event.name}) went {step.before} -> {step.after} in the "
@@ -465,8 +480,23 @@ def to_mermaid(diagram: Diagram) -> str:
     """Every drawn state and transition as a Mermaid ``stateDiagram-v2`` (renders on
     GitHub), through python-statemachine's Mermaid renderer."""
     graph = _full_model(diagram)
-    body = _Renderer(MermaidRendererConfig(direction="TB")).render(graph)
+    body = _Renderer(MermaidRendererConfig(direction="TB")).render(graph) + _box_notes(diagram)
     return _mermaid_document(diagram, diagram.title, body, omitted=True)
+
+
+def _box_notes(diagram: Diagram) -> str:
+    """A note beside each box with its entry and exit actions and the transitions that
+    stay in it. Mermaid gives a box no text lines, and a many-line title taller than the
+    box's content breaks its layout (a negative height); a note never does. Declared at
+    the top level, where Mermaid places notes anyway."""
+    leaves = _leaves(diagram)
+    out = []
+    for state in diagram.states:
+        lines = state_notes(diagram, state) if state not in leaves else []
+        if lines:
+            out += [f"    note right of {state}", *(f"        {mermaid_text(x)}" for x in lines)]
+            out.append("    end note")
+    return "".join(f"{line}\n" for line in out)
 
 
 def to_overview(diagram: Diagram) -> str:
@@ -532,17 +562,17 @@ def _root_compound(diagram: Diagram) -> str | None:
 
 
 def _full_model(diagram: Diagram) -> DiagramGraph:
-    leaves = _leaves(diagram)
+    # a transition that stays in its state is a line of that state, never a loop (which
+    # in a statechart would exit and re-enter it): a leaf lists it under its name, a box
+    # (a compound state, or a region) in a note beside it (see _box_notes)
     transitions = [
         DiagramTransition(
             source=edge.source,
-            # a compound state's bookkeeping is a loop on its box (Mermaid gives boxes no
-            # text lines); a leaf's is listed in it, with its entry and exit actions
-            targets=[] if edge.internal else [edge.target],
+            targets=[edge.target],
             event=mermaid_text(edge_line(edge, diagram.taken)),
         )
         for edge in diagram.edges
-        if edge.source in diagram.states and not (edge.internal and edge.source in leaves)
+        if edge.source in diagram.states and not edge.internal
     ]
     return _model(diagram, transitions, with_actions=True)
 
@@ -560,9 +590,23 @@ def _overview_model(diagram: Diagram) -> DiagramGraph:
 
 def _boxes(diagram: Diagram) -> set[str]:
     """The compound states the overview draws as boxes: those with a transition of their
-    own, but the one holding the start."""
+    own (but the one holding the start), and the regions beside the turn (see
+    :func:`_region_boxes`)."""
     boxes = {edge.source for edge in diagram.edges if not edge.internal and edge.event}
-    return boxes & set(diagram.parents.values()) - {_root_compound(diagram)}
+    regions = {state for state, _ in _region_boxes(diagram)}
+    return (boxes & set(diagram.parents.values()) | regions) - {_root_compound(diagram)}
+
+
+def _region_boxes(diagram: Diagram) -> list[tuple[str, str]]:
+    """The regions the overview draws as boxes, with their parallel state: those beside
+    the first. (Mermaid lays regions side by side: the turn's in a box too, the picture
+    grew too wide for a page; its states are the rest of the picture, a caption names
+    the parallel state.)"""
+    return [
+        (region, parallel)
+        for parallel, (_, *beside) in parallel_regions(diagram)
+        for region, _ in beside
+    ]
 
 
 def _overview_edges(diagram: Diagram) -> dict[tuple[str, str], list[str]]:
@@ -577,7 +621,10 @@ def _overview_edges(diagram: Diagram) -> dict[tuple[str, str], list[str]]:
         name = edge.event or ", ".join(edge.guards)
         if name not in events:
             events.append(name)
-    return _into_boxes(diagram, _boxes(diagram), seen)
+    # into a region or a parallel state the edges keep their targets: an edge to such a
+    # box would read as the default entry (its initial state) in statechart notation
+    merged_into = _boxes(diagram) - {state for state, _ in _region_boxes(diagram)}
+    return _into_boxes(diagram, merged_into, seen)
 
 
 def _into_boxes(

@@ -579,6 +579,13 @@ def declared_moves(machine_class: type[TurnChart] = TurnMachine) -> set[tuple[st
     }
 
 
+def transition_key(transition: Transition) -> tuple[str, int]:
+    """A declared transition's name across processes: the state that declares it and its
+    place among that state's transitions."""
+    declared = transition.source.transitions
+    return transition.source.id, next(i for i, t in enumerate(declared) if t is transition)
+
+
 STATES: tuple[str, ...] = tuple(state.id for state in leaf_states())
 """The states a call can be in, as :attr:`TurnController.state` reports them."""
 

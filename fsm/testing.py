@@ -38,11 +38,20 @@ from .controller import TurnController
 from .effects import REALTIME_TIMERS, TIMER_NAMES, TimerName
 from .engine import Decision, UnsupportedChart
 from .invariants import InvariantViolation, SafetyMonitor
-from .machine import CONVERSATION_STATES, LIVE_STATES, TurnChart, TurnMachine, handled_events
+from .machine import (
+    CONVERSATION_STATES,
+    LIVE_STATES,
+    TurnChart,
+    TurnMachine,
+    handled_events,
+    transition_key,
+)
 from .policy import TurnPolicy
 from .rules import TurnRules
 
 if TYPE_CHECKING:  # for type checkers only: at run time they come from __getattr__
+    from statemachine.transition import Transition
+
     from .adapters.sim.testing import AgentSpeech as AgentSpeech
     from .adapters.sim.testing import CallerLine as CallerLine
     from .adapters.sim.testing import ScriptedLLM as ScriptedLLM
@@ -233,6 +242,11 @@ class ExplorationReport:
     """Steps also run on the reference engine and compared with the compiled one: one
     per distinct decisions (:attr:`turnfsm.engine.CompiledEngine.decisions`), which
     stand for every handled step with the same decisions."""
+    fired: frozenset[tuple[str, int]] = frozenset()
+    """The declared transitions some step took (:func:`~turnfsm.machine.transition_key`),
+    on the compiled engine (none on the reference alone). The eventless ones taken as
+    the machine is built, before the first event, are not steps: an outbound call's
+    ``start`` to ``ringing``."""
 
 
 def fresh_context(state: str, policy: TurnPolicy) -> TurnContext:
@@ -312,6 +326,9 @@ def explore(
     except UnsupportedChart:  # explored on the reference engine alone
         controller = reference
     engine = controller._engine
+    taken: set[Transition] = set()
+    if engine is not None:
+        engine.taken = taken
     compared: set[Hashable] = set()
     handled_in: dict[tuple[str, ...], frozenset[str]] = {}
     handled_by_state = handled_events(machine_class)
@@ -411,6 +428,7 @@ def explore(
         paths=tuple(paths),
         watched=watched,
         engine_checks=len(compared),
+        fired=frozenset(transition_key(transition) for transition in taken),
     )
 
 

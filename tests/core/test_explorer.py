@@ -25,7 +25,8 @@ import pytest
 
 from turnfsm import TurnPolicy
 from turnfsm.cli import PRESETS
-from turnfsm.machine import STATES, declared_moves
+from turnfsm.diagram import build_diagram, declared_transitions, transition_edge
+from turnfsm.machine import STATES, declared_moves, transition_key
 from turnfsm.testing import ExplorationReport, explore
 
 from support.cores import cores_for_one_test
@@ -126,6 +127,8 @@ def deep_policies() -> Iterator[TurnPolicy]:
 
 
 DECLARED = declared_moves()
+DECLARED_KEYS = {transition_edge(t): transition_key(t) for t, _ in declared_transitions()}
+"""Each diagram edge's declared transition."""
 STATE_CHANGES = {move for move in DECLARED if move[0] != move[2]}
 
 
@@ -215,6 +218,21 @@ def test_explore_takes_every_declared_state_change(
 ) -> None:
     taken = set().union(*(report.transitions for report in quick_reports.values()))
     assert not STATE_CHANGES - taken, sorted(STATE_CHANGES - taken)
+
+
+@pytest.mark.parametrize("name", [*QUICK, *REALTIME])
+def test_a_policys_diagram_draws_every_transition_its_calls_take(
+    name: str, quick_reports: dict[str, ExplorationReport]
+) -> None:
+    """A policy's diagram leaves out only transitions no call under it takes: every
+    transition the exploration fired is drawn (issue 21, point 6). The diagram may
+    still draw more than the exploration fires (the static pruning reads the policy,
+    not the context), never less."""
+    policy = {**QUICK, **REALTIME}[name]
+    drawn = {DECLARED_KEYS[edge] for edge in build_diagram(policy=policy).edges}
+    fired = quick_reports[name].fired
+    assert len(fired) > 25
+    assert not fired - drawn, sorted(fired - drawn)
 
 
 @pytest.mark.deep
