@@ -92,9 +92,10 @@ from opentelemetry.util.types import AttributeValue
 
 from turnfsm import effects as fx
 from turnfsm import events as ev
+from turnfsm.fields import text_fields
 from turnfsm.metrics import CallMetrics
 from turnfsm.policy import TurnPolicy
-from turnfsm.trace import TEXT_FIELDS, TraceStep, redact
+from turnfsm.trace import TraceStep, redact
 
 from .log import logger
 
@@ -327,7 +328,7 @@ def _fields(
     """An event's, effect's or policy's fields as span attributes ``turnfsm.<group>.<field>``
     (``None`` left out); its text fields under LiveKit's PII marker,
     ``turnfsm.pii.<group>.<field>``, redacted unless text is kept."""
-    texts = TEXT_FIELDS.get(type(item), ())
+    texts = text_fields(type(item))
     return {
         f"turnfsm.pii.{group}.{name}" if name in texts else f"turnfsm.{group}.{name}": value
         for name, value in attrs.asdict(redact(item, keep_text=keep_text)).items()
