@@ -601,8 +601,24 @@ def _leaves_under(compound: str) -> frozenset[str]:
 LIVE_STATES: frozenset[str] = _leaves_under("turn")
 """States of a live call: the caller's voice runs beside them."""
 
-PRE_GREETING_STATES: frozenset[str] = _leaves_under("connecting") | {"awaiting_user"}
-"""States before the greeting: an agent speech there is stopped (invariant I8)."""
+def states_acting(event: str, action: str) -> frozenset[str]:
+    """The call's states (outside the caller's voice) where the chart handles ``event``
+    with a transition that runs ``action``: a state set read from the chart itself."""
+    return frozenset(
+        state.id
+        for state in leaf_states()
+        for transition in leaf_transitions(state)
+        if event in _names(transition)
+        and action in (str(spec) for spec in (*transition.before, *transition.on))
+    )
+
+
+PRE_GREETING_STATES: frozenset[str] = states_acting("agent_speech_created", "stop_early_speech")
+"""States before the greeting where the agent must not talk: an agent speech there is
+stopped as it is created (invariant I8)."""
+
+FIRST_WORDS_STATES: frozenset[str] = states_acting("user_turn_committed", "note_first_words")
+"""Where the callee's first committed words are noted: the greeting answers them."""
 
 CONVERSATION_STATES: frozenset[str] = _leaves_under("conversation")
 """States after the greeting, where tool rounds are counted (invariant I3)."""
