@@ -344,4 +344,12 @@ EVENT_TYPES: tuple[type[Event], ...] = (
 )
 """The whole input alphabet, in a stable order."""
 
+REALTIME_EVENTS: tuple[type[Event], ...] = (
+    RealtimeModelLinked,
+    ModelReplyStarted,
+    ModelResponseCreated,
+    ModelResponseDone,
+)
+"""Events only a realtime model's link reports (a pipeline call never sees them)."""
+
 EVENTS_BY_NAME: dict[str, type[Event]] = {cls.name: cls for cls in EVENT_TYPES}

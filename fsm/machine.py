@@ -601,6 +601,7 @@ def _leaves_under(compound: str) -> frozenset[str]:
 LIVE_STATES: frozenset[str] = _leaves_under("turn")
 """States of a live call: the caller's voice runs beside them."""
 
+
 def states_acting(event: str, action: str) -> frozenset[str]:
     """The call's states (outside the caller's voice) where the chart handles ``event``
     with a transition that runs ``action``: a state set read from the chart itself."""

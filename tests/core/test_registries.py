@@ -11,7 +11,7 @@ from statemachine.callbacks import CallbackSpec
 
 from turnfsm import TurnPolicy
 from turnfsm import effects as fx
-from turnfsm.events import EVENT_TYPES
+from turnfsm.events import EVENT_TYPES, REALTIME_EVENTS, SessionError
 from turnfsm.fields import TEXT_MARK, string_kinds, text_fields
 from turnfsm.machine import TurnMachine, leaf_states, leaf_transitions
 from turnfsm.rules import (
@@ -22,6 +22,7 @@ from turnfsm.rules import (
     guards_of,
     timer_guards,
 )
+from turnfsm.testing import alphabet_of, event_alphabet, pipeline_samples, realtime_samples
 
 
 def chart_guards() -> set[str]:
@@ -101,3 +102,15 @@ def test_the_text_fields_are_the_words_people_say() -> None:
         "tool_cap_fallback",
         "idle_message",
     )
+
+
+def test_every_registered_event_is_explored_or_says_why_not() -> None:
+    """The explorer's alphabets are read from the event registry: a type with neither
+    samples nor a reason stops the exploration (issue 21, point 5)."""
+    for samples in (pipeline_samples(), realtime_samples()):
+        assert set(samples) == set(EVENT_TYPES)
+        assert all(samples[kind] for kind in EVENT_TYPES)  # samples, or a reason
+    assert {type(event) for event in event_alphabet()} == set(EVENT_TYPES) - set(REALTIME_EVENTS)
+    without_errors = {k: v for k, v in pipeline_samples().items() if k is not SessionError}
+    with pytest.raises(KeyError, match="SessionError"):
+        alphabet_of(without_errors)
