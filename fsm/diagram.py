@@ -11,10 +11,7 @@ model as Mermaid. turnfsm adds a layer on that model, nothing more:
   leaf's name, in the note beside a box (a compound state or a region). Never a loop,
   which in statechart notation means exit and re-enter;
 * **pruning by policy**: given a policy, the diagram starts where that policy's calls
-  start and leaves out the transitions that can never fire under it (a guard that reads
-  only the policy is false, a timer is not configured, an earlier transition always
-  wins, or no state it fires from is reachable: a move inside one region of a parallel
-  state enters nothing in the others);
+  start and draws only what they can reach (:func:`turnfsm.reach.reach`);
 * **trace overlay**: given a trace, the states the call visited are highlighted and each
   transition shows how often it was taken (``×N``), found by replaying the trace's events
   through the machine;
@@ -49,11 +46,12 @@ from statemachine.contrib.diagram.model import (
 from statemachine.contrib.diagram.renderers.mermaid import MermaidRenderer, MermaidRendererConfig
 from statemachine.transition import Transition
 
-from .controller import TurnController, initial_state
+from .controller import TurnController
 from .escape import mermaid_text, printable, xml_text
-from .machine import LOCKED_STATES, TurnChart, TurnMachine, atomic_states, leaf_transitions
+from .machine import LOCKED_STATES, TurnChart, TurnMachine, atomic_states
 from .policy import TurnPolicy
-from .rules import POLICY_GUARDS, TIMER_GUARDS, TurnRules
+from .reach import reach
+from .rules import TurnRules
 from .trace import Trace
 
 REGENERATE = (
@@ -181,8 +179,10 @@ def build_diagram(
         kept, start = edges, "start"
         drawn_leaves = {state.id for state in atomic_states(machine_class)}
     else:
-        start = initial_state(policy, machine_class)
-        kept, drawn_leaves = _prune(machine_class, pairs, policy, start)
+        reached = reach(policy, machine_class)
+        start, drawn_leaves = reached.start, set(reached.states)
+        fires = {id(transition) for transition in reached.transitions}
+        kept = tuple(transition_edge(t) for t, _ in pairs if id(t) in fires)
     tree = {state.id: state for state in _walk_model(graph.states)}
     parents = {child.id: state.id for state in tree.values() for child in state.children}
     drawn = set(drawn_leaves) | ({"start"} if policy is None else set())
@@ -252,109 +252,6 @@ def _describe(policy: TurnPolicy | None) -> str:
     if policy is None:
         return "every declared transition"
     return f"{policy.direction} call, {policy.first_speaker} speaks first"
-
-
-# -- what a policy makes impossible ------------------------------------------------------
-
-
-def _prune(
-    machine_class: type[TurnChart],
-    pairs: tuple[tuple[Transition, DiagramTransition], ...],
-    policy: TurnPolicy,
-    start: str,
-) -> tuple[tuple[Edge, ...], set[str]]:
-    """The transitions that can fire under ``policy`` and the leaf states a call reaches.
-
-    A transition is looked at from every leaf state it can fire in (its own state's
-    transitions first, then its parents', as the engine tries them); it is kept if it
-    can fire in at least one leaf the call reaches from ``start``.
-    """
-    rules = TurnRules(policy=policy)
-    decided = {name: bool(getattr(rules, name)()) for name in POLICY_GUARDS}
-    unset_timers = {
-        guard for guard, field in TIMER_GUARDS.items() if getattr(policy, field) is None
-    }
-    edge_of = {id(transition): transition_edge(transition) for transition, _ in pairs}
-
-    def open_guards(edge: Edge) -> frozenset[str] | None:
-        """The guards left to check at run time; ``None`` if the policy rules it out."""
-        left = set()
-        for guard in edge.guards:
-            name, wanted = guard.removeprefix("!"), not guard.startswith("!")
-            if name in decided:
-                if decided[name] != wanted:
-                    return None
-            elif wanted and name in unset_timers:
-                return None
-            else:
-                left.add(guard)
-        return frozenset(left)
-
-    def possible_in(leaf: State) -> list[tuple[Transition, Edge]]:
-        possible: list[tuple[Transition, Edge, frozenset[str]]] = []
-        eventless = (t for t in leaf.transitions if not list(t.events) and not t.initial)
-        for transition in (*eventless, *leaf_transitions(leaf)):
-            edge = edge_of[id(transition)]
-            guards = open_guards(edge)
-            # an earlier transition of the same event whose open guards are all among
-            # this one's fires whenever this one could: this one never does
-            if guards is not None and not any(
-                earlier.event == edge.event and earlier_guards <= guards
-                for _, earlier, earlier_guards in possible
-            ):
-                possible.append((transition, edge, guards))
-        return [(transition, edge) for transition, edge, _ in possible]
-
-    leaves = {state.id: state for state in atomic_states(machine_class)}
-    reachable, frontier, kept = {start}, [start], set()
-    while frontier:
-        leaf = frontier.pop()
-        for transition, edge in possible_in(leaves[leaf]):
-            kept.add(edge)
-            into = transition.target
-            for target in _entered_leaves(into, leaves[leaf]) if into else []:
-                if target not in reachable:
-                    reachable.add(target)
-                    frontier.append(target)
-    # the chart's first state's eventless choice under this policy (none: inbound calls
-    # wait there), which led to ``start``
-    first = atomic_states(machine_class)[0]
-    kept.update(edge for _, edge in possible_in(first) if not edge.event and first.id != start)
-    return tuple(edge for edge in edge_of.values() if edge in kept), reachable
-
-
-def _entered_leaves(state: State, source: State) -> list[str]:
-    """The atomic states active once a transition from ``source`` enters ``state``: its
-    own (down the initial children) and, where it enters a parallel state from outside,
-    those of the regions beside it. A move within one region (the caller's voice falling
-    silent) enters nothing beside it."""
-    entered = _entry_leaves(state)
-    inside = set(_ancestors(source))
-    node = state
-    while node.parent is not None:
-        if node.parent.parallel and node.parent not in inside:
-            for region in node.parent.states:
-                if region is not node:
-                    entered += _entry_leaves(region)
-        node = node.parent
-    return entered
-
-
-def _ancestors(state: State) -> Iterator[State]:
-    node: State | None = state
-    while node is not None:
-        yield node
-        node = node.parent
-
-
-def _entry_leaves(state: State) -> list[str]:
-    """The atomic states entering ``state`` ends in: every region of a parallel state,
-    a compound state's initial child, down the tree."""
-    if not state.states:
-        return [str(state.id)]
-    if state.parallel:
-        return [leaf for region in state.states for leaf in _entry_leaves(region)]
-    return _entry_leaves(next(child for child in state.states if child.initial))
 
 
 # -- trace overlay --------------------------------------------------------------------------

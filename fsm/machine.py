@@ -329,8 +329,13 @@ def declare_chart() -> dict[str, Any]:
             unless="greeting_retried",
             on="say_greeting_locked",
         )
-        | greeting.to(ended, cond="greeting_start_not_done", on="note_greeting_failed")
-        | greeting.to(ended, cond="greeting_retry_not_done", on="note_greeting_failed")
+        # a greeting turnfsm asks for (a text or instructions) failed twice: the call ends
+        | greeting.to(
+            ended, cond=["has_greeting", "greeting_start_not_done"], on="note_greeting_failed"
+        )
+        | greeting.to(
+            ended, cond=["has_greeting", "greeting_retry_not_done"], on="note_greeting_failed"
+        )
     )
 
     timer_fired = (
@@ -369,8 +374,11 @@ def declare_chart() -> dict[str, Any]:
         )
     )
 
+    # answering-machine detection runs on the calls the agent places
     answering_machine_detected = in_call.to(
-        ended, cond=["machine_answered", "hangs_up_on_machine"], on="note_answering_machine"
+        ended,
+        cond=["is_outbound", "machine_answered", "hangs_up_on_machine"],
+        on="note_answering_machine",
     )
 
     session_error = in_call.to(ended, unless="error_is_recoverable", on="note_session_error")

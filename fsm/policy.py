@@ -189,7 +189,8 @@ class TurnPolicy:
     on_answering_machine: AnsweringMachineAction = attrs.field(
         default="hang_up", validator=_one_of(AnsweringMachineAction)
     )
-    """What to do when answering-machine detection says a machine picked up."""
+    """What to do when answering-machine detection says a machine picked up (outbound
+    calls: an inbound call ignores the verdict)."""
 
     model_reply_wait: float = attrs.field(default=2.0, validator=_seconds(optional=False))
     """Realtime models that answer on their own: seconds to wait for the model's own reply

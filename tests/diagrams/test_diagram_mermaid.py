@@ -10,7 +10,6 @@ import sys
 
 from turnfsm.cli import PRESETS
 from turnfsm.diagram import (
-    POLICY_GUARDS,
     build_diagram,
     machine_edges,
     parallel_regions,
@@ -22,7 +21,7 @@ from turnfsm.diagram import (
 )
 from turnfsm.machine import LOCKED_STATES, TurnMachine, declared_moves
 from turnfsm.policy import TurnPolicy
-from turnfsm.rules import TurnRules
+from turnfsm.rules import POLICY_GUARDS, TurnRules
 
 from support.debian import debian_program
 
