@@ -107,7 +107,7 @@ def chart_counts() -> tuple[int, int, int]:
     import attrs
 
     from turnfsm.context import TurnContext
-    from turnfsm.diagram import declared_transitions
+    from turnfsm.tools.diagram import declared_transitions
 
     transitions = [transition for transition, _ in declared_transitions()]
     targetless = sum(1 for t in transitions if t.target is None)

@@ -7,7 +7,7 @@ transition behind an earlier one of the same event whose remaining guards hold w
 its own do never fires either. :func:`reach` walks the chart from the policy's start over
 the rest: the transitions that can fire, and the states a call can be in (a move inside
 one region of a parallel state enters nothing in the others). Diagrams draw only that
-(:mod:`turnfsm.diagram`); the LiveKit adapter reads from it the ways a policy ends a call
+(:mod:`turnfsm.tools.diagram`); the LiveKit adapter reads from it the ways a policy ends a call
 on its own (:func:`ends_of_its_own`).
 
 It reads the policy, not the call's context, so it may keep a transition that no call

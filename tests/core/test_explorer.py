@@ -24,8 +24,6 @@ from concurrent.futures import ProcessPoolExecutor
 import pytest
 
 from turnfsm import TurnPolicy
-from turnfsm.cli import PRESETS
-from turnfsm.diagram import build_diagram, declared_transitions, transition_edge
 from turnfsm.machine import (
     STATES,
     atomic_states,
@@ -35,6 +33,8 @@ from turnfsm.machine import (
 )
 from turnfsm.reach import reach
 from turnfsm.testing import ExplorationReport, explore
+from turnfsm.tools.cli import PRESETS
+from turnfsm.tools.diagram import build_diagram, declared_transitions, transition_edge
 
 from support.cores import cores_for_one_test
 

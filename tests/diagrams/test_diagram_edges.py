@@ -17,9 +17,9 @@ from collections import Counter
 import pytest
 from statemachine.transition import Transition
 
-from turnfsm.cli import PRESETS
-from turnfsm.diagram import build_diagram, declared_transitions, to_mermaid
-from turnfsm.escape import mermaid_text
+from turnfsm.tools.cli import PRESETS
+from turnfsm.tools.diagram import build_diagram, declared_transitions, to_mermaid
+from turnfsm.tools.escape import mermaid_text
 
 POLICIES = {"every transition": None, **PRESETS}
 NEVER_FIRES = r"%% never fires under this policy: (\w+) --(\w*)--> (\w+) ?(.*)"

@@ -8,8 +8,11 @@ import re
 import subprocess
 import sys
 
-from turnfsm.cli import PRESETS
-from turnfsm.diagram import (
+from turnfsm.machine import LOCKED_STATES, TurnMachine, declared_moves
+from turnfsm.policy import TurnPolicy
+from turnfsm.rules import POLICY_GUARDS, TurnRules
+from turnfsm.tools.cli import PRESETS
+from turnfsm.tools.diagram import (
     build_diagram,
     machine_edges,
     parallel_regions,
@@ -19,9 +22,6 @@ from turnfsm.diagram import (
     ways_to_end,
     whole_call_transitions,
 )
-from turnfsm.machine import LOCKED_STATES, TurnMachine, declared_moves
-from turnfsm.policy import TurnPolicy
-from turnfsm.rules import POLICY_GUARDS, TurnRules
 
 from support.debian import debian_program
 

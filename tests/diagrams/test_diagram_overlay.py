@@ -6,7 +6,7 @@ import attrs
 
 from turnfsm import Trace, TurnController, TurnPolicy
 from turnfsm import events as ev
-from turnfsm.diagram import build_diagram, to_dot, to_mermaid
+from turnfsm.tools.diagram import build_diagram, to_dot, to_mermaid
 
 LOCKED_ONCE = (
     "greeting : agent_speech_created ×1 [greeting_speech_pending, !from_agent_code]"

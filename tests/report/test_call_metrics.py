@@ -19,7 +19,7 @@ from turnfsm import TurnController, TurnPolicy
 from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.fields import text_fields
-from turnfsm.metrics import CallMetrics, metrics_of
+from turnfsm.tools.metrics import CallMetrics, metrics_of
 from turnfsm.trace import TraceStep
 
 FULL = "Your appointment is on Tuesday at ten in the morning."

@@ -43,7 +43,7 @@ from turnfsm.adapters.livekit.telemetry import TurnTelemetry, trace_turns
 from turnfsm.adapters.sim import LINES, CallScript, ScriptedLLM, SimulatedCall, UserLine
 from turnfsm.events import CallAnswered, EffectOutcome
 from turnfsm.fields import text_fields
-from turnfsm.metrics import CallMetrics
+from turnfsm.tools.metrics import CallMetrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
 from reference import call_figures  # noqa: E402
