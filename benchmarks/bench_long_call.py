@@ -24,7 +24,7 @@ import attrs
 from turnfsm import Trace, TraceWriter, TurnController
 from turnfsm import events as ev
 from turnfsm.controller import DEFAULT_MAX_TRACE_STEPS
-from turnfsm.timeline import render_timeline
+from turnfsm.tools.timeline import render_timeline
 
 from .callscript import POLICY, scripted_call
 from .harness import Config, Row, Section, gc_paused, ratio, verdict

@@ -12,8 +12,8 @@ import tracemalloc
 from collections.abc import Callable
 
 from turnfsm import Trace, TurnController
-from turnfsm.metrics import call_metrics
-from turnfsm.report import CallReport
+from turnfsm.tools.metrics import call_metrics
+from turnfsm.tools.report import CallReport
 
 from .callscript import POLICY, scripted_call
 from .harness import Config, Row, Section, gc_paused, ratio, rounds_of, verdict

@@ -1,5 +1,5 @@
-"""``python -m turnfsm``: the same as the ``turnfsm`` command (see :mod:`turnfsm.cli`)."""
+"""``python -m turnfsm``: the same as the ``turnfsm`` command (see :mod:`turnfsm.tools.cli`)."""
 
-from .cli import main
+from .tools.cli import main
 
 raise SystemExit(main())

@@ -11,6 +11,8 @@ from typing import ClassVar, Literal, get_args
 
 import attrs
 
+from .fields import Label, Text
+
 TimerName = Literal["await_user", "idle", "max_duration", "model_reply", "response_done"]
 """The timers the machine uses; their expiry comes back as ``TimerFired``. With a realtime
 model, ``model_reply`` bounds the wait for the model's own reply and ``response_done`` the
@@ -55,7 +57,7 @@ class LockSpeech(Effect):
     """Make a speech uninterruptible (``speech_handle.allow_interruptions = False``)."""
 
     name: ClassVar[str] = "lock_speech"
-    speech_id: str
+    speech_id: Label
 
 
 @attrs.frozen
@@ -67,9 +69,9 @@ class StartGreeting(Effect):
     """
 
     name: ClassVar[str] = "start_greeting"
-    text: str | None = None
-    instructions: str | None = None
-    in_reply_to: str | None = None
+    text: Text | None = None
+    instructions: Text | None = None
+    in_reply_to: Label | None = None
 
 
 @attrs.frozen
@@ -94,7 +96,7 @@ class Interrupt(Effect):
 
     name: ClassVar[str] = "interrupt"
     force: bool = False
-    speech_id: str | None = None
+    speech_id: Label | None = None
 
 
 @attrs.frozen
@@ -107,10 +109,10 @@ class DropUnspokenText(Effect):
     """
 
     name: ClassVar[str] = "drop_unspoken_text"
-    speech_id: str
+    speech_id: Label
     keep: Literal["spoken", "nothing"] = "spoken"
     played_seconds: float = 0.0
-    played_text: str | None = None
+    played_text: Text | None = None
 
 
 @attrs.frozen
@@ -125,7 +127,7 @@ class RejectUserTurn(Effect):
     """Answer nothing to a just-completed user turn and keep it out of the history."""
 
     name: ClassVar[str] = "reject_user_turn"
-    item_id: str = ""
+    item_id: Label = ""
 
 
 @attrs.frozen
@@ -133,7 +135,7 @@ class CancelToolReply(Effect):
     """Do not let the model continue after the current tool step."""
 
     name: ClassVar[str] = "cancel_tool_reply"
-    speech_id: str = ""
+    speech_id: Label = ""
 
 
 @attrs.frozen
@@ -144,7 +146,7 @@ class FinalReplyWithoutTools(Effect):
     """
 
     name: ClassVar[str] = "final_reply_without_tools"
-    fallback_text: str = ""
+    fallback_text: Text = ""
 
 
 @attrs.frozen
@@ -179,10 +181,10 @@ class Say(Effect):
     """
 
     name: ClassVar[str] = "say"
-    text: str
+    text: Text
     reason: SayReason
     allow_interruptions: bool = True
-    in_reply_to: str | None = None
+    in_reply_to: Label | None = None
 
 
 @attrs.frozen
@@ -191,7 +193,7 @@ class SuppressReply(Effect):
     it is authorized and delete what it added to the model's conversation."""
 
     name: ClassVar[str] = "suppress_reply"
-    speech_id: str
+    speech_id: Label
 
 
 @attrs.frozen
@@ -231,7 +233,7 @@ class EndCall(Effect):
     """Hang up and close the session."""
 
     name: ClassVar[str] = "end_call"
-    reason: str
+    reason: Label
 
 
 EFFECT_TYPES: tuple[type[Effect], ...] = (

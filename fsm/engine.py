@@ -160,7 +160,15 @@ class CompiledTransition:
 class Plan:
     """What taking a set of transitions in a configuration does, in order."""
 
-    __slots__ = ("before_update", "after_update", "leaves", "active", "terminates", "names")
+    __slots__ = (
+        "before_update",
+        "after_update",
+        "leaves",
+        "active",
+        "terminates",
+        "names",
+        "transitions",
+    )
 
     def __init__(
         self,
@@ -170,6 +178,7 @@ class Plan:
         active: frozenset[str],
         terminates: bool,
         names: tuple[str, ...] = (),
+        transitions: tuple[Transition, ...] = (),
     ) -> None:
         self.before_update = before_update
         """``before`` of each transition, the exit actions, ``on`` of each transition."""
@@ -180,6 +189,8 @@ class Plan:
         self.terminates = terminates
         self.names = names
         """The callbacks' names in order, ``|`` where the configuration is updated."""
+        self.transitions = transitions
+        """The declared transitions taken (conflicts between regions resolved)."""
 
 
 Decision = tuple[tuple[str, ...], "str | None", tuple["bool | str", ...]]
@@ -416,6 +427,7 @@ class CompiledChart:
             frozenset(state.id for state in after),
             terminates,
             (*(call.__name__ for call in before), "|", *(call.__name__ for call in later)),
+            tuple(transitions),
         )
 
     def values_of(self, active: frozenset[str]) -> frozenset[Any]:
@@ -553,6 +565,7 @@ class CompiledEngine:
         "running",
         "view",
         "decisions",
+        "taken",
         "__weakref__",
     )
 
@@ -569,6 +582,9 @@ class CompiledEngine:
         equal decisions from equal contexts end equal, in either engine, and a step of
         either engine is a function of its decisions and its context. The explorer
         compares the engines once per distinct decisions (:func:`turnfsm.testing.explore`)."""
+        self.taken: set[Transition] | None = None
+        """Set to a set, every step adds to it the declared transitions it takes: what
+        the explorer reports as fired (:attr:`turnfsm.testing.ExplorationReport.fired`)."""
         self.leaves: tuple[str, ...] = chart.initial_leaves
         self.active, self.running = chart.active(self.leaves)
         for call in chart.initial_actions:
@@ -622,6 +638,8 @@ class CompiledEngine:
             return False
         chosen = (self.leaves, tuple(t.index for t in enabled))
         plan = chart._plans.get(chosen) or chart.plan(*chosen)
+        if self.taken is not None:
+            self.taken.update(plan.transitions)
         for call in plan.before_update:
             call(rules, ev, view)
         self.leaves, self.active = plan.leaves, plan.active

@@ -28,7 +28,7 @@ from typing import ClassVar, Literal
 import attrs
 
 from .effects import EFFECTS_BY_NAME
-from .fields import check_fields, show
+from .fields import Label, Text, check_fields, show
 
 SpeechSource = Literal["say", "reply", "tool_reply"]
 """Where an agent speech came from: ``session.say``, a reply, or a reply after tools."""
@@ -89,7 +89,7 @@ class CallEnded(Event):
     """The call is over: the callee hung up, the room closed or the session closed."""
 
     name: ClassVar[str] = "call_ended"
-    reason: str = "hangup"
+    reason: Label = "hangup"
 
 
 @attrs.frozen
@@ -111,7 +111,7 @@ class UserTranscript(Event):
     """Speech-to-text output for the user's current turn."""
 
     name: ClassVar[str] = "user_transcript"
-    text: str = ""
+    text: Text = ""
     is_final: bool = False
 
 
@@ -120,8 +120,8 @@ class UserTurnCommitted(Event):
     """The user's turn ended and was committed as a chat item."""
 
     name: ClassVar[str] = "user_turn_committed"
-    text: str = ""
-    item_id: str = ""
+    text: Text = ""
+    item_id: Label = ""
 
 
 @attrs.frozen
@@ -131,9 +131,9 @@ class UserTurnDeclined(Event):
 
     name: ClassVar[str] = "user_turn_declined"
     reason: TurnDeclineReason = "min_words"
-    item_id: str = ""
+    item_id: Label = ""
     """The declined turn's chat item, when LiveKit made one."""
-    prepared_speech_id: str = ""
+    prepared_speech_id: Label = ""
     """The reply LiveKit prepared before the turn ended (``preemptive_generation``) and
     leaves parked: created, never scheduled, so never played nor ended. Empty if none."""
 
@@ -143,7 +143,7 @@ class AgentSpeechCreated(Event):
     """A speech of the agent was scheduled (LiveKit's ``speech_created``)."""
 
     name: ClassVar[str] = "agent_speech_created"
-    speech_id: str = ""
+    speech_id: Label = ""
     source: SpeechSource = "reply"
     from_agent_code: bool = False
     """The agent's own code asked for it: in its ``on_enter``, or a filler said in its
@@ -158,7 +158,7 @@ class AgentSpeechStarted(Event):
     """The first audio of a speech was played to the caller."""
 
     name: ClassVar[str] = "agent_speech_started"
-    speech_id: str = ""
+    speech_id: Label = ""
 
 
 @attrs.frozen
@@ -166,10 +166,10 @@ class AgentSpeechEnded(Event):
     """A speech is done: played out, or interrupted after ``played_seconds``."""
 
     name: ClassVar[str] = "agent_speech_ended"
-    speech_id: str = ""
+    speech_id: Label = ""
     interrupted: bool = False
     played_seconds: float = attrs.field(default=0.0, converter=_seconds)
-    played_text: str | None = None
+    played_text: Text | None = None
     """What the caller heard, when the output chain knows it (a transcript synchronizer)."""
 
 
@@ -178,9 +178,9 @@ class AssistantMessageCommitted(Event):
     """An assistant message of a speech was added to the chat context."""
 
     name: ClassVar[str] = "assistant_message_committed"
-    item_id: str = ""
-    speech_id: str = ""
-    text: str = ""
+    item_id: Label = ""
+    speech_id: Label = ""
+    text: Text = ""
     interrupted: bool = False
 
 
@@ -189,7 +189,7 @@ class ToolStepStarted(Event):
     """A speech's reply asked for tools: one step, however many parallel calls."""
 
     name: ClassVar[str] = "tool_step_started"
-    speech_id: str = ""
+    speech_id: Label = ""
     calls: int = 1
 
 
@@ -198,7 +198,7 @@ class ToolStepFinished(Event):
     """The tools of one step returned; the reply would now continue with their output."""
 
     name: ClassVar[str] = "tool_step_finished"
-    speech_id: str = ""
+    speech_id: Label = ""
     calls: int = 1
     hands_over: bool = False
     """A tool of the step handed the call to another agent (LiveKit's
@@ -210,7 +210,7 @@ class TimerFired(Event):
     """A timer started by a :class:`~turnfsm.effects.StartTimer` effect expired."""
 
     name: ClassVar[str] = "timer_fired"
-    timer: str = ""
+    timer: Label = ""
 
 
 @attrs.frozen
@@ -227,7 +227,7 @@ class AgentSpeechInterrupted(Event):
     enabled, min_duration, min_words, false-interruption resume). Not raw VAD."""
 
     name: ClassVar[str] = "agent_speech_interrupted"
-    speech_id: str
+    speech_id: Label
 
 
 def _effect_name(_instance: object, attribute: attrs.Attribute, value: object) -> None:
@@ -243,12 +243,12 @@ class EffectOutcome(Event):
     """What a lever did with an effect: done, refused by LiveKit, or failed (raised)."""
 
     name: ClassVar[str] = "effect_outcome"
-    effect: str = attrs.field(validator=_effect_name)
+    effect: Label = attrs.field(validator=_effect_name)
     """The effect's ``name``, e.g. ``"interrupt"``, ``"start_greeting"``."""
     outcome: EffectOutcomeKind
-    speech_id: str | None = None
+    speech_id: Label | None = None
     """The speech the effect was about, when there is one."""
-    detail: str = ""
+    detail: Label = ""
     """A short reason, never transcript text."""
 
 
@@ -267,7 +267,7 @@ class SessionError(Event):
     """The session reported an error; an unrecoverable one ends the call."""
 
     name: ClassVar[str] = "session_error"
-    message: str = ""
+    message: Label = ""
     recoverable: bool = True
 
 
@@ -290,7 +290,7 @@ class ModelReplyStarted(Event):
     as ``AgentSpeechCreated``), adopts it as the final reply, or suppresses it."""
 
     name: ClassVar[str] = "model_reply_started"
-    speech_id: str = ""
+    speech_id: Label = ""
     after_tool_output: bool = False
     """The model's last input was a tool output (else a user turn)."""
     duplicate: bool = False
@@ -303,7 +303,7 @@ class ModelResponseCreated(Event):
     ``response.create`` until that response is done."""
 
     name: ClassVar[str] = "model_response_created"
-    response_id: str = ""
+    response_id: Label = ""
 
 
 @attrs.frozen
@@ -312,7 +312,7 @@ class ModelResponseDone(Event):
     (``response.done``)."""
 
     name: ClassVar[str] = "model_response_done"
-    response_id: str = ""
+    response_id: Label = ""
 
 
 EVENT_TYPES: tuple[type[Event], ...] = (
@@ -343,5 +343,13 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ModelResponseDone,
 )
 """The whole input alphabet, in a stable order."""
+
+REALTIME_EVENTS: tuple[type[Event], ...] = (
+    RealtimeModelLinked,
+    ModelReplyStarted,
+    ModelResponseCreated,
+    ModelResponseDone,
+)
+"""Events only a realtime model's link reports (a pipeline call never sees them)."""
 
 EVENTS_BY_NAME: dict[str, type[Event]] = {cls.name: cls for cls in EVENT_TYPES}

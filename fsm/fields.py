@@ -12,10 +12,18 @@ annotation              accepted values
 ``int``                 an integer >= 0 (a count), never a bool
 ``bool``                ``True`` or ``False`` only (``"no"`` is not false)
 ``str``                 a string (text: no lone surrogate, which no file can hold)
+``Text`` / ``Label``    a ``str``, as above; see below
 ``Literal[...]``        one of the listed values
 ``frozenset[X]``        a frozenset of ``X``
 ``X | None``            ``None`` or ``X``
 ======================  ===============================================================
+
+Every string field of an event, an effect or the policy says what it holds: ``Text``,
+words a person says or may hear (a transcript, the greeting), which traces, logs, spans
+and metrics redact unless asked to keep them (:func:`text_fields`); or ``Label``, a
+string the machine, LiveKit or the app makes (an id, a timer's name, an end reason, an
+error message), never redacted. The tests refuse a bare ``str`` there, so a new field
+cannot leak its text by being forgotten in a list.
 
 >>> import attrs
 >>> @attrs.frozen
@@ -41,9 +49,20 @@ import sys
 import types
 import typing
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import attrs
+
+TEXT_MARK = "text"
+LABEL_MARK = "label"
+
+Text = Annotated[str, TEXT_MARK]
+"""Words a person says or may hear: redacted wherever a trace or telemetry leaves the
+process, unless the text is asked to be kept."""
+
+Label = Annotated[str, LABEL_MARK]
+"""A string the machine, LiveKit or the app makes (an id, a name, a reason): no one's
+words, never redacted."""
 
 Check = Callable[[object], str | None]
 """Returns ``None`` when the value is accepted, else ``"must be ..."``; a message starting
@@ -85,6 +104,43 @@ def show(value: object, limit: int = 60) -> str:
     if isinstance(value, str | int | float) or value is None:
         return text
     return f"{text} ({type(value).__name__})"
+
+
+def string_kinds(cls: type) -> dict[str, str | None]:
+    """Each string field of the attrs class ``cls`` (``str``, or ``str | None``): its
+    mark (:data:`TEXT_MARK`, :data:`LABEL_MARK`), or ``None`` when it is a bare ``str``."""
+    hints = typing.get_type_hints(cls, globalns=_namespace(cls), include_extras=True)
+    kinds: dict[str, str | None] = {}
+    for field in attrs.fields(cls):
+        hint = hints.get(field.name)
+        options = (
+            typing.get_args(hint)
+            if typing.get_origin(hint) in (typing.Union, types.UnionType)
+            else (hint,)
+        )
+        for option in options:
+            if option is str:
+                kinds[field.name] = None
+            elif typing.get_origin(option) is Annotated and typing.get_args(option)[0] is str:
+                kinds[field.name] = typing.get_args(option)[1]
+    return kinds
+
+
+def text_fields(cls: type) -> tuple[str, ...]:
+    """The fields of ``cls`` that hold :data:`Text` (none for a class that is not attrs).
+
+    >>> from turnfsm.events import UserTurnCommitted
+    >>> text_fields(UserTurnCommitted)
+    ('text',)
+    """
+    found = _TEXT_FIELDS.get(cls)
+    if found is None:
+        kinds = string_kinds(cls) if attrs.has(cls) else {}
+        found = _TEXT_FIELDS[cls] = tuple(n for n, kind in kinds.items() if kind == TEXT_MARK)
+    return found
+
+
+_TEXT_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 def _compile(cls: type) -> tuple[tuple[str, Check], ...]:

@@ -58,6 +58,7 @@ import attrs
 
 from . import effects as fx
 from . import events as ev
+from .machine import FIRST_WORDS_STATES, PRE_GREETING_STATES
 from .policy import TurnPolicy
 
 INVARIANTS: dict[str, str] = {
@@ -74,10 +75,8 @@ INVARIANTS: dict[str, str] = {
 }
 
 TOOL_STATES = frozenset({"listening", "speaking", "tool_loop"})
-PRE_GREETING_STATES = frozenset({"ringing", "awaiting_user"})
-"""Where the callee's first committed words are noted (the greeting answers them)."""
-SILENT_STATES = PRE_GREETING_STATES | {"start"}
-"""Where the agent must not talk: before the callee or the session is there (I8)."""
+UNTIL_THE_GREETING = PRE_GREETING_STATES | {"greeting"}
+"""Before the greeting and while it plays: no reply of the model's own (I10)."""
 
 
 class InvariantViolation(AssertionError):
@@ -168,7 +167,7 @@ class SafetyMonitor:
     ) -> None:
         if (
             isinstance(event, ev.UserTurnCommitted)
-            and before in PRE_GREETING_STATES
+            and before in FIRST_WORDS_STATES
             and self.first_words is None
         ):
             self.first_words = event.item_id
@@ -298,7 +297,7 @@ class SafetyMonitor:
     def _check_early_speech(
         self, before: str, event: ev.Event, effects: tuple[fx.Effect, ...]
     ) -> None:
-        if isinstance(event, ev.AgentSpeechCreated) and before in SILENT_STATES:
+        if isinstance(event, ev.AgentSpeechCreated) and before in PRE_GREETING_STATES:
             _require(fx.Interrupt(force=True) in effects, "I8", "agent spoke before the callee")
         if (
             isinstance(event, ev.AgentSpeechCreated)
@@ -330,9 +329,7 @@ class SafetyMonitor:
             "I9",
             f"asked {asks} of a model with an active response, on {event.name}",
         )
-        if isinstance(event, ev.ModelReplyStarted) and (
-            before in PRE_GREETING_STATES or before == "greeting"
-        ):
+        if isinstance(event, ev.ModelReplyStarted) and before in UNTIL_THE_GREETING:
             _require(
                 fx.SuppressReply(speech_id=event.speech_id) in effects,
                 "I10",
@@ -367,7 +364,7 @@ class SafetyMonitor:
             f"user turns left held in {after}",
         )
         _require(
-            not self.model_replies_paused or after in SILENT_STATES | {"greeting"},
+            not self.model_replies_paused or after in UNTIL_THE_GREETING,
             "I2",
             f"the model's own replies left paused in {after}",
         )

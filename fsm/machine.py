@@ -337,8 +337,13 @@ def declare_chart() -> dict[str, Any]:
             unless="greeting_retried",
             on="say_greeting_locked",
         )
-        | greeting.to(ended, cond="greeting_start_not_done", on="note_greeting_failed")
-        | greeting.to(ended, cond="greeting_retry_not_done", on="note_greeting_failed")
+        # a greeting turnfsm asks for (a text or instructions) failed twice: the call ends
+        | greeting.to(
+            ended, cond=["has_greeting", "greeting_start_not_done"], on="note_greeting_failed"
+        )
+        | greeting.to(
+            ended, cond=["has_greeting", "greeting_retry_not_done"], on="note_greeting_failed"
+        )
     )
 
     timer_fired = (
@@ -377,8 +382,11 @@ def declare_chart() -> dict[str, Any]:
         )
     )
 
+    # answering-machine detection runs on the calls the agent places
     answering_machine_detected = in_call.to(
-        ended, cond=["machine_answered", "hangs_up_on_machine"], on="note_answering_machine"
+        ended,
+        cond=["is_outbound", "machine_answered", "hangs_up_on_machine"],
+        on="note_answering_machine",
     )
 
     session_error = in_call.to(ended, unless="error_is_recoverable", on="note_session_error")
@@ -587,6 +595,13 @@ def declared_moves(machine_class: type[TurnChart] = TurnMachine) -> set[tuple[st
     }
 
 
+def transition_key(transition: Transition) -> tuple[str, int]:
+    """A declared transition's name across processes: the state that declares it and its
+    place among that state's transitions."""
+    declared = transition.source.transitions
+    return transition.source.id, next(i for i, t in enumerate(declared) if t is transition)
+
+
 STATES: tuple[str, ...] = tuple(state.id for state in leaf_states())
 """The states a call can be in, as :attr:`TurnController.state` reports them."""
 
@@ -602,8 +617,25 @@ def _leaves_under(compound: str) -> frozenset[str]:
 LIVE_STATES: frozenset[str] = _leaves_under("turn")
 """States of a live call: the caller's voice runs beside them."""
 
-PRE_GREETING_STATES: frozenset[str] = _leaves_under("connecting") | {"awaiting_user"}
-"""States before the greeting: an agent speech there is stopped (invariant I8)."""
+
+def states_acting(event: str, action: str) -> frozenset[str]:
+    """The call's states (outside the caller's voice) where the chart handles ``event``
+    with a transition that runs ``action``: a state set read from the chart itself."""
+    return frozenset(
+        state.id
+        for state in leaf_states()
+        for transition in leaf_transitions(state)
+        if event in _names(transition)
+        and action in (str(spec) for spec in (*transition.before, *transition.on))
+    )
+
+
+PRE_GREETING_STATES: frozenset[str] = states_acting("agent_speech_created", "stop_early_speech")
+"""States before the greeting where the agent must not talk: an agent speech there is
+stopped as it is created (invariant I8)."""
+
+FIRST_WORDS_STATES: frozenset[str] = states_acting("user_turn_committed", "note_first_words")
+"""Where the callee's first committed words are noted: the greeting answers them."""
 
 CONVERSATION_STATES: frozenset[str] = _leaves_under("conversation")
 """States after the greeting, where tool rounds are counted (invariant I3)."""

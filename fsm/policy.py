@@ -22,7 +22,7 @@ from typing import Any, Literal, get_args
 
 import attrs
 
-from .fields import lone_surrogate
+from .fields import Text, lone_surrogate
 
 Direction = Literal["inbound", "outbound"]
 Speaker = Literal["user", "agent"]
@@ -123,12 +123,12 @@ class TurnPolicy:
     """Who speaks first once the call is answered. Default: ``user`` for outbound calls
     (wait for the callee's "Hello?"), ``agent`` for inbound ones."""
 
-    greeting: str | None = attrs.field(default=None, validator=_optional_text)
+    greeting: Text | None = attrs.field(default=None, validator=_optional_text)
     """Fixed greeting text, said locked. Without it (nor ``greeting_instructions``) on an
     inbound call where the agent speaks first, the agent's own first speech is the
     greeting, locked the same way."""
 
-    greeting_instructions: str | None = attrs.field(default=None, validator=_optional_text)
+    greeting_instructions: Text | None = attrs.field(default=None, validator=_optional_text)
     """Instructions for a generated greeting, instead of ``greeting``."""
 
     await_user_timeout: float | None = attrs.field(default=8.0, validator=_seconds(optional=True))
@@ -166,7 +166,7 @@ class TurnPolicy:
     """Exactly this many tool rounds per user turn (parallel calls in one step count
     once); then one final reply without tools."""
 
-    tool_cap_fallback: str = attrs.field(
+    tool_cap_fallback: Text = attrs.field(
         default="Sorry, I couldn't finish that. Could you ask me again?", validator=_text
     )
     """Said when the model still calls tools in the final reply."""
@@ -180,7 +180,7 @@ class TurnPolicy:
     idle_max_reprompts: int = attrs.field(default=2, validator=_count(0))
     """Re-prompts before hanging up on a silent caller."""
 
-    idle_message: str = attrs.field(default="Are you still there?", validator=_text)
+    idle_message: Text = attrs.field(default="Are you still there?", validator=_text)
     """The re-prompt text."""
 
     max_call_duration: float | None = attrs.field(default=None, validator=_seconds(optional=True))
@@ -189,7 +189,8 @@ class TurnPolicy:
     on_answering_machine: AnsweringMachineAction = attrs.field(
         default="hang_up", validator=_one_of(AnsweringMachineAction)
     )
-    """What to do when answering-machine detection says a machine picked up."""
+    """What to do when answering-machine detection says a machine picked up (outbound
+    calls: an inbound call ignores the verdict)."""
 
     model_reply_wait: float = attrs.field(default=2.0, validator=_seconds(optional=False))
     """Realtime models that answer on their own: seconds to wait for the model's own reply

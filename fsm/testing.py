@@ -38,11 +38,20 @@ from .controller import TurnController
 from .effects import REALTIME_TIMERS, TIMER_NAMES, TimerName
 from .engine import Decision, UnsupportedChart
 from .invariants import InvariantViolation, SafetyMonitor
-from .machine import CONVERSATION_STATES, LIVE_STATES, TurnChart, TurnMachine, handled_events
+from .machine import (
+    CONVERSATION_STATES,
+    LIVE_STATES,
+    TurnChart,
+    TurnMachine,
+    handled_events,
+    transition_key,
+)
 from .policy import TurnPolicy
 from .rules import TurnRules
 
 if TYPE_CHECKING:  # for type checkers only: at run time they come from __getattr__
+    from statemachine.transition import Transition
+
     from .adapters.sim.testing import AgentSpeech as AgentSpeech
     from .adapters.sim.testing import CallerLine as CallerLine
     from .adapters.sim.testing import ScriptedLLM as ScriptedLLM
@@ -104,56 +113,182 @@ flight, and ``caller_speaking`` to LiveKit's user speaking. So a call whose sess
 quiet is in ``listening`` with the caller silent, where the idle timer runs."""
 
 
-def event_alphabet() -> tuple[ev.Event, ...]:
-    """A finite set of concrete events covering every event type and branch."""
+Samples = dict[type[ev.Event], "tuple[ev.Event, ...] | str"]
+"""Per registered event type, the concrete events an exploration feeds, or why it feeds
+none of that type."""
+
+
+def pipeline_samples() -> Samples:
+    """For every event type of the registry (:data:`~turnfsm.events.EVENT_TYPES`), what
+    a call on an STT-LLM-TTS pipeline is told: one event per branch a guard can tell
+    apart (two speeches, two user turns, a recoverable and a fatal error, the effect
+    outcomes a rule reads...)."""
     speeches = ("s1", "s2")
-    alphabet: list[ev.Event] = [
-        ev.SessionStarted(at=EARLY),
-        ev.CallRinging(at=EARLY),
-        ev.CallAnswered(at=EARLY),
-        ev.CallEnded(at=EARLY, reason="hangup"),
-        ev.UserSpeechStarted(at=EARLY),
-        ev.UserSpeechStarted(at=LATE),
-        ev.UserSpeechEnded(at=EARLY),
-        ev.UserTranscript(at=EARLY, text="hello", is_final=True),
-        ev.UserTurnCommitted(at=EARLY, text="hello", item_id="u1"),
-        ev.UserTurnCommitted(at=EARLY, text="again", item_id="u2"),
-        ev.UserTurnDeclined(at=EARLY, reason="false_interruption"),
-        ev.AnsweringMachineDetected(at=EARLY, result="human"),
-        ev.AnsweringMachineDetected(at=EARLY, result="machine"),
-        ev.SessionError(at=EARLY, message="boom", recoverable=True),
-        ev.SessionError(at=EARLY, message="boom", recoverable=False),
-    ]
-    # the realtime waits' timers start only once a realtime model is linked
-    alphabet.extend(
-        ev.TimerFired(at=EARLY, timer=name) for name in TIMER_NAMES if name not in REALTIME_TIMERS
+
+    def per_speech(*make: Callable[[str], ev.Event]) -> tuple[ev.Event, ...]:
+        return tuple(build(speech) for speech in speeches for build in make)
+
+    realtime_only = "only a realtime model's link reports it"
+    return {
+        ev.SessionStarted: (ev.SessionStarted(at=EARLY),),
+        ev.CallRinging: (ev.CallRinging(at=EARLY),),
+        ev.CallAnswered: (ev.CallAnswered(at=EARLY),),
+        ev.CallEnded: (ev.CallEnded(at=EARLY, reason="hangup"),),
+        ev.UserSpeechStarted: (ev.UserSpeechStarted(at=EARLY), ev.UserSpeechStarted(at=LATE)),
+        ev.UserSpeechEnded: (ev.UserSpeechEnded(at=EARLY),),
+        ev.UserTranscript: (ev.UserTranscript(at=EARLY, text="hello", is_final=True),),
+        ev.UserTurnCommitted: USER_TURNS,
+        ev.UserTurnDeclined: (
+            ev.UserTurnDeclined(at=EARLY, reason="false_interruption"),
+            *per_speech(
+                lambda s: ev.UserTurnDeclined(at=EARLY, reason="min_words", prepared_speech_id=s)
+            ),
+        ),
+        ev.AnsweringMachineDetected: (
+            ev.AnsweringMachineDetected(at=EARLY, result="human"),
+            ev.AnsweringMachineDetected(at=EARLY, result="machine"),
+        ),
+        ev.SessionError: (
+            ev.SessionError(at=EARLY, message="boom", recoverable=True),
+            ev.SessionError(at=EARLY, message="boom", recoverable=False),
+        ),
+        # the realtime waits' timers start only once a realtime model is linked
+        ev.TimerFired: tuple(
+            ev.TimerFired(at=EARLY, timer=name)
+            for name in TIMER_NAMES
+            if name not in REALTIME_TIMERS
+        ),
+        ev.AgentSpeechStarted: (ev.AgentSpeechStarted(at=EARLY, speech_id="s1"),),
+        ev.AssistantMessageCommitted: (
+            ev.AssistantMessageCommitted(at=EARLY, speech_id="s1", text="hi"),
+            *per_speech(
+                lambda s: ev.AssistantMessageCommitted(
+                    at=EARLY, speech_id=s, text="hi", interrupted=True
+                )
+            ),
+        ),
+        ev.ToolStepStarted: (
+            ev.ToolStepStarted(at=EARLY, speech_id="s1", calls=3),
+            *per_speech(lambda s: ev.ToolStepStarted(at=EARLY, speech_id=s, calls=1)),
+        ),
+        ev.ToolStepFinished: per_speech(
+            lambda s: ev.ToolStepFinished(at=EARLY, speech_id=s),
+            lambda s: ev.ToolStepFinished(at=EARLY, speech_id=s, hands_over=True),
+        ),
+        ev.EffectOutcome: (
+            ev.EffectOutcome(at=EARLY, effect="interrupt", outcome="refused"),
+            ev.EffectOutcome(at=EARLY, effect="start_greeting", outcome="failed"),
+            ev.EffectOutcome(at=EARLY, effect="start_greeting", outcome="done"),
+            ev.EffectOutcome(at=EARLY, effect="say", outcome="refused"),
+            ev.EffectOutcome(at=EARLY, effect="lock_speech", outcome="refused"),
+        ),
+        ev.OutcomeBreached: (ev.OutcomeBreached(at=EARLY, check="O2"),),
+        ev.AgentSpeechCreated: per_speech(
+            lambda s: ev.AgentSpeechCreated(at=EARLY, speech_id=s, source="reply"),
+            lambda s: ev.AgentSpeechCreated(
+                at=EARLY, speech_id=s, source="say", from_agent_code=True
+            ),
+        ),
+        ev.AgentSpeechEnded: per_speech(
+            lambda s: ev.AgentSpeechEnded(at=EARLY, speech_id=s),
+            lambda s: ev.AgentSpeechEnded(at=EARLY, speech_id=s, played_seconds=1.5),
+            lambda s: ev.AgentSpeechEnded(
+                at=EARLY, speech_id=s, interrupted=True, played_seconds=1.0
+            ),
+        ),
+        ev.AgentSpeechInterrupted: per_speech(
+            lambda s: ev.AgentSpeechInterrupted(at=EARLY, speech_id=s)
+        ),
+        ev.RealtimeModelLinked: realtime_only,
+        ev.ModelResponseCreated: realtime_only,
+        ev.ModelResponseDone: realtime_only,
+        ev.ModelReplyStarted: realtime_only,
+    }
+
+
+USER_TURNS = (
+    ev.UserTurnCommitted(at=EARLY, text="hello", item_id="u1"),
+    ev.UserTurnCommitted(at=EARLY, text="again", item_id="u2"),
+)
+
+
+def realtime_samples() -> Samples:
+    """For every event type of the registry, what a call on a realtime model is told:
+    the model's responses and its own replies, the link again (a handoff links a new
+    session mid-call), and the call's events that meet the realtime waits (the
+    greeting, speeches, tool steps, timers, the greeting's outcomes, the end). The rest
+    is explored on the pipeline: the realtime rules do not read it."""
+    traced_only = "traced only, in every state: explored on the pipeline"
+    same_rule = "read by the same rules on both paths: explored on the pipeline"
+    speeches = ("s1", "s2")
+    return {
+        ev.SessionStarted: (ev.SessionStarted(at=EARLY),),
+        ev.CallRinging: traced_only,
+        ev.CallAnswered: (ev.CallAnswered(at=EARLY),),
+        ev.CallEnded: (ev.CallEnded(at=EARLY, reason="hangup"),),
+        ev.UserSpeechStarted: (ev.UserSpeechStarted(at=EARLY),),
+        ev.UserSpeechEnded: (ev.UserSpeechEnded(at=EARLY),),
+        ev.UserTranscript: traced_only,
+        ev.UserTurnCommitted: USER_TURNS,
+        ev.UserTurnDeclined: same_rule,
+        ev.AnsweringMachineDetected: same_rule,
+        ev.SessionError: same_rule,
+        ev.TimerFired: tuple(ev.TimerFired(at=EARLY, timer=name) for name in TIMER_NAMES),
+        ev.AgentSpeechStarted: traced_only,
+        ev.AssistantMessageCommitted: same_rule,
+        ev.ToolStepStarted: tuple(
+            ev.ToolStepStarted(at=EARLY, speech_id=s, calls=1) for s in speeches
+        ),
+        ev.ToolStepFinished: tuple(ev.ToolStepFinished(at=EARLY, speech_id=s) for s in speeches),
+        ev.EffectOutcome: (
+            ev.EffectOutcome(at=EARLY, effect="start_greeting", outcome="refused", speech_id="s1"),
+            ev.EffectOutcome(at=EARLY, effect="say", outcome="refused"),
+        ),
+        ev.OutcomeBreached: traced_only,
+        ev.AgentSpeechCreated: tuple(
+            ev.AgentSpeechCreated(at=EARLY, speech_id=s, source="reply") for s in speeches
+        ),
+        ev.AgentSpeechEnded: tuple(
+            event
+            for s in speeches
+            for event in (
+                ev.AgentSpeechEnded(at=EARLY, speech_id=s),
+                ev.AgentSpeechEnded(at=EARLY, speech_id=s, interrupted=True, played_seconds=1.0),
+            )
+        ),
+        ev.AgentSpeechInterrupted: same_rule,
+        ev.RealtimeModelLinked: (REALTIME_LINK,),
+        ev.ModelResponseCreated: (ev.ModelResponseCreated(at=EARLY, response_id="r1"),),
+        ev.ModelResponseDone: (ev.ModelResponseDone(at=EARLY, response_id="r1"),),
+        ev.ModelReplyStarted: (
+            ev.ModelReplyStarted(at=EARLY, speech_id="s1"),
+            ev.ModelReplyStarted(at=EARLY, speech_id="s2", after_tool_output=True),
+            ev.ModelReplyStarted(at=EARLY, speech_id="s2", after_tool_output=True, duplicate=True),
+        ),
+    }
+
+
+def alphabet_of(samples: Samples) -> tuple[ev.Event, ...]:
+    """The events ``samples`` lists, in the registry's order.
+
+    Raises:
+        KeyError: a registered event type has neither samples nor a reason.
+    """
+    missing = [kind.__name__ for kind in ev.EVENT_TYPES if kind not in samples]
+    if missing:
+        raise KeyError(f"event types with no samples nor a reason to have none: {missing}")
+    return tuple(
+        event
+        for kind in ev.EVENT_TYPES
+        if not isinstance(events := samples[kind], str)
+        for event in events
     )
-    alphabet += [
-        ev.AgentSpeechStarted(at=EARLY, speech_id="s1"),
-        ev.AssistantMessageCommitted(at=EARLY, speech_id="s1", text="hi"),
-        ev.ToolStepStarted(at=EARLY, speech_id="s1", calls=3),
-        ev.EffectOutcome(at=EARLY, effect="interrupt", outcome="refused"),
-        ev.EffectOutcome(at=EARLY, effect="start_greeting", outcome="failed"),
-        ev.EffectOutcome(at=EARLY, effect="start_greeting", outcome="done"),
-        ev.EffectOutcome(at=EARLY, effect="say", outcome="refused"),
-        ev.EffectOutcome(at=EARLY, effect="lock_speech", outcome="refused"),
-        ev.OutcomeBreached(at=EARLY, check="O2"),
-    ]
-    for speech in speeches:
-        alphabet += [
-            ev.AgentSpeechCreated(at=EARLY, speech_id=speech, source="reply"),
-            ev.AgentSpeechCreated(at=EARLY, speech_id=speech, source="say", from_agent_code=True),
-            ev.AgentSpeechEnded(at=EARLY, speech_id=speech),
-            ev.AgentSpeechEnded(at=EARLY, speech_id=speech, played_seconds=1.5),
-            ev.AgentSpeechEnded(at=EARLY, speech_id=speech, interrupted=True, played_seconds=1.0),
-            ev.AgentSpeechInterrupted(at=EARLY, speech_id=speech),
-            ev.UserTurnDeclined(at=EARLY, reason="min_words", prepared_speech_id=speech),
-            ev.AssistantMessageCommitted(at=EARLY, speech_id=speech, text="hi", interrupted=True),
-            ev.ToolStepStarted(at=EARLY, speech_id=speech, calls=1),
-            ev.ToolStepFinished(at=EARLY, speech_id=speech),
-            ev.ToolStepFinished(at=EARLY, speech_id=speech, hands_over=True),
-        ]
-    return tuple(alphabet)
+
+
+def event_alphabet() -> tuple[ev.Event, ...]:
+    """A finite set of concrete events covering every event type and branch of a call
+    on a pipeline (:func:`pipeline_samples`)."""
+    return alphabet_of(pipeline_samples())
 
 
 REALTIME_LINK = ev.RealtimeModelLinked(at=EARLY, replies_to_turns=True)
@@ -168,43 +303,13 @@ OWN_WORDS_SPEECH = (
 )
 """A speech the agent's own code asks for (its ``on_enter``) and its end: added to a
 realtime exploration when the agent greets in its own words, where it is the greeting
-(the realtime rules read no other speech of the agent's code; :func:`event_alphabet`
+(the realtime rules read no other speech of the agent's code; :func:`pipeline_samples`
 has them for every policy)."""
 
 
 def realtime_alphabet() -> tuple[ev.Event, ...]:
-    """The events of a realtime call: the model's responses and its own replies, and the
-    call's events that meet the realtime waits (the greeting, speeches, tool steps,
-    timers, outcomes of the greeting, the end). Informational events (transcripts,
-    playback starts, ringing), answering machines, session errors and LiveKit's
-    interruption reports are left to :func:`event_alphabet`: the realtime rules do not
-    read them."""
-    alphabet: list[ev.Event] = [
-        ev.SessionStarted(at=EARLY),
-        ev.CallAnswered(at=EARLY),
-        ev.CallEnded(at=EARLY, reason="hangup"),
-        ev.UserSpeechStarted(at=EARLY),
-        ev.UserSpeechEnded(at=EARLY),
-        ev.UserTurnCommitted(at=EARLY, text="hello", item_id="u1"),
-        ev.UserTurnCommitted(at=EARLY, text="again", item_id="u2"),
-        *(ev.TimerFired(at=EARLY, timer=name) for name in TIMER_NAMES),
-        ev.EffectOutcome(at=EARLY, effect="start_greeting", outcome="refused", speech_id="s1"),
-        ev.EffectOutcome(at=EARLY, effect="say", outcome="refused"),
-        ev.ModelResponseCreated(at=EARLY, response_id="r1"),
-        ev.ModelResponseDone(at=EARLY, response_id="r1"),
-        ev.ModelReplyStarted(at=EARLY, speech_id="s1"),
-        ev.ModelReplyStarted(at=EARLY, speech_id="s2", after_tool_output=True),
-        ev.ModelReplyStarted(at=EARLY, speech_id="s2", after_tool_output=True, duplicate=True),
-    ]
-    for speech in ("s1", "s2"):
-        alphabet += [
-            ev.AgentSpeechCreated(at=EARLY, speech_id=speech, source="reply"),
-            ev.AgentSpeechEnded(at=EARLY, speech_id=speech),
-            ev.AgentSpeechEnded(at=EARLY, speech_id=speech, interrupted=True, played_seconds=1.0),
-            ev.ToolStepStarted(at=EARLY, speech_id=speech, calls=1),
-            ev.ToolStepFinished(at=EARLY, speech_id=speech),
-        ]
-    return tuple(alphabet)
+    """The events of a realtime call (:func:`realtime_samples`)."""
+    return alphabet_of(realtime_samples())
 
 
 @attrs.frozen
@@ -233,6 +338,11 @@ class ExplorationReport:
     """Steps also run on the reference engine and compared with the compiled one: one
     per distinct decisions (:attr:`turnfsm.engine.CompiledEngine.decisions`), which
     stand for every handled step with the same decisions."""
+    fired: frozenset[tuple[str, int]] = frozenset()
+    """The declared transitions some step took (:func:`~turnfsm.machine.transition_key`),
+    on the compiled engine (none on the reference alone). The eventless ones taken as
+    the machine is built, before the first event, are not steps: an outbound call's
+    ``start`` to ``ringing``."""
 
 
 def fresh_context(state: str, policy: TurnPolicy) -> TurnContext:
@@ -291,6 +401,11 @@ def explore(
     compiled engine refuses (:class:`~turnfsm.engine.UnsupportedChart`) is explored on the
     reference engine alone.
 
+    Every configuration first reached is also held to the context rules
+    (:func:`~turnfsm.context_rules.check_context`, what ``restore()`` lets in): a
+    context some call reaches but ``restore()`` refuses is a violation, ``C1``, with
+    the path to it.
+
     Raises:
         RuntimeError: more than ``max_configurations`` configurations (unbounded state).
     """
@@ -312,6 +427,9 @@ def explore(
     except UnsupportedChart:  # explored on the reference engine alone
         controller = reference
     engine = controller._engine
+    taken: set[Transition] = set()
+    if engine is not None:
+        engine.taken = taken
     compared: set[Hashable] = set()
     handled_in: dict[tuple[str, ...], frozenset[str]] = {}
     handled_by_state = handled_events(machine_class)
@@ -389,8 +507,16 @@ def explore(
             after = (after_configuration, after_context, shadow)
             key = _key(*after)
             if key not in seen:
-                # as restore() would, once per configuration
-                check_context(after[1], policy, after[0] if by_state else None)
+                # as restore() would, once per configuration: a context some call reaches
+                # that restore() refuses is a breach of the context rules (C1)
+                try:
+                    check_context(after[1], policy, after[0] if by_state else None)
+                except ValueError as refused:
+                    violations.append(
+                        f"C1 context refused: {refused} [in {_named(configuration)} on {event!r}]"
+                    )
+                    paths.append((*_path_to(seen, here), event))
+                    continue
                 if reached is not None:
                     reached(after[0], after[1].copy())
                 seen[key] = (here, event)
@@ -411,6 +537,7 @@ def explore(
         paths=tuple(paths),
         watched=watched,
         engine_checks=len(compared),
+        fired=frozenset(transition_key(transition) for transition in taken),
     )
 
 

@@ -42,7 +42,7 @@ import attrs
 
 from . import effects as fx
 from . import events as ev
-from .fields import check_fields, show
+from .fields import check_fields, show, text_fields
 from .invariants import InvariantViolation
 from .machine import leaf_states
 from .policy import TurnPolicy
@@ -68,19 +68,6 @@ MAX_NUMBER_DIGITS = 30
 
 REDACTED = "[redacted]"
 """What a redacted text reads: the same for every text, so not even its length shows."""
-
-TEXT_FIELDS: dict[type, tuple[str, ...]] = {
-    ev.UserTranscript: ("text",),
-    ev.UserTurnCommitted: ("text",),
-    ev.AssistantMessageCommitted: ("text",),
-    ev.AgentSpeechEnded: ("played_text",),
-    fx.DropUnspokenText: ("played_text",),
-    fx.StartGreeting: ("text", "instructions"),
-    fx.Say: ("text",),
-    fx.FinalReplyWithoutTools: ("fallback_text",),
-    TurnPolicy: ("greeting", "greeting_instructions", "tool_cap_fallback", "idle_message"),
-}
-"""Fields holding transcript or policy text, redacted in traces unless kept."""
 
 
 class TraceFormatError(ValueError):
@@ -396,7 +383,8 @@ def redact(item: Any, *, keep_text: bool = False) -> Any:
     file and sink, pictures drawn from them, logs, span attributes, lever errors).
 
     With ``keep_text`` it is ``item`` itself. Otherwise an event's, effect's or policy's
-    transcript and policy text fields (:data:`TEXT_FIELDS`) read ``[redacted]`` (an empty
+    :data:`~turnfsm.fields.Text` fields (:func:`~turnfsm.fields.text_fields`: transcript
+    and policy texts) read ``[redacted]`` (an empty
     text too: nothing about a text shows; a missing one stays ``None``), and an exception
     becomes a :class:`RedactedError`. Anything else holds no text and is returned as is.
     """
@@ -404,7 +392,7 @@ def redact(item: Any, *, keep_text: bool = False) -> Any:
         return item
     if isinstance(item, BaseException):
         return RedactedError(item)
-    names = TEXT_FIELDS.get(type(item))
+    names = text_fields(type(item))
     if not names:
         return item
     changes = {name: REDACTED for name in names if getattr(item, name) is not None}

@@ -236,7 +236,10 @@ def test_the_simulated_call_without_silero_says_which_extra_to_install() -> None
 
 
 def test_the_core_imports_without_livekit() -> None:
-    assert import_without("livekit", "import turnfsm, turnfsm.cli, turnfsm.report") == "imported"
+    assert (
+        import_without("livekit", "import turnfsm, turnfsm.tools.cli, turnfsm.tools.report")
+        == "imported"
+    )
 
 
 def test_a_module_no_extra_installs_is_not_blamed_on_the_extra() -> None:

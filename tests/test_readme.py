@@ -7,7 +7,7 @@ import importlib
 import re
 from pathlib import Path
 
-from turnfsm.cli import readme_diagram
+from turnfsm.tools.cli import readme_diagram
 
 from support.readme import readme_embed_block
 

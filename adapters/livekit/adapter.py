@@ -121,7 +121,7 @@ from turnfsm import TurnController
 from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.controller import ConcurrentUseError
-from turnfsm.metrics import CallMeter, CallMetrics
+from turnfsm.tools.metrics import CallMeter, CallMetrics
 from turnfsm.trace import TraceStep, redact
 
 from .audio import InputGate, PlayedSegment, PlayoutMeter, measure_playout

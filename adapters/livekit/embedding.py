@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from livekit.agents import AgentSession, llm, utils
 
 from turnfsm import TurnController, TurnPolicy
+from turnfsm.reach import ends_of_its_own
 
 from .text_turns import wait_for_text_greeting
 
@@ -125,25 +126,6 @@ def needs_agent_hooks(policy: TurnPolicy) -> list[str]:
     return []
 
 
-def hang_ups(policy: TurnPolicy) -> list[str]:
-    """The ways this policy can hang up on its own (empty: only the caller ends the call).
-
-    >>> hang_ups(TurnPolicy(greeting="Hi.", idle_timeout=10.0))
-    ['idle_timeout']
-    """
-    reasons = []
-    if policy.idle_timeout is not None:
-        reasons.append("idle_timeout")
-    if policy.max_call_duration is not None:
-        reasons.append("max_call_duration")
-    awaits_the_caller = policy.first_speaker == "user" and policy.has_greeting
-    if awaits_the_caller and policy.on_await_user_timeout == "hang_up":
-        reasons.append("on_await_user_timeout='hang_up'")
-    if policy.direction == "outbound" and policy.on_answering_machine == "hang_up":
-        reasons.append("on_answering_machine='hang_up'")
-    return reasons
-
-
 def check_start(adapter: TurnAdapter, agent: Any, room: Any, room_options: Any) -> None:
     """What ``session.start(agent, room=..., room_options=...)`` must bring.
 
@@ -159,7 +141,7 @@ def check_start(adapter: TurnAdapter, agent: Any, room: Any, room_options: Any) 
             "turnfsm.adapters.livekit.TurnAgent (or mix it in before Agent); a plain Agent "
             "lets LiveKit's own reply play while the machine is greeting"
         )
-    reasons = hang_ups(policy)
+    reasons = ends_of_its_own(policy)
     if (
         room is not None
         and utils.is_given(room)
@@ -168,7 +150,7 @@ def check_start(adapter: TurnAdapter, agent: Any, room: Any, room_options: Any) 
         and not getattr(room_options, "delete_room_on_close", False)
     ):
         raise EmbeddingError(
-            f"this policy hangs up on its own ({', '.join(reasons)}) but attach() got no "
+            f"this policy hangs up on its own (ends {', '.join(reasons)}) but attach() got no "
             "end_call: the hang-up would only close the session, and a SIP callee would "
             "stay on a silent line (RoomOptions.delete_room_on_close is off by default). "
             "Pass attach(session, controller, end_call=...) that deletes the room "

@@ -54,7 +54,7 @@ from livekit.agents.voice import SpeechHandle
 
 from turnfsm import effects as fx
 from turnfsm import events as ev
-from turnfsm.machine import LIVE_STATES
+from turnfsm.machine import LIVE_STATES, PRE_GREETING_STATES
 
 from .audio import PlayedSegment
 from .effect_outcomes import UNFINISHED
@@ -78,7 +78,9 @@ OUTCOME_CHECKS: dict[ev.OutcomeCheck, str] = {
 STATE_AGREEMENT: ev.OutcomeCheck = "O7"
 """The state-agreement check's name (:class:`StateAgreement`)."""
 
-PRE_GREETING_STATES = frozenset({"ringing", "awaiting_user", "greeting"})
+UNTIL_THE_GREETING = PRE_GREETING_STATES | {"greeting"}
+"""Until the greeting has played: no other speech may reach the output (O1), and a
+turn committed there is the first words or an overlap, judged by the greeting's checks."""
 _REPORTS_OF_A_CUT = (
     ev.AgentSpeechInterrupted,
     ev.AgentSpeechEnded,
@@ -206,7 +208,7 @@ class OutcomeMonitor:
             return
         if speech_id is not None and speech_id in self._greeting_speeches:
             self._greeting_heard_from = speech_id
-        elif self.adapter.controller.state in PRE_GREETING_STATES:
+        elif self.adapter.controller.state in UNTIL_THE_GREETING:
             self.breach(
                 "O1", f"speech {speech_id!r} reached the output before the greeting's audio"
             )
@@ -302,7 +304,7 @@ class OutcomeMonitor:
                 heard.append(event.text)
         elif isinstance(event, ev.UserTurnCommitted):
             fresh, self._fresh_texts = self._fresh_texts, []
-            if before in PRE_GREETING_STATES:
+            if before in UNTIL_THE_GREETING:
                 return
             rejected = any(isinstance(e, fx.RejectUserTurn) for e in effects)
             self._judged_turn, self._judged_turn_fresh = (None if rejected else event), fresh

@@ -62,7 +62,7 @@ allow_pii=False)``), and its value is ``[redacted]`` unless the controller keeps
 the one redaction of the trace file (:func:`turnfsm.trace.redact`). Metric attributes and
 the summary line hold no text.
 
-The call's turn metrics (:class:`turnfsm.metrics.CallMetrics`) also go to ``on_metrics``
+The call's turn metrics (:class:`turnfsm.tools.metrics.CallMetrics`) also go to ``on_metrics``
 once, when the machine ends. LiveKit 1.8's ``metrics_collected`` event is not used: it
 accepts only LiveKit's own metric types (and is deprecated in favour of
 ``session_usage_updated``).
@@ -92,9 +92,10 @@ from opentelemetry.util.types import AttributeValue
 
 from turnfsm import effects as fx
 from turnfsm import events as ev
-from turnfsm.metrics import CallMetrics
+from turnfsm.fields import text_fields
 from turnfsm.policy import TurnPolicy
-from turnfsm.trace import TEXT_FIELDS, TraceStep, redact
+from turnfsm.tools.metrics import CallMetrics
+from turnfsm.trace import TraceStep, redact
 
 from .log import logger
 
@@ -143,7 +144,7 @@ _COUNTED_FIGURES: dict[str, tuple[str, str]] = {
     ),
     "tool_caps": ("turnfsm.tool.cap_hits", "Times the tool-round cap was hit"),
 }
-"""The :class:`~turnfsm.metrics.CallMetrics` counts added to a counter as they are:
+"""The :class:`~turnfsm.tools.metrics.CallMetrics` counts added to a counter as they are:
 figure -> (instrument, description)."""
 _counters = {
     figure: _meter.create_counter(name, description=description)
@@ -230,7 +231,7 @@ def trace_turns(
     Args:
         adapter: the adapter :func:`~turnfsm.adapters.livekit.attach` returned.
         call_id: the call's id on every span (e.g. the job id); a random one by default.
-        on_metrics: called once with the call's :class:`~turnfsm.metrics.CallMetrics`
+        on_metrics: called once with the call's :class:`~turnfsm.tools.metrics.CallMetrics`
             when the machine reaches ``ended``.
     """
     telemetry = TurnTelemetry(adapter, call_id=call_id or uuid.uuid4().hex, on_metrics=on_metrics)
@@ -327,7 +328,7 @@ def _fields(
     """An event's, effect's or policy's fields as span attributes ``turnfsm.<group>.<field>``
     (``None`` left out); its text fields under LiveKit's PII marker,
     ``turnfsm.pii.<group>.<field>``, redacted unless text is kept."""
-    texts = TEXT_FIELDS.get(type(item), ())
+    texts = text_fields(type(item))
     return {
         f"turnfsm.pii.{group}.{name}" if name in texts else f"turnfsm.{group}.{name}": value
         for name, value in attrs.asdict(redact(item, keep_text=keep_text)).items()

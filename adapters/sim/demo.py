@@ -34,8 +34,8 @@ from pathlib import Path
 from livekit.agents import function_tool
 
 from turnfsm import TurnController, TurnPolicy
-from turnfsm import cli as turnfsm_cli
 from turnfsm.events import CallAnswered, CallEnded
+from turnfsm.tools import cli as turnfsm_cli
 from turnfsm.trace import TraceStep
 
 from ..livekit import TurnAdapter, TurnAgent, attach

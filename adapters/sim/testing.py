@@ -57,7 +57,7 @@ from turnfsm import events as ev
 from turnfsm.adapters.livekit import TurnAdapter, attach
 from turnfsm.adapters.livekit.outcomes import OutcomeBreach
 from turnfsm.spoken import spoken_prefix
-from turnfsm.timeline import render_timeline
+from turnfsm.tools.timeline import render_timeline
 from turnfsm.trace import TraceStep
 
 from .clock import VirtualClockLoop
@@ -297,7 +297,7 @@ class SimulatedTurnCall:
         return describe_call(self.call, self.steps, self.offset)
 
     def timeline_svg(self) -> str:
-        """The call's timeline (:func:`turnfsm.timeline.render_timeline`)."""
+        """The call's timeline (:func:`turnfsm.tools.timeline.render_timeline`)."""
         assert self.controller.trace is not None
         return render_timeline(self.controller.trace)
 

@@ -24,9 +24,17 @@ from concurrent.futures import ProcessPoolExecutor
 import pytest
 
 from turnfsm import TurnPolicy
-from turnfsm.cli import PRESETS
-from turnfsm.machine import STATES, declared_moves
+from turnfsm.machine import (
+    STATES,
+    atomic_states,
+    declared_moves,
+    leaf_transitions,
+    transition_key,
+)
+from turnfsm.reach import reach
 from turnfsm.testing import ExplorationReport, explore
+from turnfsm.tools.cli import PRESETS
+from turnfsm.tools.diagram import build_diagram, declared_transitions, transition_edge
 
 from support.cores import cores_for_one_test
 
@@ -126,6 +134,8 @@ def deep_policies() -> Iterator[TurnPolicy]:
 
 
 DECLARED = declared_moves()
+DECLARED_KEYS = {transition_edge(t): transition_key(t) for t, _ in declared_transitions()}
+"""Each diagram edge's declared transition."""
 STATE_CHANGES = {move for move in DECLARED if move[0] != move[2]}
 
 
@@ -210,11 +220,52 @@ def test_explore_takes_every_realtime_wait(quick_reports: dict[str, ExplorationR
     assert ("timer_fired", "greeting") in moves
 
 
+NO_POLICY_REACHES = {
+    ("start", "answering_machine_detected", "ended"),
+    ("awaiting_agent", "answering_machine_detected", "ended"),
+}
+"""Declared state changes no policy can take: answering-machine detection ends outbound
+calls only, and these states are inbound ones."""
+
+
+def reachable_moves(policy: TurnPolicy) -> set[tuple[str, str, str]]:
+    """The declared moves (:func:`declared_moves`) of the transitions ``policy`` can fire
+    (:func:`turnfsm.reach.reach`), from the states it reaches."""
+    reached = reach(policy)
+    fires = {id(transition) for transition in reached.transitions}
+    return {
+        (state.id, str(event), (transition.target or state).id)
+        for state in atomic_states()
+        if state.id in reached.states
+        for transition in leaf_transitions(state)
+        if id(transition) in fires
+        for event in transition.events
+    }
+
+
 def test_explore_takes_every_declared_state_change(
     quick_reports: dict[str, ExplorationReport],
 ) -> None:
     taken = set().union(*(report.transitions for report in quick_reports.values()))
-    assert not STATE_CHANGES - taken, sorted(STATE_CHANGES - taken)
+    assert not STATE_CHANGES - NO_POLICY_REACHES - taken, sorted(STATE_CHANGES - taken)
+    policies = {**QUICK, **REALTIME}.values()
+    reachable = set().union(*(reachable_moves(policy) for policy in policies))
+    assert STATE_CHANGES - reachable == NO_POLICY_REACHES
+
+
+@pytest.mark.parametrize("name", [*QUICK, *REALTIME])
+def test_a_policys_diagram_draws_every_transition_its_calls_take(
+    name: str, quick_reports: dict[str, ExplorationReport]
+) -> None:
+    """A policy's diagram leaves out only transitions no call under it takes: every
+    transition the exploration fired is drawn (issue 21, point 6). The diagram may
+    still draw more than the exploration fires (the static pruning reads the policy,
+    not the context), never less."""
+    policy = {**QUICK, **REALTIME}[name]
+    drawn = {DECLARED_KEYS[edge] for edge in build_diagram(policy=policy).edges}
+    fired = quick_reports[name].fired
+    assert len(fired) > 25
+    assert not fired - drawn, sorted(fired - drawn)
 
 
 @pytest.mark.deep

@@ -20,8 +20,6 @@ import pytest
 from turnfsm import TurnController, TurnPolicy
 from turnfsm import effects as fx
 from turnfsm import events as ev
-from turnfsm.check import format_check, run_check
-from turnfsm.cli import main
 from turnfsm.machine import (
     TurnChart,
     TurnMachine,
@@ -32,6 +30,8 @@ from turnfsm.machine import (
     leaf_states,
 )
 from turnfsm.rules import TurnRules
+from turnfsm.tools.check import format_check, run_check
+from turnfsm.tools.cli import main
 
 POLICY = TurnPolicy(direction="outbound", greeting="Hi", max_tool_steps=1)
 

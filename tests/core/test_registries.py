@@ -11,6 +11,8 @@ from statemachine.callbacks import CallbackSpec
 
 from turnfsm import TurnPolicy
 from turnfsm import effects as fx
+from turnfsm.events import EVENT_TYPES, REALTIME_EVENTS, SessionError
+from turnfsm.fields import TEXT_MARK, string_kinds, text_fields
 from turnfsm.machine import TurnMachine, leaf_states, leaf_transitions
 from turnfsm.rules import (
     POLICY_GUARDS,
@@ -20,6 +22,7 @@ from turnfsm.rules import (
     guards_of,
     timer_guards,
 )
+from turnfsm.testing import alphabet_of, event_alphabet, pipeline_samples, realtime_samples
 
 
 def chart_guards() -> set[str]:
@@ -64,3 +67,50 @@ def test_policy_choices_are_validated_from_their_literal_types() -> None:
             TurnPolicy(greeting="Hi", **{name: value})  # every choice of the type is accepted
         with pytest.raises(ValueError, match=re.escape(f"{name} must be one of {values}")):
             TurnPolicy(greeting="Hi", **{name: "nonsense"})
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [*EVENT_TYPES, *fx.EFFECT_TYPES, TurnPolicy],
+    ids=lambda cls: cls.__name__,
+)
+def test_every_string_field_says_whether_it_holds_someones_words(cls: type) -> None:
+    """A string field is ``Text`` (redacted wherever it leaves the process) or ``Label``
+    (an id, a name, a reason): a bare ``str`` would be neither, and a new transcript field
+    forgotten in a list would leak (issue 21, point 5)."""
+    kinds = string_kinds(cls)
+    bare = [name for name, kind in kinds.items() if kind is None]
+    assert not bare, f"{cls.__name__}: mark these Text or Label: {bare}"
+    assert text_fields(cls) == tuple(n for n, kind in kinds.items() if kind == TEXT_MARK)
+
+
+def test_the_text_fields_are_the_words_people_say() -> None:
+    texts = {cls.__name__: text_fields(cls) for cls in (*EVENT_TYPES, *fx.EFFECT_TYPES)}
+    assert {name: fields for name, fields in texts.items() if fields} == {
+        "UserTranscript": ("text",),
+        "UserTurnCommitted": ("text",),
+        "AgentSpeechEnded": ("played_text",),
+        "AssistantMessageCommitted": ("text",),
+        "StartGreeting": ("text", "instructions"),
+        "DropUnspokenText": ("played_text",),
+        "FinalReplyWithoutTools": ("fallback_text",),
+        "Say": ("text",),
+    }
+    assert text_fields(TurnPolicy) == (
+        "greeting",
+        "greeting_instructions",
+        "tool_cap_fallback",
+        "idle_message",
+    )
+
+
+def test_every_registered_event_is_explored_or_says_why_not() -> None:
+    """The explorer's alphabets are read from the event registry: a type with neither
+    samples nor a reason stops the exploration (issue 21, point 5)."""
+    for samples in (pipeline_samples(), realtime_samples()):
+        assert set(samples) == set(EVENT_TYPES)
+        assert all(samples[kind] for kind in EVENT_TYPES)  # samples, or a reason
+    assert {type(event) for event in event_alphabet()} == set(EVENT_TYPES) - set(REALTIME_EVENTS)
+    without_errors = {k: v for k, v in pipeline_samples().items() if k is not SessionError}
+    with pytest.raises(KeyError, match="SessionError"):
+        alphabet_of(without_errors)

@@ -12,7 +12,7 @@ import pytest
 
 from turnfsm import TurnPolicy
 from turnfsm.adapters.sim.demo import SCENARIOS
-from turnfsm.cli import SUFFIX_FORMATS, main
+from turnfsm.tools.cli import SUFFIX_FORMATS, main
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")

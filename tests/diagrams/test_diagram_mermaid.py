@@ -8,9 +8,11 @@ import re
 import subprocess
 import sys
 
-from turnfsm.cli import PRESETS
-from turnfsm.diagram import (
-    POLICY_GUARDS,
+from turnfsm.machine import LOCKED_STATES, TurnMachine, declared_moves
+from turnfsm.policy import TurnPolicy
+from turnfsm.rules import POLICY_GUARDS, TurnRules
+from turnfsm.tools.cli import PRESETS
+from turnfsm.tools.diagram import (
     build_diagram,
     machine_edges,
     parallel_regions,
@@ -20,9 +22,6 @@ from turnfsm.diagram import (
     ways_to_end,
     whole_call_transitions,
 )
-from turnfsm.machine import LOCKED_STATES, TurnMachine, declared_moves
-from turnfsm.policy import TurnPolicy
-from turnfsm.rules import TurnRules
 
 from support.debian import debian_program
 
@@ -164,7 +163,7 @@ def test_overview_draws_states_and_state_changes_by_event_only() -> None:
     # one edge per pair of states, its events merged
     assert "    awaiting_user --> greeting : user_turn_committed<br/>timer_fired\n" in text
     # the compound state holding the start is no box: its moves are left to a caption
-    assert "state call" not in text
+    assert "state call {" not in text
     assert whole_call_transitions(diagram) == [
         ("call_ended", "ended"),
         ("answering_machine_detected", "ended"),
@@ -183,8 +182,12 @@ def test_overview_draws_states_and_state_changes_by_event_only() -> None:
     # internal and bookkeeping transitions are detail, not overview
     assert "note_user_turn" not in text
     assert "conversation --> conversation" not in text
-    # the caller's voice: its states and moves, no box (a caption names the region)
-    assert "    caller_silent --> caller_speaking : user_speech_started\n" in text
+    # the caller's voice: a region box with its initial state, beside the turn's states
+    # (a caption names the parallel state); the edges into the turn keep their targets
+    assert "    state caller_voice {\n        [*] --> caller_silent\n" in text
+    assert "        caller_silent --> caller_speaking : user_speech_started\n" in text
+    assert "    ringing --> awaiting_user : call_answered\n" in text
+    assert " --> turn" not in text
     assert parallel_regions(diagram) == [
         (
             "live",

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from mermaid_render import render
 
-from turnfsm.cli import PRESETS, readme_diagram
+from turnfsm.tools.cli import PRESETS, readme_diagram
 
 DIAGRAMS = Path(__file__).resolve().parents[2] / "diagrams"
 

@@ -7,7 +7,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from turnfsm.cli import committed_diagrams, stale_diagrams
+from turnfsm.tools.cli import committed_diagrams, stale_diagrams
 
 DIAGRAMS = Path(__file__).resolve().parents[2] / "diagrams"
 
@@ -25,7 +25,7 @@ def test_drift_check_fails_when_the_machine_gains_a_transition() -> None:
         import sys
         from pathlib import Path
 
-        from turnfsm.cli import stale_diagrams
+        from turnfsm.tools.cli import stale_diagrams
         from turnfsm.machine import build_machine, chart_states
 
         def gave_up(chart):

@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 from turnfsm import Trace, TurnController, TurnPolicy
 from turnfsm import events as ev
 from turnfsm.effects import EFFECTS_BY_NAME
-from turnfsm.timeline import EFFECT_MARKERS, render_timeline
+from turnfsm.tools.timeline import EFFECT_MARKERS, render_timeline
 
 SVG = "{http://www.w3.org/2000/svg}"
 LANES = ["FSM state", "User speech", "Agent speech", "Tool rounds", "Timers", "Effects"]

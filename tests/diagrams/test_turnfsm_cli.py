@@ -10,7 +10,7 @@ import pytest
 
 from turnfsm import TurnController, TurnPolicy
 from turnfsm import events as ev
-from turnfsm.cli import MISSING_DOT, main
+from turnfsm.tools.cli import MISSING_DOT, main
 
 from support.debian import debian_program
 
@@ -29,7 +29,7 @@ def call_file(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def no_dot(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("turnfsm.cli.shutil.which", lambda _name: None)
+    monkeypatch.setattr("turnfsm.tools.cli.shutil.which", lambda _name: None)
 
 
 def test_diagram_prints_mermaid_by_default(capsys: pytest.CaptureFixture[str]) -> None:

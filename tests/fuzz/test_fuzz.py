@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 from livekit.agents.tokenize.basic import split_words
 
-from turnfsm import cli
 from turnfsm import effects as fx
 from turnfsm.adapters.livekit import TurnAdapter
 from turnfsm.adapters.livekit.levers import committed_message
@@ -30,6 +29,7 @@ from turnfsm.adapters.sim.fuzz.draw import EFFECTS_THAT_MAY_FAIL, MIN_WORDS, PRO
 from turnfsm.adapters.sim.fuzz.harness import CallRecord, Mutation
 from turnfsm.adapters.sim.fuzz.judge import judge_tool_rounds
 from turnfsm.adapters.sim.fuzz.runner import replay
+from turnfsm.tools import cli
 
 REPLAYED = 23
 """A call with a greeting, barge-ins, tool rounds and a handoff: much to keep in order."""

@@ -109,8 +109,24 @@ MERMAID_LINE = re.compile(
 UNPRINTABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
 
 
+NOTE_START = re.compile(r"^    note right of \w+$")
+NOTE_LINE = re.compile(r"^        \S[^\n]*$")
+NOTE_END = "    end note"
+
+
 def assert_safe_mermaid(mermaid: str) -> None:
-    """No line Mermaid would read as anything but what the generator writes."""
+    """No line Mermaid would read as anything but what the generator writes: outside a
+    note, a line of :data:`MERMAID_LINE`'s forms; inside one, text lines, the note ending
+    only where the generator ends it."""
+    in_note = False
     for line in mermaid.splitlines():
-        assert MERMAID_LINE.match(line), f"unexpected Mermaid line {line!r}"
+        if in_note:
+            in_note = line != NOTE_END
+            assert not in_note or NOTE_LINE.match(line), f"unexpected note line {line!r}"
+            assert line.strip() != "end note" or line == NOTE_END, line
+        elif NOTE_START.match(line):
+            in_note = True
+        else:
+            assert MERMAID_LINE.match(line), f"unexpected Mermaid line {line!r}"
+    assert not in_note, "a note is never ended"
     assert not UNPRINTABLE.search(mermaid)

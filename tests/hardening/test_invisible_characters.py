@@ -17,10 +17,10 @@ import pytest
 
 from turnfsm import TurnController, TurnPolicy
 from turnfsm import events as ev
-from turnfsm.cli import main
-from turnfsm.escape import UNPRINTABLE_RANGES, mermaid_text, printable, xml_text
-from turnfsm.report import CallReport
-from turnfsm.timeline import render_timeline
+from turnfsm.tools.cli import main
+from turnfsm.tools.escape import UNPRINTABLE_RANGES, mermaid_text, printable, xml_text
+from turnfsm.tools.report import CallReport
+from turnfsm.tools.timeline import render_timeline
 from turnfsm.trace import CallInfo
 
 INVISIBLE = {

@@ -21,8 +21,8 @@ from hardening_calls import FALLBACK, GREETING, HEARD, IDLE, POLICY, REPLY, SAID
 from turnfsm import Trace, TraceWriter, TurnController, TurnPolicy
 from turnfsm import effects as fx
 from turnfsm import events as ev
-from turnfsm.diagram import build_diagram, to_dot, to_mermaid
-from turnfsm.timeline import render_timeline
+from turnfsm.tools.diagram import build_diagram, to_dot, to_mermaid
+from turnfsm.tools.timeline import render_timeline
 from turnfsm.trace import REDACTED
 
 PRIVATE = [GREETING, "Dr Chen", IDLE, "Mrs Jones", FALLBACK, SAID, "fourth of May", REPLY, HEARD]

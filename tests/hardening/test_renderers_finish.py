@@ -25,10 +25,10 @@ from hardening_calls import POLICY, assert_safe_mermaid, call_events, recorded
 from turnfsm import Trace, TraceStep, TurnController
 from turnfsm import effects as fx
 from turnfsm import events as ev
-from turnfsm.cli import main
-from turnfsm.diagram import build_diagram, to_mermaid
-from turnfsm.report import CallReport
-from turnfsm.timeline import render_timeline
+from turnfsm.tools.cli import main
+from turnfsm.tools.diagram import build_diagram, to_mermaid
+from turnfsm.tools.report import CallReport
+from turnfsm.tools.timeline import render_timeline
 
 HANG_GUARD = 120.0
 """Seconds after which a rendering counts as never finishing (it takes about one)."""

@@ -25,8 +25,8 @@ from xml.etree import ElementTree
 from hardening_calls import assert_safe_mermaid, recorded
 
 from turnfsm import Trace, TraceFormatError, replay
-from turnfsm.diagram import build_diagram, to_dot, to_mermaid
-from turnfsm.timeline import render_timeline
+from turnfsm.tools.diagram import build_diagram, to_dot, to_mermaid
+from turnfsm.tools.timeline import render_timeline
 
 SEED = 20261201
 MUTANTS = 1_200

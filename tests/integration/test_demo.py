@@ -22,7 +22,7 @@ from turncalls import SETTING_ROWS, run_scenarios
 from turnfsm import Trace
 from turnfsm.adapters.sim import LINES
 from turnfsm.adapters.sim.demo import GREETING, SCENARIOS, run_scenario
-from turnfsm.metrics import call_metrics
+from turnfsm.tools.metrics import call_metrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
 from reference import call_figures  # noqa: E402

@@ -12,9 +12,10 @@ from livekit.agents import Agent, AgentSession, room_io
 
 from turnfsm import TurnController, TurnPolicy
 from turnfsm.adapters.livekit import TurnAgent, attach
-from turnfsm.adapters.livekit.embedding import EmbeddingError, hang_ups, needs_agent_hooks
+from turnfsm.adapters.livekit.embedding import EmbeddingError, needs_agent_hooks
 from turnfsm.adapters.sim import SimulatedCall
 from turnfsm.adapters.sim.job import ConsoleSession
+from turnfsm.reach import ends_of_its_own
 
 OUTBOUND = TurnPolicy(direction="outbound", greeting="Hi, this is Ada from Acme.")
 HANGS_UP = TurnPolicy(first_speaker="user", idle_timeout=10.0, max_call_duration=600.0)
@@ -54,7 +55,7 @@ async def test_a_sip_call_without_end_call_is_refused_at_start() -> None:
     room = rtc.Room()  # never connected: the refusal comes first
     options = room_io.RoomOptions(participant_identity="sip-+15550100")
     message = await refused_start(session, turn_agent(), room=room, room_options=options)
-    assert "(idle_timeout, max_call_duration)" in message  # the policy's own hang-ups
+    assert "(ends max_duration, idle)" in message  # the policy's own hang-ups
     assert "attach() got no end_call" in message
     assert "SIP callee would stay on a silent line" in message
     assert "delete_room_on_close is off by default" in message
@@ -82,5 +83,9 @@ async def test_a_sip_call_that_can_hang_up_starts(end_call: object, room_options
 def test_what_each_policy_needs() -> None:
     assert needs_agent_hooks(OUTBOUND)
     assert not needs_agent_hooks(TurnPolicy(greeting="Hi."))  # the agent greets: session.say
-    assert hang_ups(TurnPolicy(greeting="Hi.")) == []  # only the caller ends the call
-    assert hang_ups(OUTBOUND) == ["on_answering_machine='hang_up'"]
+    # the ways a policy hangs up on its own, read from the chart
+    assert ends_of_its_own(TurnPolicy(first_speaker="user")) == ()  # only the caller
+    assert ends_of_its_own(TurnPolicy()) == ()  # the agent greets in its own words
+    assert ends_of_its_own(TurnPolicy(greeting="Hi.")) == ("greeting_failed",)
+    assert ends_of_its_own(OUTBOUND) == ("answering_machine", "greeting_failed")
+    assert ends_of_its_own(HANGS_UP) == ("max_duration", "idle")

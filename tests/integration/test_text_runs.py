@@ -18,7 +18,7 @@ from livekit.agents import Agent, AgentSession, AgentTask, RunContext, function_
 from turnfsm import TurnController, TurnPolicy
 from turnfsm.adapters.livekit import TurnAgent, attach
 from turnfsm.adapters.sim import LLMRequest, ScriptedLLM, ScriptedReply, ScriptedToolCall
-from turnfsm.cli import PRESETS
+from turnfsm.tools.cli import PRESETS
 
 GREETING = "Hi, this is Ada from Acme Dental."
 

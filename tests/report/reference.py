@@ -1,6 +1,6 @@
 """The figures of calls, computed straight from their traces, for tests to compare with.
 
-Written apart from ``turnfsm.metrics`` and ``turnfsm.report`` (whole lists, no folding,
+Written apart from ``turnfsm.tools.metrics`` and ``turnfsm.tools.report`` (whole lists, no folding,
 no shared helper) so that a slip in either shows up as a difference. The definitions are
 the documented ones: see ``CallMetrics`` and the report's glossary.
 """

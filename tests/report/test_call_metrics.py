@@ -18,8 +18,9 @@ import pytest
 from turnfsm import TurnController, TurnPolicy
 from turnfsm import effects as fx
 from turnfsm import events as ev
-from turnfsm.metrics import CallMetrics, metrics_of
-from turnfsm.trace import TEXT_FIELDS, TraceStep
+from turnfsm.fields import text_fields
+from turnfsm.tools.metrics import CallMetrics, metrics_of
+from turnfsm.trace import TraceStep
 
 FULL = "Your appointment is on Tuesday at ten in the morning."
 HEARD = "Your appointment is"
@@ -51,7 +52,7 @@ def _texts(steps: list[TraceStep], form: Callable[[str], str]) -> list[TraceStep
     def rewrite(item: object) -> object:
         changes = {
             name: form(value)
-            for name in TEXT_FIELDS.get(type(item), ())
+            for name in text_fields(type(item))
             if (value := getattr(item, name)) is not None
         }
         return attrs.evolve(item, **changes) if changes else item

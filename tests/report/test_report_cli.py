@@ -12,9 +12,9 @@ from simcalls import simulated_trace, simulated_traces
 
 from turnfsm import Trace, TurnController, TurnPolicy
 from turnfsm import events as ev
-from turnfsm import report as report_module
-from turnfsm.cli import main
-from turnfsm.report import build_report, policy_id
+from turnfsm.tools import report as report_module
+from turnfsm.tools.cli import main
+from turnfsm.tools.report import build_report, policy_id
 from turnfsm.trace import redact
 
 

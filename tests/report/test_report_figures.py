@@ -20,10 +20,10 @@ from reference import call_figures, report_figures, row_figures
 from simcalls import simulated_traces
 
 from turnfsm import Trace, TurnController
-from turnfsm.cli import main
 from turnfsm.machine import VOICE_STATES
-from turnfsm.metrics import call_metrics
-from turnfsm.report import CallReport
+from turnfsm.tools.cli import main
+from turnfsm.tools.metrics import call_metrics
+from turnfsm.tools.report import CallReport
 
 CALLS = 200
 

@@ -22,7 +22,7 @@ DISTINCT = 50
 
 MEASURE = """
 import sys, tracemalloc
-from turnfsm.cli import main
+from turnfsm.tools.cli import main
 tracemalloc.start()
 status = main(["report", sys.argv[1], "-o", sys.argv[2], "--no-timelines"])
 print(tracemalloc.get_traced_memory()[1])

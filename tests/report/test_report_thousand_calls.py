@@ -21,9 +21,9 @@ from reference import nearest_rank, seconds
 from simcalls import simulated_traces
 
 from turnfsm import Trace
-from turnfsm.cli import main
-from turnfsm.metrics import call_metrics
-from turnfsm.report import policy_id
+from turnfsm.tools.cli import main
+from turnfsm.tools.metrics import call_metrics
+from turnfsm.tools.report import policy_id
 
 CALLS = 1000
 

@@ -37,7 +37,7 @@ from turnfsm import effects as fx
 from turnfsm.adapters.livekit import TurnAdapter, TurnAgent
 from turnfsm.adapters.sim import LINES, CallScript, ScriptedLLM, UserLine
 from turnfsm.events import CallEnded
-from turnfsm.metrics import CallMetrics
+from turnfsm.tools.metrics import CallMetrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from turncalls import GREETING, TurnCall, run_scenarios, turn_call, wait_segment  # noqa: E402

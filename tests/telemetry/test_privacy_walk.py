@@ -48,11 +48,11 @@ from turnfsm.adapters.sim import (
     UserLine,
 )
 from turnfsm.adapters.sim.speech import SpeechLine, add_lines
-from turnfsm.cli import main as turnfsm_cli
-from turnfsm.diagram import build_diagram, to_dot, to_mermaid
 from turnfsm.events import AgentSpeechEnded, CallAnswered, CallEnded
-from turnfsm.metrics import CallMetrics
-from turnfsm.timeline import render_timeline
+from turnfsm.tools.cli import main as turnfsm_cli
+from turnfsm.tools.diagram import build_diagram, to_dot, to_mermaid
+from turnfsm.tools.metrics import CallMetrics
+from turnfsm.tools.timeline import render_timeline
 from turnfsm.trace import REDACTED, TraceStep
 
 GREETING = "Hi Mrs Quillfeather, this is Ada about your loan."

@@ -42,8 +42,8 @@ from turnfsm.adapters.livekit import TurnAgent, attach
 from turnfsm.adapters.livekit.telemetry import TurnTelemetry, trace_turns
 from turnfsm.adapters.sim import LINES, CallScript, ScriptedLLM, SimulatedCall, UserLine
 from turnfsm.events import CallAnswered, EffectOutcome
-from turnfsm.metrics import CallMetrics
-from turnfsm.trace import TEXT_FIELDS
+from turnfsm.fields import text_fields
+from turnfsm.tools.metrics import CallMetrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
 from reference import call_figures  # noqa: E402
@@ -185,7 +185,7 @@ def _check_spans(call: Call, exported: list[ReadableSpan]) -> None:
     # call id and policy on every span (its texts under LiveKit's PII marker); the event
     # that left each state
     policy = call.controller.policy
-    texts = TEXT_FIELDS[TurnPolicy]
+    texts = text_fields(TurnPolicy)
     settings = {
         f"turnfsm.policy.{name}": value
         for name, value in policy.to_dict().items()

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from turnfsm.timeline import render_timeline
+from turnfsm.tools.timeline import render_timeline
 
 from ..session import load_silero_vad
 from .draw import World
@@ -317,7 +317,7 @@ def seeds_from(seed: int, calls: int) -> Iterator[int]:
 
 
 def main(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
-    """Run ``turnfsm fuzz`` (its options are parsed by :mod:`turnfsm.cli`); 0 when no call
+    """Run ``turnfsm fuzz`` (its options are parsed by :mod:`turnfsm.tools.cli`); 0 when no call
     failed, 1 otherwise.
 
     Raises:

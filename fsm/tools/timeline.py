@@ -7,7 +7,7 @@ locked greeting), tool rounds, timers, and the other effects; a time axis in sec
 since the first step, and a legend. Every mark has a ``<title>``, shown on hover.
 
 A trace is untrusted input: every string taken from it is escaped
-(:func:`turnfsm.escape.xml_text`), so the SVG is valid XML whatever the ids and texts
+(:func:`turnfsm.tools.escape.xml_text`), so the SVG is valid XML whatever the ids and texts
 hold; the drawing takes time linear in the trace (plus a log factor for packing rows);
 a step stamped earlier than the one before it (a clock that jumped back) is drawn at the
 time of the one before, and the title counts such jumps.
@@ -30,11 +30,11 @@ from xml.sax.saxutils import quoteattr
 
 import attrs
 
-from . import effects as fx
-from . import events as ev
+from .. import effects as fx
+from .. import events as ev
+from ..machine import LOCKED_STATES, TurnMachine
+from ..trace import Trace, TraceStep
 from .escape import xml_text
-from .machine import LOCKED_STATES, TurnMachine
-from .trace import Trace, TraceStep
 
 WIDTH = 1200
 LEFT = 150

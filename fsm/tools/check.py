@@ -25,13 +25,13 @@ from random import Random
 
 import attrs
 
-from . import events as ev
-from .controller import TurnController
-from .invariants import InvariantViolation
-from .machine import TurnChart, TurnMachine, declared_moves
-from .policy import TurnPolicy
-from .rules import TurnRules
-from .testing import ExplorationReport, event_alphabet, explore
+from .. import events as ev
+from ..controller import TurnController
+from ..invariants import InvariantViolation
+from ..machine import TurnChart, TurnMachine, declared_moves
+from ..policy import TurnPolicy
+from ..rules import TurnRules
+from ..testing import ExplorationReport, event_alphabet, explore
 
 _ENDINGS = frozenset({"call_ended", "session_error", "answering_machine_detected"})
 """Events that end the call from any state: drawn only among any events, or calls end

@@ -10,8 +10,8 @@ fuzz`` runs seeded simulated calls (it imports :mod:`turnfsm.adapters.sim.fuzz`,
 LiveKit, only when run).
 
 This is the only module that reads or writes files or runs a program. Every line it
-prints goes through :func:`turnfsm.escape.printable`, file names through
-:func:`~turnfsm.escape.printable_path`: nothing a trace or a file name holds reaches the
+prints goes through :func:`turnfsm.tools.escape.printable`, file names through
+:func:`~turnfsm.tools.escape.printable_path`: nothing a trace or a file name holds reaches the
 terminal raw, and no name can forge a second ``turnfsm:`` line.
 """
 
@@ -29,7 +29,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from .. import __version__
+from ..machine import TurnChart, TurnMachine
+from ..policy import TurnPolicy
+from ..trace import Trace, TraceFormatError
 from .diagram import (
     build_diagram,
     parallel_regions,
@@ -40,11 +43,8 @@ from .diagram import (
     whole_call_transitions,
 )
 from .escape import printable, printable_path
-from .machine import TurnChart, TurnMachine
-from .policy import TurnPolicy
 from .report import CallFilter, CallReport, timeline_file
 from .timeline import render_timeline
-from .trace import Trace, TraceFormatError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -463,9 +463,9 @@ def stale_diagrams(out: Path, machine_class: type[TurnChart] = TurnMachine) -> l
 
 
 def _check(args: argparse.Namespace) -> int:
+    from ..events import Event
+    from ..rules import TurnRules
     from .check import format_check, run_check
-    from .events import Event
-    from .rules import TurnRules
 
     policy = _check_policy(args.policy)
     options: dict[str, Any] = {"random_calls": args.random_calls}

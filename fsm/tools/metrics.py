@@ -32,10 +32,10 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
-from . import effects as fx
-from . import events as ev
-from .policy import GreetingOverlap, TurnPolicy
-from .trace import MAX_LINE_BYTES, Trace, TraceStep
+from .. import effects as fx
+from .. import events as ev
+from ..policy import GreetingOverlap, TurnPolicy
+from ..trace import MAX_LINE_BYTES, Trace, TraceStep
 
 BARGE_IN_STATES: frozenset[str] = frozenset({"greeting", "listening", "speaking", "tool_loop"})
 """States where an interrupted agent speech that played audio is a barge-in by the caller.

@@ -2,7 +2,7 @@
 drill into.
 
 :class:`CallReport` folds traces one at a time (:meth:`CallReport.add`): each call's
-figures (:mod:`turnfsm.metrics`, the same per-call metrics the LiveKit telemetry emits)
+figures (:mod:`turnfsm.tools.metrics`, the same per-call metrics the LiveKit telemetry emits)
 are summed, and each call keeps one small row (:class:`CallRow`: its id, start, agent,
 policy, duration, end reason, breaches...), so memory grows by a row per call, never by a
 trace. :meth:`CallReport.render` then writes the page:
@@ -23,7 +23,7 @@ loads nothing but the timelines it links to (inline CSS and SVG; the group links
 the calls table with CSS ``:target``).
 
 Every string taken from a trace (ids, names, reasons) is escaped with
-:func:`turnfsm.escape.xml_text`: control, bidirectional and invisible characters are
+:func:`turnfsm.tools.escape.xml_text`: control, bidirectional and invisible characters are
 spelt as escapes.
 
 >>> from turnfsm import TurnController, TurnPolicy, events
@@ -49,15 +49,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import attrs
 
-from . import effects as fx
-from . import events as ev
+from .. import effects as fx
+from .. import events as ev
+from ..machine import LIVE_STATES, LOCKED_STATES, VOICE_STATES
+from ..policy import TurnPolicy
+from ..trace import Trace, TraceStep
 from .diagram import Diagram, build_diagram, edge_groups
 from .escape import xml_text
-from .machine import LIVE_STATES, LOCKED_STATES, VOICE_STATES
 from .metrics import CallMetrics, call_metrics
-from .policy import TurnPolicy
 from .timeline import OTHER_STATE, STATE_COLOURS
-from .trace import Trace, TraceStep
 
 GREETING_BINS: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
 """Upper edges (seconds) of the time-to-greeting histogram's bins; a last bin takes the rest."""
@@ -231,7 +231,7 @@ COUNTS: tuple[str, ...] = (
     "reprompts",
     "greeting_retries",
 )
-"""The per-call counts of :class:`~turnfsm.metrics.CallMetrics` summed across calls."""
+"""The per-call counts of :class:`~turnfsm.tools.metrics.CallMetrics` summed across calls."""
 
 
 class CallReport:
