@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from livekit.agents import Agent, AgentSession, llm, vad
 from livekit.agents.voice.events import EventTypes
+from livekit.agents.voice.transcription._speaking_rate import SpeakingRateStream
 from livekit.agents.voice.transcription.synchronizer import TranscriptSynchronizer
 from livekit.agents.voice.turn import TurnHandlingOptions
 from livekit.plugins import silero
@@ -35,6 +36,7 @@ __all__ = [
     "RecordedEvent",
     "SimulatedCall",
     "load_silero_vad",
+    "remember_speaking_rates",
 ]
 
 DEFAULT_TURN_HANDLING: TurnHandlingOptions = {
@@ -138,6 +140,85 @@ class SilenceMemo:
         return [probability, next_state]
 
 
+_RateInputs = tuple[bytes, str, tuple[int, ...], int, float]
+"""What LiveKit's speaking-rate estimate reads: the window's bytes, their dtype and shape,
+the sample rate, and the stream's silence threshold."""
+
+
+class SpeakingRateMemo:
+    """LiveKit's speaking-rate estimate of the agent's audio, answered from memory.
+
+    A ``TranscriptSynchronizer`` paces the transcript by how fast the agent speaks, which
+    it estimates from the agent's audio every 0.1 s: a spectral flux over the last second
+    (``SpeakingRateStream._compute_speaking_rate``), a pure function of those samples,
+    their sample rate and the stream's silence threshold, and costly (an FFT every
+    12.5 ms of audio). The scripted TTS renders every reply as the same tone from the
+    same phase, so a reply's windows are those of any other reply as long, up to its
+    last second: nearly every estimate of a simulated call was made before (95 % of
+    them over 60 fuzzed calls). The memo keeps each estimate, keyed by the window's
+    exact bytes (compared in full) and the rest of what the estimate reads, and answers
+    a window it has seen with the float computed for it then: the same value, so the
+    synchronizer paces the text exactly as without the memo.
+
+    Args:
+        compute: The estimate, ``SpeakingRateStream._compute_speaking_rate`` as LiveKit
+            defines it.
+        limit_bytes: Window bytes kept at most (a second of 24 kHz audio is 96 KB); past
+            it, new windows are estimated without being kept.
+    """
+
+    def __init__(
+        self,
+        compute: Callable[[SpeakingRateStream, np.ndarray, int], float],
+        *,
+        limit_bytes: int = 64 * 2**20,
+    ) -> None:
+        self._compute = compute
+        self._limit_bytes = limit_bytes
+        self._rates: dict[_RateInputs, float] = {}
+        self.kept_bytes = 0
+        self.hits = 0
+        self.runs = 0
+
+    def rate(self, stream: SpeakingRateStream, audio: np.ndarray, sample_rate: int) -> float:
+        """The estimate of ``audio``, from memory where the memo has it."""
+        samples = audio.tobytes()
+        key = (
+            samples,
+            audio.dtype.str,
+            audio.shape,
+            sample_rate,
+            stream._opts._silence_threshold,
+        )
+        known = self._rates.get(key)
+        if known is not None:
+            self.hits += 1
+            return known
+        self.runs += 1
+        estimate = self._compute(stream, audio, sample_rate)
+        if self.kept_bytes + len(samples) <= self._limit_bytes:
+            self._rates[key] = estimate
+            self.kept_bytes += len(samples)
+        return estimate
+
+
+@functools.cache
+def remember_speaking_rates() -> SpeakingRateMemo:
+    """Make LiveKit's speaking-rate estimate answer from a :class:`SpeakingRateMemo`,
+    process-wide, once (every ``TranscriptSynchronizer`` of the process uses it; its
+    answers are the estimate's own). :class:`SimulatedCall` does so with
+    ``transcript_sync``."""
+    memo = SpeakingRateMemo(SpeakingRateStream._compute_speaking_rate)
+
+    def compute_speaking_rate(
+        stream: SpeakingRateStream, audio: np.ndarray, sample_rate: int
+    ) -> float:
+        return memo.rate(stream, audio, sample_rate)
+
+    SpeakingRateStream._compute_speaking_rate = compute_speaking_rate  # type: ignore[method-assign,assignment]
+    return memo
+
+
 @dataclass(frozen=True)
 class RecordedEvent:
     """A session event, stamped with the call time at which it was emitted.
@@ -193,7 +274,8 @@ class SimulatedCall:
         transcript_sync: Put a LiveKit ``TranscriptSynchronizer`` in front of the audio
             output and a :class:`RecordingTextOutput` (implied), as RoomIO does with
             ``sync_transcription``: text is released as the audio plays, and an
-            interrupted reply is committed only up to what was heard.
+            interrupted reply is committed only up to what was heard. Its speaking-rate
+            estimates come from memory where made before (:func:`remember_speaking_rates`).
         session_options: Further ``AgentSession`` keyword arguments
             (e.g. ``max_tool_steps``, ``user_away_timeout``). Unless given,
             ``session_close_transcript_timeout`` is the STT's ``final_lag`` plus 0.3 s:
@@ -298,6 +380,7 @@ class SimulatedCall:
         if self.text_output is not None:
             session.output.transcription = self.text_output
         if self._transcript_sync:
+            remember_speaking_rates()
             self.synchronizer = TranscriptSynchronizer(
                 next_in_chain_audio=self.audio_output, next_in_chain_text=self.text_output
             )
