@@ -5,13 +5,16 @@ minute on 2 cores, i.e. at most 0.12 s of CPU per call.
 
 Two measurements:
 
-* **CPU per call, in this process.** The calls of a fixed set of seeds, run one after
+* **CPU per call, in this process.** The calls of a set of seeds, run one after
   another on the virtual clock (a real ``AgentSession``, the silero VAD, the scripted
-  models, turnfsm attached and judged), in rounds; each round runs the seeds twice:
-  with the simulation's VAD as it ships (its :class:`~turnfsm.adapters.sim.session.
-  SilenceMemo` answers a call's opening silence from memory) and with the model run on
-  every window. The paired ratio is what the memo saves. What two free cores make of
-  the CPU per call is ``2 × 60 / CPU``.
+  models, turnfsm attached and judged), in rounds of seeds not run before (a fuzz run
+  never repeats a seed, and a repeated call would come from memory); each round runs
+  its seeds twice: as shipped, then without the simulation's memos (the VAD model run
+  on every window, LiveKit's speaking-rate estimate made every time). As shipped, its
+  :class:`~turnfsm.adapters.sim.session.InferenceMemo` answers the VAD's inputs met
+  before, :class:`~turnfsm.adapters.sim.session.SpeakingRateMemo` the estimates; the
+  paired ratio is what the memos save. What two free cores make of the CPU per call
+  is ``2 × 60 / CPU``.
 * **The pool, as the CLI runs it.** :func:`~turnfsm.adapters.sim.fuzz.runner.fuzz` on
   two worker processes over a run of seeds: calls per wall-clock minute, starting the
   pool included (as the CLI's summary line counts it). Other processes on the machine
@@ -25,29 +28,38 @@ import os
 import time
 from collections.abc import Iterator
 
+from livekit.agents.voice.transcription._speaking_rate import SpeakingRateStream
+
 from turnfsm.adapters.sim.fuzz.runner import _quiet_logs, fuzz, judged_call
-from turnfsm.adapters.sim.session import SilenceMemo, load_silero_vad
+from turnfsm.adapters.sim.session import InferenceMemo, load_silero_vad, remember_speaking_rates
 
 from .harness import Config, Row, Section, load_average, ratio, verdict
 
 TARGET_CALLS_PER_MINUTE = 1_000
 CORES = 2
-SEEDS = range(100, 108)
-"""The in-process calls: 8 seeds of the usual mix (about 15 s of call each)."""
+SEEDS_PER_ROUND = 8
+"""The in-process calls of a round: 8 seeds of the usual mix (about 15 s of call each),
+from seed 100 on."""
+WARM_UP_SEED = 99
 POOL_CALLS = 40
 
 
 @contextlib.contextmanager
-def _model_on_every_window() -> Iterator[None]:
-    """The simulation's VAD without its memo, for the calls made meanwhile."""
+def _without_memos() -> Iterator[None]:
+    """The simulation's VAD model run on every window and LiveKit's speaking-rate estimate
+    made every time, for the calls made meanwhile."""
     vad = load_silero_vad()
     memo = vad._onnx_session  # type: ignore[attr-defined]
-    assert isinstance(memo, SilenceMemo)
+    assert isinstance(memo, InferenceMemo)
+    rates = remember_speaking_rates()
+    remembered = SpeakingRateStream._compute_speaking_rate
     vad._onnx_session = memo._session  # type: ignore[attr-defined]
+    SpeakingRateStream._compute_speaking_rate = rates._compute  # type: ignore[method-assign]
     try:
         yield
     finally:
         vad._onnx_session = memo  # type: ignore[attr-defined]
+        SpeakingRateStream._compute_speaking_rate = remembered  # type: ignore[method-assign]
 
 
 def _cpu_per_call(seeds: range) -> float:
@@ -58,25 +70,28 @@ def _cpu_per_call(seeds: range) -> float:
 
 
 def fuzz_section(config: Config) -> Section:
-    seeds = SEEDS[:4] if config.quick else SEEDS
+    per_round = SEEDS_PER_ROUND // 2 if config.quick else SEEDS_PER_ROUND
     rounds = 1 if config.quick else 3
+    seeds = range(100, 100 + per_round * rounds)
     restore_logs = _quiet_logs()
     try:
         load_silero_vad()
-        _cpu_per_call(seeds[:2])  # warm up: the first call of a process builds caches
+        remember_speaking_rates()
+        _cpu_per_call(range(WARM_UP_SEED, WARM_UP_SEED + 1))  # the first call builds caches
         shipped: list[float] = []
         unmemoized: list[float] = []
-        for _ in range(rounds):
-            shipped.append(_cpu_per_call(seeds))
-            with _model_on_every_window():
-                unmemoized.append(_cpu_per_call(seeds))
+        for first in seeds[::per_round]:
+            round_seeds = range(first, first + per_round)
+            shipped.append(_cpu_per_call(round_seeds))
+            with _without_memos():  # what the memos learned of these calls goes unused
+                unmemoized.append(_cpu_per_call(round_seeds))
     finally:
         restore_logs()
     calls = POOL_CALLS // 3 if config.quick else POOL_CALLS
     load_before = load_average()
     summary = fuzz(range(calls), workers=CORES)
     cpu = Row("CPU per call (as shipped)", shipped, "s")
-    plain = Row("CPU per call, the VAD model run on every window", unmemoized, "s")
+    plain = Row("CPU per call without the memos (VAD model, speaking rate)", unmemoized, "s")
     free_cores = Row(
         f"calls/min {CORES} free cores would make (2 × 60 / CPU)",
         [CORES * 60 / sample for sample in shipped],
@@ -103,8 +118,9 @@ def fuzz_section(config: Config) -> Section:
         rows=[cpu, plain, free_cores, pool, pool_cpu],
         notes=[
             f"Fuzz throughput: seeds {seeds.start}–{seeds.stop - 1} judged in this process, "
-            f"{rounds} round(s), each seed once as shipped and once with the VAD model run "
-            "on every window (no SilenceMemo); CPU is time.process_time(). The pool row: "
+            f"{rounds} round(s) of {per_round} seeds, each seed as shipped, then without the "
+            "memos (the VAD model run on every window, every speaking-rate estimate made); "
+            "CPU is time.process_time(). The pool row: "
             f"fuzz() over seeds 0–{calls - 1} on {CORES} forkserver workers of {shared} "
             f"usable cores, wall clock from the pool's start ({summary.wall_seconds:.1f} s; "
             f"load average before {load_before}, after {load_average()}): other processes "

@@ -15,11 +15,16 @@ from typing import Any
 import pytest
 
 from turnfsm.adapters.sim.clock import VirtualClockLoop
+from turnfsm.adapters.sim.session import remember_speaking_rates
 from turnfsm.adapters.sim.speech import add_lines
 
 from support.lines import TEST_LINES
 
 add_lines(*TEST_LINES)  # the callee lines only the tests play, beside the demo's
+# every TranscriptSynchronizer of the tests (the realtime calls' and RoomIO's too, not only
+# SimulatedCall's) estimates the agent's speaking rate from memory: LiveKit's own
+# estimates, made once per distinct second of audio (the scripted voices repeat)
+remember_speaking_rates()
 
 _LINES = pytest.StashKey[list[str]]()
 _WORKER_LINES = "turnfsm_coverage"

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from livekit.agents import Agent, AgentSession, llm, vad
 from livekit.agents.voice.events import EventTypes
+from livekit.agents.voice.transcription._speaking_rate import SpeakingRateStream
 from livekit.agents.voice.transcription.synchronizer import TranscriptSynchronizer
 from livekit.agents.voice.turn import TurnHandlingOptions
 from livekit.plugins import silero
@@ -35,6 +36,7 @@ __all__ = [
     "RecordedEvent",
     "SimulatedCall",
     "load_silero_vad",
+    "remember_speaking_rates",
 ]
 
 DEFAULT_TURN_HANDLING: TurnHandlingOptions = {
@@ -72,70 +74,164 @@ def load_silero_vad() -> vad.VAD:
     """The bundled silero VAD with default options, loaded once per process.
 
     Loading takes a while; one instance can serve any number of sessions, in any loop.
-    Its model remembers what it answered to the silence that opens every call
-    (:class:`SilenceMemo`): the same answers, without running it again.
+    Its model remembers what it answered to inputs it was given before
+    (:class:`InferenceMemo`): the same answers, without running it again.
     """
     loaded = silero.VAD.load()
-    loaded._onnx_session = SilenceMemo(loaded._onnx_session)  # type: ignore[attr-defined]
+    loaded._onnx_session = InferenceMemo(loaded._onnx_session)  # type: ignore[attr-defined]
     return loaded
 
 
-_SilentInputs = tuple[bytes, int, tuple[int, ...]]
-"""What silero's model is given for a window of silence: the bytes of its recurrent state,
-the sample rate, and the window's shape (its samples are all zero)."""
+_Inputs = tuple[tuple[str, str, tuple[int, ...], bytes], ...]
+"""Everything silero's model is given, exactly: for each input by name, its dtype, shape and
+bytes (the window of samples with the previous window's tail, the recurrent state, the
+sample rate)."""
 
 
-class SilenceMemo:
-    """The silero model's ONNX session, answering a call's opening silence from memory.
+class InferenceMemo:
+    """The silero model's ONNX session, answering inputs met before from memory.
 
     The model is a pure function of its inputs: a window of samples (with the previous
-    window's tail as context), its recurrent state and the sample rate. Every simulated
-    call starts the same way, from a zeroed state with windows of silence (all-zero
-    samples) until the caller's first sound, and only there do calls repeat each other's
-    inputs exactly (speech, and the state after it, differ from call to call). So the
-    memo keeps the model's outputs along that one path: for silence, keyed by the exact
-    bytes of the state it came with, when that state is the zeroed one or one the path
-    itself produced. An answer from memory is a copy of what the model once returned to
-    those very inputs: bit for bit what running it again gives, so the VAD decides
-    exactly as it would without the memo. Everything else runs the model.
+    window's tail as context), its recurrent state and the sample rate. Simulated calls
+    repeat each other's inputs exactly where they begin alike: every call starts from a
+    zeroed state with silence until the caller's first sound, and calls that play the
+    same lines at the same times (as tests do, many times over) hear the same windows
+    from the same states for as long as they agree. Where calls differ, nothing recurs:
+    a fuzzed call speaks lines made from its own seed, and the state under silence never
+    settles (still moving after 3,000 windows of zeros), so a fuzz run repeats only the
+    opening silence.
+
+    So the memo keeps the model's outputs for inputs it has met twice: a first run
+    leaves the inputs' hash in a bounded set of sightings, a second keeps the outputs,
+    keyed by the exact bytes of every input (compared in full), and every later run of
+    those inputs is answered from memory. An answer from memory is a copy of what the
+    model once returned to those very inputs: bit for bit what running it again gives,
+    so the VAD decides exactly as it would without the memo.
 
     Args:
         session: The ``onnxruntime.InferenceSession`` silero loaded.
-        limit: Answers kept at most (one per 32 ms window of opening silence; each
-            about 2 KB).
+        limit: Answers kept at most (each about 5 KB: the inputs' bytes and the outputs).
+        sightings: Hashes of inputs met once kept at most; the set starts over when full.
     """
 
-    def __init__(self, session: Any, *, limit: int = 10_000) -> None:
+    def __init__(self, session: Any, *, limit: int = 20_000, sightings: int = 200_000) -> None:
         self._session = session
         self._limit = limit
-        self._answers: dict[_SilentInputs, tuple[np.ndarray, np.ndarray]] = {}
-        self._path: set[_SilentInputs] = set()
-        """The states the memo's own answers lead to: where its path goes on."""
+        self._sightings = sightings
+        self._answers: dict[_Inputs, tuple[np.ndarray, ...]] = {}
+        self._sighted: set[int] = set()
         self.hits = 0
         self.runs = 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._session, name)  # the rest of the session's API, as it is
 
-    def run(self, output_names: Any, input_feed: dict[str, np.ndarray], *args: Any) -> Any:
+    def run(self, output_names: Any, input_feed: dict[str, Any], *args: Any) -> Any:
         """``InferenceSession.run``, from memory where the memo has the answer."""
-        window, state = input_feed["input"], input_feed["state"]
-        # silence and the zeroed state are all-zero bits (a -0.0 sample is not silence)
-        if output_names is not None or args or np.count_nonzero(window.view(np.uint32)):
+        if (
+            output_names is not None
+            or args
+            or not all(isinstance(value, np.ndarray) for value in input_feed.values())
+        ):
             self.runs += 1
-            return self._session.run(output_names, input_feed, *args)  # not silence
-        key = (state.tobytes(), int(input_feed["sr"]), window.shape)
+            return self._session.run(output_names, input_feed, *args)  # not silero's call
+        key = tuple(
+            (name, value.dtype.str, value.shape, value.tobytes())
+            for name, value in sorted(input_feed.items())
+        )
         known = self._answers.get(key)
         if known is not None:
             self.hits += 1
-            return [known[0].copy(), known[1].copy()]  # the caller may change them
+            return [output.copy() for output in known]  # the caller may change them
         self.runs += 1
-        probability, next_state = self._session.run(None, input_feed)
-        on_path = key in self._path or not np.count_nonzero(state.view(np.uint32))
-        if on_path and len(self._answers) < self._limit:
-            self._answers[key] = (probability.copy(), next_state.copy())
-            self._path.add((next_state.tobytes(), *key[1:]))
-        return [probability, next_state]
+        outputs = self._session.run(None, input_feed)
+        sighting = hash(key)
+        if sighting in self._sighted and len(self._answers) < self._limit:
+            self._answers[key] = tuple(output.copy() for output in outputs)
+        else:
+            if len(self._sighted) >= self._sightings:
+                self._sighted.clear()
+            self._sighted.add(sighting)
+        return outputs
+
+
+_RateInputs = tuple[bytes, str, tuple[int, ...], int, float]
+"""What LiveKit's speaking-rate estimate reads: the window's bytes, their dtype and shape,
+the sample rate, and the stream's silence threshold."""
+
+
+class SpeakingRateMemo:
+    """LiveKit's speaking-rate estimate of the agent's audio, answered from memory.
+
+    A ``TranscriptSynchronizer`` paces the transcript by how fast the agent speaks, which
+    it estimates from the agent's audio every 0.1 s: a spectral flux over the last second
+    (``SpeakingRateStream._compute_speaking_rate``), a pure function of those samples,
+    their sample rate and the stream's silence threshold, and costly (an FFT every
+    12.5 ms of audio). The scripted TTS renders every reply as the same tone from the
+    same phase, so a reply's windows are those of any other reply as long, up to its
+    last second: nearly every estimate of a simulated call was made before (95 % of
+    them over 60 fuzzed calls). The memo keeps each estimate, keyed by the window's
+    exact bytes (compared in full) and the rest of what the estimate reads, and answers
+    a window it has seen with the float computed for it then: the same value, so the
+    synchronizer paces the text exactly as without the memo.
+
+    Args:
+        compute: The estimate, ``SpeakingRateStream._compute_speaking_rate`` as LiveKit
+            defines it.
+        limit_bytes: Window bytes kept at most (a second of 24 kHz audio is 96 KB); past
+            it, new windows are estimated without being kept.
+    """
+
+    def __init__(
+        self,
+        compute: Callable[[SpeakingRateStream, np.ndarray, int], float],
+        *,
+        limit_bytes: int = 64 * 2**20,
+    ) -> None:
+        self._compute = compute
+        self._limit_bytes = limit_bytes
+        self._rates: dict[_RateInputs, float] = {}
+        self.kept_bytes = 0
+        self.hits = 0
+        self.runs = 0
+
+    def rate(self, stream: SpeakingRateStream, audio: np.ndarray, sample_rate: int) -> float:
+        """The estimate of ``audio``, from memory where the memo has it."""
+        samples = audio.tobytes()
+        key = (
+            samples,
+            audio.dtype.str,
+            audio.shape,
+            sample_rate,
+            stream._opts._silence_threshold,
+        )
+        known = self._rates.get(key)
+        if known is not None:
+            self.hits += 1
+            return known
+        self.runs += 1
+        estimate = self._compute(stream, audio, sample_rate)
+        if self.kept_bytes + len(samples) <= self._limit_bytes:
+            self._rates[key] = estimate
+            self.kept_bytes += len(samples)
+        return estimate
+
+
+@functools.cache
+def remember_speaking_rates() -> SpeakingRateMemo:
+    """Make LiveKit's speaking-rate estimate answer from a :class:`SpeakingRateMemo`,
+    process-wide, once (every ``TranscriptSynchronizer`` of the process uses it; its
+    answers are the estimate's own). :class:`SimulatedCall` does so with
+    ``transcript_sync``."""
+    memo = SpeakingRateMemo(SpeakingRateStream._compute_speaking_rate)
+
+    def compute_speaking_rate(
+        stream: SpeakingRateStream, audio: np.ndarray, sample_rate: int
+    ) -> float:
+        return memo.rate(stream, audio, sample_rate)
+
+    SpeakingRateStream._compute_speaking_rate = compute_speaking_rate  # type: ignore[method-assign,assignment]
+    return memo
 
 
 @dataclass(frozen=True)
@@ -193,7 +289,8 @@ class SimulatedCall:
         transcript_sync: Put a LiveKit ``TranscriptSynchronizer`` in front of the audio
             output and a :class:`RecordingTextOutput` (implied), as RoomIO does with
             ``sync_transcription``: text is released as the audio plays, and an
-            interrupted reply is committed only up to what was heard.
+            interrupted reply is committed only up to what was heard. Its speaking-rate
+            estimates come from memory where made before (:func:`remember_speaking_rates`).
         session_options: Further ``AgentSession`` keyword arguments
             (e.g. ``max_tool_steps``, ``user_away_timeout``). Unless given,
             ``session_close_transcript_timeout`` is the STT's ``final_lag`` plus 0.3 s:
@@ -298,6 +395,7 @@ class SimulatedCall:
         if self.text_output is not None:
             session.output.transcription = self.text_output
         if self._transcript_sync:
+            remember_speaking_rates()
             self.synchronizer = TranscriptSynchronizer(
                 next_in_chain_audio=self.audio_output, next_in_chain_text=self.text_output
             )
