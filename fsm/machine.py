@@ -380,18 +380,36 @@ def declare_chart() -> dict[str, Any]:
 
     model_response_created = call_wide(on="note_model_responding")
 
+    # the greeting and the capped final reply wait until the model is free: no response
+    # of it active, no cancel of it on its way (invariant I9)
     model_response_done = (
         greeting.to(
             None,
-            cond="greeting_waits_for_response_done",
+            cond=["greeting_waits_for_response_done", "no_cancel_pending"],
             on=["note_model_free", "greet_now"],
         )
         | conversation.to(
             None,
-            cond="final_reply_waits_for_response_done",
+            cond=["final_reply_waits_for_response_done", "no_cancel_pending"],
             on=["note_model_free", "ask_final_reply"],
         )
         | call_wide(on="note_model_free")
+    )
+
+    model_cancel_sent = call_wide(on="note_cancel_sent")
+
+    model_cancel_answered = (
+        greeting.to(
+            None,
+            cond=["greeting_waits_for_response_done", "model_free_once_answered"],
+            on=["note_cancel_answered", "greet_now"],
+        )
+        | conversation.to(
+            None,
+            cond=["final_reply_waits_for_response_done", "model_free_once_answered"],
+            on=["note_cancel_answered", "ask_final_reply"],
+        )
+        | call_wide(on="note_cancel_answered")
     )
 
     # the model's own reply: never before nor in the greeting (the greeting replaces it);

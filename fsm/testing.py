@@ -192,6 +192,8 @@ def realtime_alphabet() -> tuple[ev.Event, ...]:
         ev.EffectOutcome(at=EARLY, effect="say", outcome="refused"),
         ev.ModelResponseCreated(at=EARLY, response_id="r1"),
         ev.ModelResponseDone(at=EARLY, response_id="r1"),
+        ev.ModelCancelSent(at=EARLY, cancel_id="c1", response_id="r1"),
+        ev.ModelCancelAnswered(at=EARLY, cancel_id="c1"),
         ev.ModelReplyStarted(at=EARLY, speech_id="s1"),
         ev.ModelReplyStarted(at=EARLY, speech_id="s2", after_tool_output=True),
         ev.ModelReplyStarted(at=EARLY, speech_id="s2", after_tool_output=True, duplicate=True),

@@ -87,8 +87,10 @@ SIP ``sip.callStatus`` (:mod:`.sip`)             ``CallRinging`` / ``CallAnswere
                                                  ``CallEnded``
 AMD ``amd_prediction`` (:meth:`watch_amd`)       ``AnsweringMachineDetected``
 a realtime model's own replies, responses and    ``RealtimeModelLinked``, ``ModelReplyStarted``,
-refusals (:mod:`.realtime`)                      ``ModelResponseCreated`` /
-                                                 ``ModelResponseDone``, ``EffectOutcome``
+refusals, cancels (:mod:`.realtime`)             ``ModelResponseCreated`` /
+                                                 ``ModelResponseDone``, ``ModelCancelSent``
+                                                 / ``ModelCancelAnswered``,
+                                                 ``EffectOutcome``
 ==============================================  ============================================
 """
 
