@@ -9,7 +9,7 @@ sends its lines to the controller, which prints them all.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -18,6 +18,7 @@ from turnfsm.adapters.sim.clock import VirtualClockLoop
 from turnfsm.adapters.sim.speech import add_lines
 
 from support.lines import TEST_LINES
+from support.speaking_rate import vectorized_speaking_rate
 
 add_lines(*TEST_LINES)  # the callee lines only the tests play, beside the demo's
 
@@ -46,6 +47,14 @@ def pytest_asyncio_loop_factories(
     if item.get_closest_marker("wall_clock") is not None:
         return {"wall_clock": asyncio.new_event_loop}
     return {"virtual_clock": VirtualClockLoop}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _vectorized_speaking_rate() -> Iterator[None]:
+    """LiveKit's speaking-rate detector (the transcript synchronizer's) computes the same
+    values in one numpy pass instead of a Python loop (``support.speaking_rate``)."""
+    with vectorized_speaking_rate():
+        yield
 
 
 @pytest.fixture(scope="session")

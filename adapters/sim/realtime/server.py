@@ -522,12 +522,13 @@ class RealtimeConnection:
             return
         pending = np.concatenate([self._vad.pending_samples, samples])
         end_sample = self._input_samples - len(pending)
-        while len(pending) >= _VAD_WINDOW_SAMPLES:
-            window, pending = pending[:_VAD_WINDOW_SAMPLES], pending[_VAD_WINDOW_SAMPLES:]
+        whole = len(pending) - len(pending) % _VAD_WINDOW_SAMPLES
+        # every whole window's RMS at once (one numpy pass per chunk, not per window)
+        windows = pending[:whole].astype(np.float64).reshape(-1, _VAD_WINDOW_SAMPLES) / 32768.0
+        for rms in np.sqrt(np.mean(windows**2, axis=1)).tolist():
             end_sample += _VAD_WINDOW_SAMPLES
-            rms = float(np.sqrt(np.mean((window.astype(np.float64) / 32768.0) ** 2)))
             self._vad_window(rms >= self._server.vad_rms_threshold, end_sample)
-        self._vad.pending_samples = pending
+        self._vad.pending_samples = pending[whole:]
 
     def _vad_window(self, voiced: bool, end_sample: int) -> None:
         turn_detection = self.turn_detection
