@@ -334,24 +334,46 @@ def greeting_asks_while_a_cancel_was_unanswered(
     return overlaps
 
 
-async def test_the_greeting_is_never_asked_for_while_a_cancel_is_unanswered() -> None:
-    """The VAD race at 300 ms each way, 150 ms cancels: the model answers "Hello?" itself
-    and the greeting's first request is refused behind that reply. Was: turnfsm stopped the
-    refused request's speech, so LiveKit sent a second ``response.cancel`` (for a request
-    nothing had created), and the greeting was asked for again as the model's reply ended,
-    while that cancel was still on its way (its answer came 0.45 s later). Every cancel is
-    now the machine's fact until answered (invariant I9)."""
+@pytest.mark.parametrize(
+    ("fault", "cancel_ms", "generation_speed"),
+    [("VAD race", 150, 2.0), ("refused once", 0, 10.0)],
+    ids=["a-stray-cancel", "the-reply-done-before-its-cancel-lands"],
+)
+async def test_the_greeting_is_never_asked_for_while_a_cancel_is_unanswered(
+    fault: str, cancel_ms: int, generation_speed: float, caplog: pytest.LogCaptureFixture
+) -> None:
+    """300 ms each way; the greeting's first request is refused behind the model's own
+    reply, which turnfsm suppresses (LiveKit sends a ``response.cancel`` naming it).
+
+    A stray cancel (the VAD race, 150 ms cancels). Was: turnfsm stopped the refused
+    request's speech, so LiveKit sent a second cancel, for a request nothing had created,
+    and the greeting was asked for again as the model's reply ended, with that cancel
+    still on its way (its answer came 0.45 s later). The refused request now ends as the
+    plugin ends one whose refusal names it: no cancel.
+
+    The reply done before its cancel lands (generation 10x real time). Was: the greeting
+    was asked for again at the reply's ``response.done``, 0.44 s before the model answered
+    the cancel (an error: nothing to cancel). Every cancel is now the machine's fact until
+    answered, and the greeting waits for it (invariant I9)."""
     fidelity = replace(
-        REAL_PROTOCOL, network_latency_ms=300, cancel_latency_ms=150, generation_speed=2.0
+        REAL_PROTOCOL,
+        network_latency_ms=300,
+        cancel_latency_ms=cancel_ms,
+        generation_speed=generation_speed,
     )
     async with served_call(fidelity) as call:
         server = call.server
-        server.script.race_auto_replies = 1
+        if fault == "VAD race":
+            server.script.race_auto_replies = 1
+        else:
+            server.script.refuse_creates = 1
         _, controller = await greet_after_hello_started(call)
         greeting = await call.segment_playing(0)
         await wait_finished(greeting)
         await asyncio.sleep(1.0)
         assert server.events_of_type("response.cancel")
         assert greeting_asks_while_a_cancel_was_unanswered(server, SHORT_GREETING) == []
+        # and no step of the machine broke an invariant (the strict controller refuses it)
+        assert not [r for r in caplog.records if "controller failed" in r.getMessage()]
         assert not greeting.interrupted
         assert greeting.played == pytest.approx(len(SHORT_GREETING) / 15, abs=0.1)
