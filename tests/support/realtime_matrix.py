@@ -14,13 +14,16 @@ in on the answer 1.5 s into it. What the callee got is judged:
    refused twice, the call ended ``greeting_failed`` with nothing played);
 2. the heard text: every assistant message in the history is a word prefix of the words
    of its reply played to their end (the server's own speech timeline);
-3. the call goes on: the barge-in is answered, the machine listens.
+3. the call goes on: the barge-in is answered, the machine listens;
+
+and no step of the machine broke an invariant (its strict controller refused none).
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from dataclasses import dataclass, replace
 
 import pytest
@@ -94,7 +97,33 @@ def _assistant_messages(call: Call) -> list[llm.ChatMessage]:
     ]
 
 
+class _ControllerFailures(logging.Handler):
+    """The adapter's log of controller steps that failed: a strict controller refuses a
+    step that breaks an invariant, and the adapter logs it instead of raising it into
+    LiveKit."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.failures: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "controller failed" in record.getMessage():
+            self.failures.append(record.getMessage().splitlines()[0])
+
+
 async def run_cell(cell: Cell) -> None:
+    """One cell; it fails on what the callee got, or on any step the machine refused."""
+    failures = _ControllerFailures()
+    adapter_log = logging.getLogger("turnfsm.adapters.livekit")
+    adapter_log.addHandler(failures)
+    try:
+        await _run_cell(cell)
+    finally:
+        adapter_log.removeHandler(failures)
+    assert failures.failures == []
+
+
+async def _run_cell(cell: Cell) -> None:
     async with served_call(cell.fidelity) as call:
         # the plugin sends the model 100 ms chunks: frames of that length change nothing it
         # hears, and cost a fifth of the 20 ms ones
