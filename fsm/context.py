@@ -103,6 +103,9 @@ class TurnContext:
     model_responding: bool = False
     """A response of the realtime model is active (created and not done)."""
 
+    pending_cancels: frozenset[str] = frozenset()
+    """The realtime model's ``response.cancel`` requests not answered yet, by id."""
+
     model_replies_paused: bool = False
     """A ``PauseModelReplies`` is in force."""
 

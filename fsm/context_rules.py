@@ -95,6 +95,7 @@ REALTIME: tuple[str, ...] = (
     "model_replies_to_turns",
     "model_replies_to_tools",
     "model_responding",
+    "pending_cancels",
     "model_replies_paused",
     "tools_forbidden",
     "greeting_wait",

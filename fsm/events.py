@@ -315,6 +315,28 @@ class ModelResponseDone(Event):
     response_id: Label = ""
 
 
+@attrs.frozen
+class ModelCancelSent(Event):
+    """The client asked the realtime model to cancel a response (``response.cancel``):
+    until the model answers it, a request may meet a cancel meant for another response,
+    so none is sent (invariant I9)."""
+
+    name: ClassVar[str] = "model_cancel_sent"
+    cancel_id: Label = ""
+    response_id: Label = ""
+    """The response it names; empty: whatever response is active when it lands."""
+
+
+@attrs.frozen
+class ModelCancelAnswered(Event):
+    """The realtime model answered a ``response.cancel``: the response it cancelled is
+    done (``response.done``, cancelled), or it had none to cancel (an error), or the
+    connection it was sent on is gone."""
+
+    name: ClassVar[str] = "model_cancel_answered"
+    cancel_id: Label = ""
+
+
 EVENT_TYPES: tuple[type[Event], ...] = (
     SessionStarted,
     CallRinging,
@@ -341,6 +363,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ModelReplyStarted,
     ModelResponseCreated,
     ModelResponseDone,
+    ModelCancelSent,
+    ModelCancelAnswered,
 )
 """The whole input alphabet, in a stable order."""
 
@@ -349,6 +373,8 @@ REALTIME_EVENTS: tuple[type[Event], ...] = (
     ModelReplyStarted,
     ModelResponseCreated,
     ModelResponseDone,
+    ModelCancelSent,
+    ModelCancelAnswered,
 )
 """Events only a realtime model's link reports (a pipeline call never sees them)."""
 

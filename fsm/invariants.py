@@ -41,8 +41,10 @@ I8      silent_until_callee     an agent speech created before the greeting is s
                                 while the greeting's speech is still to come)
 I9      model_free_when_asked   a realtime model is asked for the greeting or the final
                                 reply only when none of its responses is active (it
-                                refuses a second), or when the wait for its
-                                ``response.done`` expired
+                                refuses a second) and every ``response.cancel`` sent to
+                                it was answered (one still on its way cancels whatever
+                                is active when it lands), or when the wait for the model
+                                to be free (``response_done``) expired
 I10     model_reply_held        a realtime model's own reply before or during the
                                 greeting is suppressed in the step that reports it
 ======  ======================  ========================================================
@@ -106,6 +108,7 @@ class SafetyMonitor:
     first_words: str | None = None
     realtime: bool = False
     model_responding: bool = False
+    cancels_pending: set[str] = attrs.field(factory=set)
     model_replies_paused: bool = False
     tools_forbidden_at_cap: bool = False
     steps: int = 0
@@ -317,6 +320,10 @@ class SafetyMonitor:
             self.model_responding = True
         elif isinstance(event, ev.ModelResponseDone):
             self.model_responding = False
+        elif isinstance(event, ev.ModelCancelSent):
+            self.cancels_pending.add(event.cancel_id)
+        elif isinstance(event, ev.ModelCancelAnswered):
+            self.cancels_pending.discard(event.cancel_id)
         asks = [
             effect
             for effect in effects
@@ -324,10 +331,12 @@ class SafetyMonitor:
             or (isinstance(effect, fx.Say) and effect.reason == "greeting")
         ]
         waited_out = isinstance(event, ev.TimerFired) and event.timer == "response_done"
+        busy = self.model_responding or self.cancels_pending
         _require(
-            not (asks and self.realtime and self.model_responding) or waited_out,
+            not (asks and self.realtime and busy) or waited_out,
             "I9",
-            f"asked {asks} of a model with an active response, on {event.name}",
+            f"asked {asks} of a model with an active response or an unanswered cancel"
+            f" ({sorted(self.cancels_pending)}), on {event.name}",
         )
         if isinstance(event, ev.ModelReplyStarted) and before in UNTIL_THE_GREETING:
             _require(

@@ -396,19 +396,33 @@ def declare_chart() -> dict[str, Any]:
 
     model_response_created = call_wide(on="note_model_responding")
 
-    model_response_done = (
-        greeting.to(
-            None,
-            cond="greeting_waits_for_response_done",
-            on=["note_model_free", "greet_now"],
+    def when_model_free(
+        free: str,
+        note: str,
+        states: tuple[State, State] = (greeting, conversation),
+        everywhere: Callable[..., Any] = call_wide,
+    ) -> Any:
+        """The greeting and the capped final reply wait until the model is free: no
+        response of it active, no cancel of it on its way (invariant I9); ``free`` tells
+        whether this event frees it, ``note`` notes the event in every state."""
+        greeting, conversation = states
+        return (
+            greeting.to(
+                None, cond=["greeting_waits_for_response_done", free], on=[note, "greet_now"]
+            )
+            | conversation.to(
+                None,
+                cond=["final_reply_waits_for_response_done", free],
+                on=[note, "ask_final_reply"],
+            )
+            | everywhere(on=note)
         )
-        | conversation.to(
-            None,
-            cond="final_reply_waits_for_response_done",
-            on=["note_model_free", "ask_final_reply"],
-        )
-        | call_wide(on="note_model_free")
-    )
+
+    model_response_done = when_model_free("no_cancel_pending", "note_model_free")
+
+    model_cancel_sent = call_wide(on="note_cancel_sent")
+
+    model_cancel_answered = when_model_free("model_free_once_answered", "note_cancel_answered")
 
     # the model's own reply: never before nor in the greeting (the greeting replaces it);
     # after tool output, adopted as the final reply, suppressed as a second one, or let through
@@ -464,7 +478,7 @@ def declare_chart() -> dict[str, Any]:
     del in_call, connecting, start, ringing, turn, awaiting_user, awaiting_agent, greeting
     del conversation
     del listening, speaking, tool_loop, caller_silent, caller_speaking
-    del leave_greeting, speech_ended, call_wide
+    del leave_greeting, speech_ended, call_wide, when_model_free
     return dict(locals())
 
 

@@ -25,6 +25,8 @@ from .events import (
     CallEnded,
     EffectOutcome,
     Event,
+    ModelCancelAnswered,
+    ModelCancelSent,
     ModelReplyStarted,
     RealtimeModelLinked,
     SessionError,
@@ -267,6 +269,19 @@ class TurnRules:
     def final_reply_waits_for_response_done(self) -> bool:
         return self.context.final_wait == "response_done"
 
+    @guard("context")
+    def no_cancel_pending(self) -> bool:
+        """No ``response.cancel`` of the realtime model is unanswered: one still on its
+        way would cancel whatever response is active when it lands (invariant I9)."""
+        return not self.context.pending_cancels
+
+    @guard("event")
+    def model_free_once_answered(self, ev: ModelCancelAnswered) -> bool:
+        """Once this cancel is answered, no response of the model is active and no other
+        cancel is on its way."""
+        ctx = self.context
+        return not ctx.model_responding and ctx.pending_cancels <= {ev.cancel_id}
+
     @guard("event")
     def final_reply_awaits_model_reply(self, ev: ModelReplyStarted) -> bool:
         """The model's own answer to the capped step's output is the final reply: it runs
@@ -392,7 +407,7 @@ class TurnRules:
         if ctx.model_replies_to_turns and ctx.first_words_item is not None and not paused_before:
             # the model answers the first words itself: that reply is replaced by the greeting
             self._greeting_waits("model_reply")
-        elif ctx.realtime_model and ctx.model_responding:
+        elif ctx.realtime_model and self._model_busy():
             self._greeting_waits("response_done")
         else:
             self._start_greeting()
@@ -432,7 +447,7 @@ class TurnRules:
 
     def greet_when_model_free(self) -> None:
         """Ask for the greeting now, or once the model's active response is done."""
-        if self.context.realtime_model and self.context.model_responding:
+        if self.context.realtime_model and self._model_busy():
             self._greeting_waits("response_done")
         else:
             self.greet_now()
@@ -749,7 +764,7 @@ class TurnRules:
             self._cancel_timer(wait)
 
     def ask_final_reply_when_model_free(self) -> None:
-        if self.context.model_responding:
+        if self._model_busy():
             self._final_waits("response_done")
         else:
             self.ask_final_reply()
@@ -793,6 +808,17 @@ class TurnRules:
 
     def note_model_free(self) -> None:
         self.context.model_responding = False
+
+    def note_cancel_sent(self, ev: ModelCancelSent) -> None:
+        self.context.pending_cancels = self.context.pending_cancels | {ev.cancel_id}
+
+    def note_cancel_answered(self, ev: ModelCancelAnswered) -> None:
+        self.context.pending_cancels = self.context.pending_cancels - {ev.cancel_id}
+
+    def _model_busy(self) -> bool:
+        """The realtime model would refuse a request (a response of it is active), or a
+        cancel still on its way could cut the response it starts."""
+        return self.context.model_responding or bool(self.context.pending_cancels)
 
     def note_model_replies_to_tools(self) -> None:
         self.context.model_replies_to_tools = True

@@ -203,6 +203,8 @@ def pipeline_samples() -> Samples:
         ev.ModelResponseCreated: realtime_only,
         ev.ModelResponseDone: realtime_only,
         ev.ModelReplyStarted: realtime_only,
+        ev.ModelCancelSent: realtime_only,
+        ev.ModelCancelAnswered: realtime_only,
     }
 
 
@@ -260,6 +262,8 @@ def realtime_samples() -> Samples:
         ev.RealtimeModelLinked: (REALTIME_LINK,),
         ev.ModelResponseCreated: (ev.ModelResponseCreated(at=EARLY, response_id="r1"),),
         ev.ModelResponseDone: (ev.ModelResponseDone(at=EARLY, response_id="r1"),),
+        ev.ModelCancelSent: (ev.ModelCancelSent(at=EARLY, cancel_id="c1", response_id="r1"),),
+        ev.ModelCancelAnswered: (ev.ModelCancelAnswered(at=EARLY, cancel_id="c1"),),
         ev.ModelReplyStarted: (
             ev.ModelReplyStarted(at=EARLY, speech_id="s1"),
             ev.ModelReplyStarted(at=EARLY, speech_id="s2", after_tool_output=True),

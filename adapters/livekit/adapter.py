@@ -87,8 +87,10 @@ SIP ``sip.callStatus`` (:mod:`.sip`)             ``CallRinging`` / ``CallAnswere
                                                  ``CallEnded``
 AMD ``amd_prediction`` (:meth:`watch_amd`)       ``AnsweringMachineDetected``
 a realtime model's own replies, responses and    ``RealtimeModelLinked``, ``ModelReplyStarted``,
-refusals (:mod:`.realtime`)                      ``ModelResponseCreated`` /
-                                                 ``ModelResponseDone``, ``EffectOutcome``
+refusals, cancels (:mod:`.realtime`)             ``ModelResponseCreated`` /
+                                                 ``ModelResponseDone``, ``ModelCancelSent``
+                                                 / ``ModelCancelAnswered``,
+                                                 ``EffectOutcome``
 ==============================================  ============================================
 """
 
@@ -96,6 +98,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import inspect
 import threading
 import traceback
 from collections.abc import Awaitable, Callable
@@ -222,6 +225,14 @@ def adapter_for(session: AgentSession) -> TurnAdapter | None:
     """The adapter attached to ``session``, if any."""
     adapter: TurnAdapter | None = getattr(session, _ADAPTER_ATTRIBUTE, None)
     return adapter
+
+
+_ONE_EVENT = inspect.Signature(
+    [inspect.Parameter("event", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+)
+"""The signature of a guarded handler, ready-made: LiveKit's event emitter reads each
+callback's signature on every emit (to pass it as many arguments as it takes), and the
+realtime link's handlers see every protocol event, tens a second."""
 
 
 class TurnAdapter:
@@ -638,6 +649,7 @@ class TurnAdapter:
                 self._report_failure(f"handler {name}", error, type(event).__name__)
                 return None
 
+        guarded.__signature__ = _ONE_EVENT  # type: ignore[attr-defined]
         return guarded
 
     def guarded_call(self, name: str, call: Callable[[], object]) -> None:

@@ -28,17 +28,27 @@ a reply nobody asked for                ``ModelReplyStarted`` (its speech is hel
 initiated)                              only if not suppressed), ``after_tool_output``
                                         and ``duplicate`` (LiveKit asks for the tool
                                         reply itself) read from the conversation
+a ``response.cancel`` sent (``openai_    ``ModelCancelSent`` (it gets an event id; one
+client_event_queued``)                  naming no response is made to name the reply
+                                        the machine suppressed, when that is the
+                                        plugin's current generation)
+its answer: an error (``response_       ``ModelCancelAnswered``, the named cancel or the
+cancel_not_active``), or the             oldest; ``response.done`` answers the cancels
+``response.done`` of the response it     naming its response or none unless it
+cancelled                               ``completed`` (done before they landed: each
+                                        gets an error)
 a new connection                        ``ModelResponseDone`` for each response the
-(``session_reconnected``)               lost connection left open; its requests and
-                                        truncates are forgotten (the plugin replays its
-                                        options, the lock's included)
+(``session_reconnected``)               lost connection left open,
+                                        ``ModelCancelAnswered`` for each cancel; its
+                                        requests and truncates are forgotten (the plugin
+                                        replays its options, the lock's included)
 a committed user item                   ``UserTurnCommitted`` (``remote_item_added``, or
                                         ``conversation_item_added``; once per item)
 a ``response.create`` refused           ``EffectOutcome`` ``refused`` of the
 (``conversation_already_has_active_      ``StartGreeting``/``Say`` that asked for it, and
-response``, matched to the oldest        its speech ended at once (the plugin would wait
-unanswered request: the real service     10 s)
-names no event id)
+response``, matched to the oldest        its speech ended at once, as the plugin ends it
+unanswered request: the real service     when the refusal names it (it would wait 10 s;
+names no event id)                      interrupting it would send a cancel)
 =====================================  ==================================================
 
 =========================  ============================================================
@@ -90,18 +100,20 @@ FinalReplyWithoutTools     ``generate_reply(tool_choice="none")``
 Only private details of the plugin are touched, all guarded: the mirror of the server
 conversation (``RealtimeSession._remote_chat_ctx``) gets the edited text of a truncated
 message; the session's ``tool_choice`` and ``turn_detection`` are read from its options
-to restore them.
+to restore them; a refused request's wait for its response
+(``RealtimeSession._response_created_futures``) is failed as the plugin fails it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from livekit.agents import llm
+from livekit.agents import llm, utils
 from livekit.agents.voice import SpeechHandle
 from livekit.agents.voice.events import FunctionToolsExecutedEvent, SpeechCreatedEvent
 
@@ -120,6 +132,10 @@ if TYPE_CHECKING:
 
 ACTIVE_RESPONSE = "conversation_already_has_active_response"
 """The error code of a ``response.create`` refused while a response is active."""
+
+CANCEL_NOT_ACTIVE = "response_cancel_not_active"
+"""The error code of a ``response.cancel`` that found no response to cancel (the one
+it names is done, or none is active)."""
 
 _AUDIO_TOO_SHORT = re.compile(r"Audio content of (\d+)ms is already shorter than (\d+)ms")
 """The model's refusal of a truncate past the end of its item's audio."""
@@ -151,6 +167,15 @@ class _ItemAudio:
     transcript: str = ""
     audio_seconds: float = 0.0
     audio_done: bool = False
+
+
+@dataclass
+class _Cancel:
+    """A ``response.cancel`` the client sent and the model has not answered yet."""
+
+    cancel_id: str
+    response_id: str
+    """The response it names; empty: whatever is active when it lands."""
 
 
 @dataclass
@@ -198,6 +223,7 @@ class RealtimeLink:
         self._last_input: str | None = None
         self._tool_event: FunctionToolsExecutedEvent | None = None
         self._requests: collections.deque[_Request] = collections.deque()
+        self._cancels: collections.deque[_Cancel] = collections.deque()
         self._request_outcomes: dict[str, PendingOutcome] = {}
         """Deferred outcomes of greeting levers, by the speech they created."""
         self._items: dict[str, _ItemAudio] = {}
@@ -406,6 +432,7 @@ class RealtimeLink:
                 self.adapter.dispatch(
                     ev.ModelResponseDone(at=self.adapter.now(), response_id=response_id)
                 )
+        self._answer_cancels(list(self._cancels))  # gone with their connection
         self._requests.clear()
         self._truncates.clear()
         self._current_response = None
@@ -435,8 +462,8 @@ class RealtimeLink:
             )
         elif kind == "conversation.item.truncate":
             self._truncates.append(event)
-        elif kind == "response.cancel" and not event.get("response_id"):
-            self._name_cancelled_response(event)
+        elif kind == "response.cancel":
+            self._cancel_sent(event)
 
     def _on_server_event(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
@@ -450,14 +477,18 @@ class RealtimeLink:
             )
         elif kind == "response.done":
             response = event.get("response") or {}
-            self._response_status[str(response.get("id") or "")] = str(
-                response.get("status") or ""
-            )
+            response_id, status = str(response.get("id") or ""), str(response.get("status") or "")
+            self._response_status[response_id] = status
             self.adapter.dispatch(
-                ev.ModelResponseDone(
-                    at=self.adapter.now(), response_id=str(response.get("id") or "")
-                )
+                ev.ModelResponseDone(at=self.adapter.now(), response_id=response_id)
             )
+            if status != "completed":
+                # it ended as a cancel landed (or before one could: failed, incomplete), so
+                # the cancels meant for it are answered; a completed response was done before
+                # they landed, and each is answered by an error
+                self._answer_cancels(
+                    [c for c in self._cancels if c.response_id in ("", response_id)]
+                )
         elif kind == "response.output_audio.delta":
             item = self._items.setdefault(str(event.get("item_id")), _ItemAudio())
             item.audio_seconds += _pcm16_seconds(str(event.get("delta") or ""))
@@ -481,16 +512,42 @@ class RealtimeLink:
         if item.transcript and item.audio_seconds > 0:
             self._rates.append(len(item.transcript) / item.audio_seconds)
 
-    def _name_cancelled_response(self, cancel: dict[str, Any]) -> None:
-        """LiveKit's interrupt cancels the plugin's current generation with a
-        ``response.cancel`` that names no response: the model cancels whatever is active
-        when it arrives, the greeting by then (issue 19). When that generation is a reply
-        the machine suppressed, the cancel names it (the plugin serialises the event after
-        this hook), so a late one is refused instead of cutting another response."""
+    def _cancel_sent(self, cancel: dict[str, Any]) -> None:
+        """A ``response.cancel`` is about to leave (the plugin serialises the event after
+        this hook): it gets an id, and the machine holds it until the model answers it
+        (invariant I9: nothing is asked of the model meanwhile).
+
+        LiveKit's interrupt cancels the plugin's current generation with a cancel that
+        names no response: the model cancels whatever is active when it arrives, the
+        greeting by then (issue 19). When that generation is a reply the machine
+        suppressed, the cancel names it, so a late one is refused instead of cutting
+        another response."""
         current = self._current_response
         items = self._responses.get(current or "")
-        if current and items is not None and items.speech_id in self._suppressed:
-            cancel["response_id"] = current
+        if not cancel.get("response_id") and current and items is not None:
+            if items.speech_id in self._suppressed:
+                cancel["response_id"] = current
+        cancel_id = str(cancel.get("event_id") or utils.shortuuid("response_cancel_"))
+        cancel["event_id"] = cancel_id
+        response_id = str(cancel.get("response_id") or "")
+        self._cancels.append(_Cancel(cancel_id=cancel_id, response_id=response_id))
+        self.adapter.dispatch(
+            ev.ModelCancelSent(at=self.adapter.now(), cancel_id=cancel_id, response_id=response_id)
+        )
+
+    def _cancel_refused(self, event_id: str | None) -> None:
+        """The model had nothing to cancel: the cancel it names, else the oldest one
+        unanswered (the model handles client events in order; the real service names
+        none)."""
+        named = [c for c in self._cancels if event_id and c.cancel_id == event_id]
+        self._answer_cancels(named[:1] or list(self._cancels)[:1])
+
+    def _answer_cancels(self, answered: list[_Cancel]) -> None:
+        for cancel in answered:
+            self._cancels.remove(cancel)
+            self.adapter.dispatch(
+                ev.ModelCancelAnswered(at=self.adapter.now(), cancel_id=cancel.cancel_id)
+            )
 
     def _answer_request(self, event_id: str | None) -> None:
         """The model created a response: the request it answers is taken. A greeting's
@@ -511,11 +568,13 @@ class RealtimeLink:
         code = error.get("code")
         message = str(error.get("message") or "")
         if code == ACTIVE_RESPONSE:
-            self._request_refused(error.get("event_id"))
+            self._request_refused(error.get("event_id"), message)
+        elif code == CANCEL_NOT_ACTIVE or message.startswith("Cancellation failed"):
+            self._cancel_refused(error.get("event_id"))
         elif (too_short := _AUDIO_TOO_SHORT.search(message)) and self._truncates:
             self._truncate_again(int(too_short.group(1)), int(too_short.group(2)))
 
-    def _request_refused(self, event_id: str | None) -> None:
+    def _request_refused(self, event_id: str | None, message: str) -> None:
         """A ``response.create`` was refused: the one it names, else the oldest pending
         (the model handles client events in order; the real service names none)."""
         if not self._requests:
@@ -523,14 +582,32 @@ class RealtimeLink:
         named = [r for r in self._requests if event_id and r.event_id == event_id]
         request = named[0] if named else self._requests[0]
         self._requests.remove(request)
+        # its speech ends with the refusal, as when the model names the request
+        failed = self._fail_request(request.event_id, message)
         if request.speech_id is None:
             return
         outcome = self._request_outcomes.pop(request.speech_id, None)
         if outcome is not None:
             outcome.resolve("refused", ACTIVE_RESPONSE)
+        if failed:
+            return
         handle = self.adapter.speeches.get(request.speech_id)
         if handle is not None and not handle.done():
             handle.interrupt(force=True)  # nothing will play: end it now, not in 10 s
+
+    def _fail_request(self, event_id: str, message: str) -> bool:
+        """Fail the plugin's wait for the refused request's ``response.created``, as the
+        plugin does itself when the refusal names its event: its speech ends at once.
+        (Interrupting the speech instead makes LiveKit cancel the request with a
+        ``response.cancel`` naming no response, for a response nothing created, and one
+        more cancel on its way for the greeting to wait out.) False when the plugin keeps
+        no such wait."""
+        futures = getattr(self.rt_session, "_response_created_futures", None)
+        waiting = futures.pop(event_id, None) if isinstance(futures, dict) else None
+        if not isinstance(waiting, asyncio.Future) or waiting.done():
+            return False
+        waiting.set_exception(llm.RealtimeError(message, code=ACTIVE_RESPONSE))
+        return True
 
     def _truncate_again(self, audio_ms: int, asked_ms: int) -> None:
         """A truncate past the end of the item's audio was refused: cut at its end."""

@@ -215,7 +215,13 @@ def test_explore_takes_every_realtime_wait(quick_reports: dict[str, ExplorationR
         (event, before)
         for before, event, _ in quick_reports["realtime-outbound-keep-answer"].transitions
     }
-    for event in ("model_reply_started", "model_response_done", "model_response_created"):
+    for event in (
+        "model_reply_started",
+        "model_response_done",
+        "model_response_created",
+        "model_cancel_sent",
+        "model_cancel_answered",
+    ):
         assert {(event, "greeting"), (event, "speaking")} <= moves, event
     assert ("timer_fired", "greeting") in moves
 

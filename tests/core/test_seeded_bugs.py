@@ -20,7 +20,7 @@ from turnfsm import INVARIANTS, InvariantViolation, TurnController, TurnPolicy
 from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.events import AnsweringMachineDetected, Event, ToolStepFinished, UserTurnCommitted
-from turnfsm.rules import TurnRules
+from turnfsm.rules import TurnRules, guard
 from turnfsm.testing import WATCHDOGS, explore, watchdog_problem
 
 from support.cores import cores_for_one_test
@@ -151,6 +151,19 @@ class GreetingAskedOfABusyModel(TurnRules):
         self.greet_now()
 
 
+class GreetingAskedUnderAPendingCancel(TurnRules):
+    """I9: the greeting is asked for again as soon as the model's reply is done, while the
+    cancel sent for that reply is still on its way (the reply finished before the cancel
+    landed: its answer, an error, is still to come)."""
+
+    @guard("context")
+    def no_cancel_pending(self) -> bool:
+        return True
+
+    def _model_busy(self) -> bool:
+        return self.context.model_responding
+
+
 class ModelReplyLetThroughInTheGreeting(TurnRules):
     """I10: the model's own answer to "Hello?" is not suppressed."""
 
@@ -258,6 +271,14 @@ REALTIME_HELLO_REFUSED = [
 ]
 """The greeting, asked for at "Hello?", is refused behind the model's own reply."""
 
+REALTIME_HELLO_CANCEL_ON_ITS_WAY = [
+    *REALTIME_HELLO,
+    ev.ModelCancelSent(at=1.1, cancel_id="c1", response_id="r1"),
+    ev.EffectOutcome(at=1.2, effect="start_greeting", outcome="refused"),
+    ev.ModelResponseDone(at=1.3, response_id="r1"),
+]
+"""The model's reply, suppressed, is done before the cancel sent for it landed."""
+
 SCENARIOS: list[tuple[type[TurnRules], list[Event], str]] = [
     (
         GreetingInterruptedByOverlap,
@@ -293,6 +314,7 @@ SCENARIOS: list[tuple[type[TurnRules], list[Event], str]] = [
     (FillerTakenForTheGreeting, FILLER, "I8"),
     (FillerStoppedWithTheSession, FILLER, "I1"),
     (GreetingAskedOfABusyModel, REALTIME_HELLO_REFUSED, "I9"),
+    (GreetingAskedUnderAPendingCancel, REALTIME_HELLO_CANCEL_ON_ITS_WAY, "I9"),
     (ModelReplyLetThroughInTheGreeting, REALTIME_HELLO, "I10"),
 ]
 

@@ -71,7 +71,15 @@ DECLARED = frozenset(declared_moves())
 CHANGES = frozenset(move for move in DECLARED if move[0] != move[2])
 """The declared moves that change the state."""
 ANY = tuple(name for name in EVENT_NAMES if name not in ENDING)
-MODEL_EVENTS = frozenset({"model_reply_started", "model_response_created", "model_response_done"})
+MODEL_EVENTS = frozenset(
+    {
+        "model_reply_started",
+        "model_response_created",
+        "model_response_done",
+        "model_cancel_sent",
+        "model_cancel_answered",
+    }
+)
 """What a realtime model reports: guided only once the call linked one."""
 LINK = frozenset({"realtime_model_linked"})
 """Drawn with the call (a realtime model is linked when the adapter attaches)."""
@@ -146,6 +154,8 @@ VARIANTS: dict[str, tuple[dict[str, object], ...]] = {
     "model_reply_started": _variants(
         **SPEECH, after_tool_output=(False, True), duplicate=(False, True)
     ),
+    "model_cancel_sent": _variants(cancel_id=("c1", "c2"), response_id=("", "r1")),
+    "model_cancel_answered": _variants(cancel_id=("c1", "c2")),
     "effect_outcome": _variants(
         effect=("interrupt", "start_greeting", "say", "lock_speech"),
         outcome=("done", "refused", "failed"),

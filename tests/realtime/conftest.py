@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
@@ -20,8 +19,6 @@ from turnfsm.adapters.sim.realtime import (
     UNEVEN_SPEECH,
     RealtimeTestServer,
 )
-
-from support.deep import deselect_deep
 
 _FIDELITIES = {"ideal": IDEAL, **FIDELITY_MATRIX, "uneven-speech": UNEVEN_SPEECH}
 
@@ -42,8 +39,3 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> str:
     return f"realtime server fidelity: {os.environ.get('TURNFSM_REALTIME_FIDELITY', 'ideal')}"
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Issue 19's full matrix runs in ``make test-deep``; a covering subset in ``make test``."""
-    deselect_deep(config, items, Path(__file__).parent)

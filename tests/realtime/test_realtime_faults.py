@@ -4,6 +4,8 @@ on the code of its day, on the virtual clock, in memory."""
 from __future__ import annotations
 
 import asyncio
+import json
+import math
 from dataclasses import replace
 
 import pytest
@@ -14,7 +16,12 @@ from openai.types.realtime.realtime_audio_input_turn_detection import ServerVad
 from turnfsm import TurnPolicy
 from turnfsm import events as ev
 from turnfsm.adapters.livekit import TurnAgent
-from turnfsm.adapters.sim.realtime import FIDELITY_MATRIX, REAL_PROTOCOL, UNEVEN_SPEECH
+from turnfsm.adapters.sim.realtime import (
+    FIDELITY_MATRIX,
+    REAL_PROTOCOL,
+    UNEVEN_SPEECH,
+    RealtimeTestServer,
+)
 
 from support.realtime_calls import (
     SHORT_GREETING,
@@ -282,3 +289,91 @@ async def test_an_answer_whose_connection_drops_is_cut_to_what_was_heard() -> No
             text for role, text in server.conversation_summary() if role == "assistant"
         ]
         assert on_the_new_connection == assistant
+
+
+def greeting_asks_while_a_cancel_was_unanswered(
+    server: RealtimeTestServer, text: str
+) -> list[tuple[float, float, float]]:
+    """(cancel sent, greeting asked, cancel answered), client times, for every request for
+    the greeting (``response.create`` saying ``text``) the client sent after a
+    ``response.cancel`` and before that cancel's answer reached it. The answer: the error
+    saying no response is active, else the ``response.done`` of the response it cancelled
+    (the one it names). The server's log gives client times: a client event left
+    ``latency`` before the server got it, a server event arrives ``latency`` after it left."""
+    latency = server.fidelity.network_latency_ms / 1000
+    events = server.events
+    cancels: list[tuple[int, float, float]] = []
+    for index, cancel in enumerate(events):
+        if cancel.direction != "received" or cancel.type != "response.cancel":
+            continue
+        named = cancel.payload.get("response_id")
+        answered = math.inf
+        for answer in events[index:]:
+            if answer.direction != "sent" or answer.connection != cancel.connection:
+                continue
+            code = (answer.payload.get("error") or {}).get("code")
+            response = answer.payload.get("response") or {}
+            if code == "response_cancel_not_active" or (
+                answer.type == "response.done"
+                and response.get("status") == "cancelled"
+                and response.get("id") == (named or response.get("id"))
+            ):
+                answered = answer.timestamp + latency
+                break
+        cancels.append((index, cancel.timestamp - latency, answered))
+    overlaps = []
+    for index, create in enumerate(events):
+        if create.type != "response.create" or text not in json.dumps(create.payload):
+            continue
+        asked = create.timestamp - latency
+        overlaps += [
+            (sent, asked, answered)
+            for after, sent, answered in cancels
+            if after < index and asked < answered - 1e-6
+        ]
+    return overlaps
+
+
+@pytest.mark.parametrize(
+    ("fault", "cancel_ms", "generation_speed"),
+    [("VAD race", 150, 2.0), ("refused once", 0, 10.0)],
+    ids=["a-stray-cancel", "the-reply-done-before-its-cancel-lands"],
+)
+async def test_the_greeting_is_never_asked_for_while_a_cancel_is_unanswered(
+    fault: str, cancel_ms: int, generation_speed: float, caplog: pytest.LogCaptureFixture
+) -> None:
+    """300 ms each way; the greeting's first request is refused behind the model's own
+    reply, which turnfsm suppresses (LiveKit sends a ``response.cancel`` naming it).
+
+    A stray cancel (the VAD race, 150 ms cancels). Was: turnfsm stopped the refused
+    request's speech, so LiveKit sent a second cancel, for a request nothing had created,
+    and the greeting was asked for again as the model's reply ended, with that cancel
+    still on its way (its answer came 0.45 s later). The refused request now ends as the
+    plugin ends one whose refusal names it: no cancel.
+
+    The reply done before its cancel lands (generation 10x real time). Was: the greeting
+    was asked for again at the reply's ``response.done``, 0.44 s before the model answered
+    the cancel (an error: nothing to cancel). Every cancel is now the machine's fact until
+    answered, and the greeting waits for it (invariant I9)."""
+    fidelity = replace(
+        REAL_PROTOCOL,
+        network_latency_ms=300,
+        cancel_latency_ms=cancel_ms,
+        generation_speed=generation_speed,
+    )
+    async with served_call(fidelity) as call:
+        server = call.server
+        if fault == "VAD race":
+            server.script.race_auto_replies = 1
+        else:
+            server.script.refuse_creates = 1
+        _, controller = await greet_after_hello_started(call)
+        greeting = await call.segment_playing(0)
+        await wait_finished(greeting)
+        await asyncio.sleep(1.0)
+        assert server.events_of_type("response.cancel")
+        assert greeting_asks_while_a_cancel_was_unanswered(server, SHORT_GREETING) == []
+        # and no step of the machine broke an invariant (the strict controller refuses it)
+        assert not [r for r in caplog.records if "controller failed" in r.getMessage()]
+        assert not greeting.interrupted
+        assert greeting.played == pytest.approx(len(SHORT_GREETING) / 15, abs=0.1)

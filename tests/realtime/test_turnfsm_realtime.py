@@ -684,7 +684,8 @@ async def test_a_refused_greeting_create_is_asked_again() -> None:
 async def test_the_trace_shows_the_suppressed_reply_and_the_wait_for_response_done() -> None:
     """The realtime link decides nothing: when the model answers "Hello?" although its
     replies were paused (the VAD race), suppressing that reply, and waiting for its
-    ``response.done`` before asking for the greeting again, are machine steps."""
+    ``response.done`` and the answer to its ``response.cancel`` before asking for the
+    greeting again, are machine steps."""
     setting = FIDELITY_MATRIX["100ms-cancel-150ms"]
     async with served_call(setting) as call:
         call.server.script.race_auto_replies = 1
@@ -705,10 +706,17 @@ async def test_the_trace_shows_the_suppressed_reply_and_the_wait_for_response_do
     assert steps[refused][2] == ["start_timer"]  # the wait for response.done
     (timer,) = [e for e in list(controller.trace)[refused].effects if isinstance(e, fx.StartTimer)]
     assert timer.timer == "response_done"
-    done = names.index("model_response_done", refused)
-    assert steps[done][2] == ["cancel_timer", "say"]
-    assert "say" not in [e for _, _, effects in steps[:done] for e in effects]
-    assert names.index("agent_speech_created", done) > done
+    free = next(i for i in range(refused, len(steps)) if "say" in steps[i][2])
+    assert steps[free][2] == ["cancel_timer", "say"]
+    assert "model_response_done" in names[refused : free + 1]
+    # the suppressed reply's cancel, named, and answered before the greeting is asked again
+    sent = [e for e, _, _ in steps[:free] if isinstance(e, ev.ModelCancelSent)]
+    answered = [e for e, _, _ in steps[: free + 1] if isinstance(e, ev.ModelCancelAnswered)]
+    assert [e.cancel_id for e in sent] == [e.cancel_id for e in answered]
+    created = [e for e, _, _ in steps[:suppressed] if isinstance(e, ev.ModelResponseCreated)]
+    assert [e.response_id for e in sent] == [created[-1].response_id]
+    assert "say" not in [e for _, _, effects in steps[:free] for e in effects]
+    assert names.index("agent_speech_created", free) > free
     assert not greeting.interrupted
 
 

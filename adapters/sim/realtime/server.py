@@ -46,6 +46,7 @@ import asyncio
 import base64
 import contextlib
 import copy
+import functools
 import json
 import logging
 import math
@@ -123,7 +124,7 @@ class RecordedEvent:
     Attributes:
         direction: ``"received"`` from the client or ``"sent"`` by the server.
         type: The event's ``type``.
-        payload: The full event as JSON-decoded data.
+        wire: The event as it crossed the network (JSON text).
         timestamp: ``loop.time()`` on the server's side of the network: when the
             server handled a client event (``network_latency_ms`` after the client sent
             it) or sent a server event (it reaches the client ``network_latency_ms``
@@ -133,9 +134,16 @@ class RecordedEvent:
 
     direction: Direction
     type: str
-    payload: dict[str, Any]
+    wire: str
     timestamp: float
     connection: int
+
+    @functools.cached_property
+    def payload(self) -> dict[str, Any]:
+        """The full event as JSON-decoded data (decoded when first read: most records
+        of a call, its audio chunks, never are)."""
+        decoded: dict[str, Any] = json.loads(self.wire)
+        return decoded
 
 
 @dataclass(frozen=True)
@@ -317,9 +325,9 @@ class RealtimeConnection:
         self._ws = ws
         self._fidelity = server.fidelity
         # server events with the time they reach the client; None stops the writer
-        self._outbox: asyncio.Queue[tuple[float, dict[str, Any]] | None] = asyncio.Queue()
+        self._outbox: asyncio.Queue[tuple[float, str] | None] = asyncio.Queue()
         # client events with the time they reach the server; None stops the reader
-        self._inbox: asyncio.Queue[tuple[float, dict[str, Any]] | None] = asyncio.Queue()
+        self._inbox: asyncio.Queue[tuple[float, str] | None] = asyncio.Queue()
         self._pending_cancel: asyncio.TimerHandle | None = None
         self._vad = _VadState()
         self._input_samples = 0
@@ -401,7 +409,7 @@ class RealtimeConnection:
         try:
             async for message in self._ws:
                 if message.type == WSMsgType.TEXT:
-                    self._inbox.put_nowait((_now() + latency, json.loads(message.data)))
+                    self._inbox.put_nowait((_now() + latency, message.data))
         finally:
             self._inbox.put_nowait(None)
             await reader
@@ -412,11 +420,12 @@ class RealtimeConnection:
     async def _read_loop(self) -> None:
         """Handles each client event once it has crossed the network, in order."""
         while (arrival := await self._inbox.get()) is not None:
-            arrives_at, event = arrival
+            arrives_at, wire = arrival
             await asyncio.sleep(max(0.0, arrives_at - _now()))
             if self._ws.closed:
                 continue  # the client left while its last events were in flight
-            self._server._record("received", event, self.index)
+            event = json.loads(wire)
+            self._server._record("received", event, wire, self.index)
             problems = client_event_problems(event)
             if problems:
                 violation = Violation("client", str(event.get("type")), problems, event)
@@ -428,12 +437,12 @@ class RealtimeConnection:
 
     async def _write_loop(self) -> None:
         while (departure := await self._outbox.get()) is not None:
-            arrives_at, event = departure
+            arrives_at, wire = departure
             await asyncio.sleep(max(0.0, arrives_at - _now()))
             if self._ws.closed:
                 continue
             with contextlib.suppress(ConnectionError):
-                await self._ws.send_str(json.dumps(event))
+                await self._ws.send_str(wire)
 
     def drop(self) -> None:
         """Drops the connection as a network failure does: no close handshake, and the
@@ -448,12 +457,13 @@ class RealtimeConnection:
 
     def _send(self, event: dict[str, Any]) -> None:
         event.setdefault("event_id", _new_id("event_"))
-        self._server._record("sent", event, self.index)
+        wire = json.dumps(event)  # as it leaves: what the client gets is what is recorded
+        self._server._record("sent", event, wire, self.index)
         problems = server_event_problems(event)
         if problems:
             self._server._violation(Violation("server", str(event.get("type")), problems, event))
         latency = self._fidelity.network_latency_ms / 1000
-        self._outbox.put_nowait((_now() + latency, event))
+        self._outbox.put_nowait((_now() + latency, wire))
 
     def _send_error(
         self, code: str, message: str, client_event: Mapping[str, Any], *, param: str | None = None
@@ -522,12 +532,13 @@ class RealtimeConnection:
             return
         pending = np.concatenate([self._vad.pending_samples, samples])
         end_sample = self._input_samples - len(pending)
-        while len(pending) >= _VAD_WINDOW_SAMPLES:
-            window, pending = pending[:_VAD_WINDOW_SAMPLES], pending[_VAD_WINDOW_SAMPLES:]
+        whole = len(pending) - len(pending) % _VAD_WINDOW_SAMPLES
+        # every whole window's RMS at once (one numpy pass per chunk, not per window)
+        windows = pending[:whole].astype(np.float64).reshape(-1, _VAD_WINDOW_SAMPLES) / 32768.0
+        for rms in np.sqrt(np.mean(windows**2, axis=1)).tolist():
             end_sample += _VAD_WINDOW_SAMPLES
-            rms = float(np.sqrt(np.mean((window.astype(np.float64) / 32768.0) ** 2)))
             self._vad_window(rms >= self._server.vad_rms_threshold, end_sample)
-        self._vad.pending_samples = pending
+        self._vad.pending_samples = pending[whole:]
 
     def _vad_window(self, voiced: bool, end_sample: int) -> None:
         turn_detection = self.turn_detection
@@ -1320,11 +1331,13 @@ class RealtimeTestServer:
 
     # ----------------------------------------------------------------- recording
 
-    def _record(self, direction: Direction, payload: dict[str, Any], connection: int) -> None:
+    def _record(
+        self, direction: Direction, payload: dict[str, Any], wire: str, connection: int
+    ) -> None:
         event = RecordedEvent(
             direction=direction,
             type=str(payload.get("type", "")),
-            payload=copy.deepcopy(payload),
+            wire=wire,
             timestamp=_now(),
             connection=connection,
         )

@@ -1,0 +1,12 @@
+"""Issue 19's matrix at 100 ms one-way latency: 144 cells (``support.realtime_matrix``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from support.realtime_matrix import Cell, cells, run_cell
+
+
+@pytest.mark.parametrize("cell", cells(latency_ms=100), ids=str)
+async def test_matrix_cell(cell: Cell) -> None:
+    await run_cell(cell)
