@@ -25,7 +25,7 @@ import functools
 import logging
 import math
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,6 +114,9 @@ class SpeechRecord:
     allow_interruptions: bool = True
     """Whether LiveKit let the caller interrupt it, as it ended."""
     interrupted: bool = False
+    broken: bool = False
+    """Cut by the service (realtime: its response failed, or its socket dropped): a
+    greeting broken so is retried, and judged by its retry."""
 
     def step_text(self, step: int) -> str:
         """The text of step ``step`` as rendered (its words, single-spaced)."""
@@ -188,6 +191,9 @@ class CallRecord:
     """The call's state as it ended (turnfsm's; LiveKit's agent state on a baseline)."""
     harness_error: str | None = None
     tts_rate: float = 15.0
+    words_heard: Callable[[str, float], list[str]] | None = None
+    """The words of a text whose audio played to their end after so many seconds played,
+    where the speech's own timeline says (realtime: the server's); None: at ``tts_rate``."""
     turnfsm: bool = True
     """Whether turnfsm was attached (False: a LiveKit-only baseline of the same call)."""
 
@@ -317,12 +323,12 @@ class _TurnfsmLog(logging.Handler):
         self.sink.append(record.getMessage())
 
 
-def _speech_now() -> str | None:
+def speech_now() -> str | None:
     handle = _SpeechHandleContextVar.get(None)
     return handle.id if handle is not None else None
 
 
-class _Recorder:
+class Recorder:
     """Collects steps and renders per speech (see the module's docstring)."""
 
     def __init__(self, record: CallRecord) -> None:
@@ -335,12 +341,12 @@ class _Recorder:
         return speeches[speech_id]
 
     def step_started(self) -> None:
-        speech_id = _speech_now()
+        speech_id = speech_now()
         if speech_id is not None:
             self.speech(speech_id).steps.append([])
 
     def rendered(self, text: str, seconds: float) -> None:
-        speech_id = _speech_now()
+        speech_id = speech_now()
         if speech_id is None:
             return
         speech = self.speech(speech_id)
@@ -350,7 +356,7 @@ class _Recorder:
 
 
 class _FuzzTTS(ScriptedTTS):
-    def __init__(self, recorder: _Recorder, **options: Any) -> None:
+    def __init__(self, recorder: Recorder, **options: Any) -> None:
         super().__init__(**options)
         self._recorder = recorder
 
@@ -388,7 +394,7 @@ class FuzzAgent(TurnAgent):
 
     def __init__(
         self,
-        recorder: _Recorder,
+        recorder: Recorder,
         *,
         chat_ctx: llm.ChatContext | None = None,
         handed_over: bool = False,
@@ -436,8 +442,9 @@ class FuzzAgent(TurnAgent):
         return colleague, "Transferring you."
 
 
-class _Replies:
-    """The scripted model's answers: each new user turn takes the next :class:`ReplyPlan`."""
+class PlannedReplies:
+    """The scripted model's answers: each new user turn takes the next :class:`ReplyPlan`
+    (the pipeline's LLM and the realtime world's model alike)."""
 
     def __init__(self, plan: CallPlan) -> None:
         self._plans = iter(plan.replies)
@@ -451,19 +458,30 @@ class _Replies:
             for item in items[user_at + 1 :]
             if isinstance(item, llm.ChatMessage) and item.role in ("system", "developer")
         )
+        rounds = sum(item.type == "function_call_output" for item in items[user_at + 1 :])
+        return self.answer(
+            instructions,
+            turn=request.last_user_text or "",
+            rounds=rounds,
+            tools_forbidden=request.tool_choice == "none",
+        )
+
+    def answer(
+        self, instructions: str, *, turn: str, rounds: int, tools_forbidden: bool
+    ) -> ScriptedReply:
+        """The answer to the user turn ``turn`` after ``rounds`` tool rounds, asked with
+        ``instructions`` (the greeting's, a handover's) and ``tool_choice="none"`` or not."""
         if GREETING_INSTRUCTIONS in instructions:
             return ScriptedReply(text=GENERATED_GREETING)
         if HANDOVER_INSTRUCTIONS in instructions:
             return ScriptedReply(text=HANDOVER_GREETING)
-        turn = request.last_user_text or ""
         asked = [probe for probe in PROBES if probe in turn]
         if asked:  # the latest probe in the turn (two may share one: the first held back)
             return ScriptedReply(text=PROBES[max(asked, key=turn.rindex)])
         plan = self._by_turn.get(turn)
         if plan is None:
             plan = self._by_turn[turn] = next(self._plans, ReplyPlan("Okay."))
-        rounds = sum(item.type == "function_call_output" for item in items[user_at + 1 :])
-        tools_allowed = request.tool_choice != "none" or plan.ignores_tool_choice
+        tools_allowed = not tools_forbidden or plan.ignores_tool_choice
         if rounds < len(plan.tool_rounds) and tools_allowed:
             return ScriptedReply(
                 tool_calls=tuple(
@@ -523,7 +541,12 @@ def run_call(
     level = log.level
     log.setLevel(min(log.getEffectiveLevel(), logging.WARNING))  # heard, however configured
     try:
-        harness = _Harness(plan, record, mutation or Mutation(), turnfsm=turnfsm)
+        harness_class: type[CallHarness] = CallHarness
+        if plan.world == "realtime":  # imported here: it builds on this module
+            from .realtime_call import RealtimeHarness
+
+            harness_class = RealtimeHarness
+        harness = harness_class(plan, record, mutation or Mutation(), turnfsm=turnfsm)
         clock.run(harness.run(), seed=seed, time_limit=CALL_LIMIT + CLOSE_LIMIT)
     except Exception:  # the harness or the session failed: that is a finding too
         record.harness_error = traceback.format_exc(limit=8)
@@ -533,7 +556,7 @@ def run_call(
     return record
 
 
-class _Harness:
+class CallHarness:
     """One call: the session, turnfsm attached (unless a baseline), the caller's task."""
 
     def __init__(
@@ -547,7 +570,6 @@ class _Harness:
         self.plan = plan
         self.record = record
         self.closed = asyncio.Event()
-        recorder = _Recorder(record)
         self.controller: TurnController | None = None
         self.adapter: TurnAdapter | None = None
         if turnfsm:
@@ -557,10 +579,16 @@ class _Harness:
             controller.violations = record.violations
             self.controller = controller
         self.output = _FuzzOutput(record)
-        self.call = SimulatedCall(
+        self.call = self._build_call(mutation)
+        self.call.audio_output = self.output
+
+    def _build_call(self, mutation: Mutation) -> SimulatedCall:
+        """The simulated call the plan describes, on the pipeline's scripted models."""
+        plan, recorder = self.plan, Recorder(self.record)
+        return SimulatedCall(
             agent=FuzzAgent(recorder),
             llm=ScriptedLLM(
-                _Replies(plan),
+                PlannedReplies(plan),
                 ignore_tool_choice=True,
                 chars_per_second=plan.pace.llm_chars_per_second,
                 time_to_first_token=plan.pace.llm_time_to_first_token,
@@ -578,7 +606,6 @@ class _Harness:
             session_options=plan.session_options,
             before_start=functools.partial(self._before_start, mutation),
         )
-        self.call.audio_output = self.output
 
     def _before_start(self, mutation: Mutation, session: AgentSession) -> None:
         record, call = self.record, self.call
@@ -719,7 +746,12 @@ class _Harness:
         if cue.anchor == "line_end":
             await asyncio.sleep(cue.offset)
             return
-        output = self.output  # into the agent audio playing now, or the next to play
+        await self._into_agent_audio(cue.offset)
+
+    async def _into_agent_audio(self, offset: float) -> None:
+        """Wait until ``offset`` seconds into the agent audio playing now, or the next to
+        play (at most :data:`ANCHOR_WAIT` for it to start)."""
+        call, output = self.call, self.output
 
         def playing() -> PlayoutSegment | None:
             segment = output.current_segment
@@ -733,7 +765,7 @@ class _Harness:
             )
         segment = playing()
         if segment is not None and segment.started_at is not None:
-            delay = segment.started_at + cue.offset - asyncio.get_running_loop().time()
+            delay = segment.started_at + offset - asyncio.get_running_loop().time()
             if delay > 0:
                 await asyncio.sleep(delay)
 

@@ -132,8 +132,13 @@ def _heard_words(record: CallRecord, speech: SpeechRecord, step: int) -> int:
         return 0
     segment = speech.segments[segment_index]
     played = segment.played + PLAYED_TOLERANCE
-    rate = record.tts_rate
     heard, offset = 0, 0.0
+    if record.words_heard is not None:  # the speech's own timeline
+        for render in speech.steps[step]:
+            heard += len(record.words_heard(render.text, played - offset))
+            offset += render.seconds
+        return heard
+    rate = record.tts_rate
     for render in speech.steps[step]:
         text = render.text.strip()
         for word in re.finditer(r"\S+", text):
@@ -166,7 +171,11 @@ def judge_greeting(record: CallRecord) -> list[str]:
         at, speech_id, _ = started[0]
         said = _said(record, speech_id)
         findings.append(f"agent audio ({said!r}) at {at:.2f} s before the greeting")
-    greeting_plays = [(at, index) for at, speech_id, index in started if speech_id in greeting_ids]
+    greeting_plays = [  # a greeting the service broke is judged by its retry
+        (at, index)
+        for at, speech_id, index in started
+        if speech_id in greeting_ids and not record.speeches[speech_id].broken
+    ]
     if not greeting_plays:
         reasons = set(record.end_reasons()) & NAMED_END_REASONS
         went_on = bool(record.probes) and record.closed_by == "caller"
