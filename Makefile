@@ -39,8 +39,11 @@ test-deep: install
 # asks 1,000): about 17 s on two free cores with the pool's start (CI: ~6 min in all)
 FUZZ_SEED ?= 0
 FUZZ_CALLS ?= 100
+FUZZ_REALTIME_CALLS ?= 150
 fuzz: install
 	$(BIN)/turnfsm fuzz --seed $(FUZZ_SEED) --calls $(FUZZ_CALLS) --known tests/fuzz/regressions.toml
+	$(BIN)/turnfsm fuzz --realtime --seed $(FUZZ_SEED) --calls $(FUZZ_REALTIME_CALLS) \
+		--known tests/fuzz/regressions.toml
 
 lint: install
 	$(BIN)/ruff check fsm adapters tests examples benchmarks

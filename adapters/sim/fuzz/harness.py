@@ -189,6 +189,9 @@ class CallRecord:
     """Who ended the call: ``"turnfsm"`` (an ``EndCall``), ``"caller"``, ``"limit"``."""
     state_at_end: str = ""
     """The call's state as it ended (turnfsm's; LiveKit's agent state on a baseline)."""
+    lost_audio: list[tuple[float, float]] = field(default_factory=list)
+    """Where the service lost the caller's audio (realtime: a dropped socket loses what its
+    connection had not committed, and what is said until the next one is up)."""
     harness_error: str | None = None
     tts_rate: float = 15.0
     words_heard: Callable[[str, float], list[str]] | None = None
@@ -250,7 +253,8 @@ class CallRecord:
         return speech is not None and 0 <= speech.created_at <= at
 
     def deaf_windows(self) -> list[tuple[float, float]]:
-        """Where the policy or LiveKit does not hear the caller on purpose (call times)."""
+        """Where the policy or LiveKit does not hear the caller on purpose, or the service
+        lost what the caller said (call times)."""
         policy, record = self.plan.policy, self
         windows: list[tuple[float, float]] = []
         warmup = self.plan.session_options.get("aec_warmup_duration")
@@ -258,6 +262,7 @@ class CallRecord:
         if warmup and started:
             windows.append((min(started), min(started) + warmup))
         windows.extend(self.handoff_windows())
+        windows.extend(self.lost_audio)
         if self.trace is None:
             return windows
         changes = [

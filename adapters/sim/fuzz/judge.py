@@ -216,8 +216,10 @@ def judge_hello_before_greeting(record: CallRecord) -> list[str]:
         return []
     hello = record.lines[0]
     first_audio = started[0][0]
-    if hello.ended_at is None or hello.ended_at > first_audio - 0.2:
+    if hello.started_at is None or hello.ended_at is None or hello.ended_at > first_audio - 0.2:
         return []
+    if any(start < hello.ended_at and hello.started_at < end for start, end in record.lost_audio):
+        return []  # the service lost it (a dropped socket): it cannot be in the history
     text = _greeting_text(record)
     asked = [s.created_at for s in record.speeches.values() if _step_of(s, text) is not None]
     if asked and hello.ended_at > min(asked):
@@ -362,7 +364,10 @@ def judge_input_released(record: CallRecord) -> list[str]:
     """Checked as the caller hangs up (or turnfsm does): a state that mutes or holds the
     caller by design may do so then."""
     policy, state = record.plan.policy, record.state_at_end
-    muting = (state == "greeting" and policy.mutes_greeting) or (
+    # on a realtime model, the greeting's lock shuts the input gate whatever the policy
+    # (HoldUserTurns: the model would hear the caller, and cancel the greeting)
+    mutes_greeting = policy.mutes_greeting or record.plan.world == "realtime"
+    muting = (state == "greeting" and mutes_greeting) or (
         state == "tool_loop" and policy.mute_input_during_tools
     )
     findings = []

@@ -19,7 +19,9 @@ text, and the server's own speech timeline which of its words played to their en
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import math
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -42,7 +44,9 @@ from ..realtime.replies import said_exactly, words_heard
 from ..session import SimulatedCall
 from .draw import RealtimeCallPlan
 from .harness import (
+    ANCHOR_WAIT,
     FRAME_DURATION,
+    POLL,
     CallHarness,
     FuzzAgent,
     Mutation,
@@ -234,6 +238,7 @@ class RealtimeHarness(CallHarness):
             await self.model.aclose()
             await self.server.aclose(check_conformance=False)
         self._note_broken()
+        self._close_lost_audio()
         violations = self.server.take_violations()
         if violations:  # the plugin or the server broke the protocol: a finding
             raise ConformanceError(violations)
@@ -298,14 +303,9 @@ class RealtimeHarness(CallHarness):
 
     def _transcript(self) -> str:
         """The turn the server commits now: the callee's lines (not transcribed yet) in the
-        audio the model was given from the turn's start on. The server counts that audio
-        on its connection, the harness over the call: the two line up at the audio that
-        has reached the server by now."""
-        server, now = self.server, asyncio.get_running_loop().time()
+        audio the model was given from the turn's start on."""
+        server = self.server
         connection = server.connection
-        latency = self.plan.fidelity.network_latency_ms / 1000
-        arrived = [pushed for pushed in self.pushed if pushed.at <= now - latency]
-        offset = (arrived[-1].end_ms if arrived else 0.0) - connection.input_audio_ms
         starts = [
             event.payload["audio_start_ms"]
             for event in server.events
@@ -313,11 +313,11 @@ class RealtimeHarness(CallHarness):
             and event.type == "input_audio_buffer.speech_started"
             and event.connection == connection.index
         ]
-        turn_from = (starts[-1] if starts else 0) + offset
+        turn_from = (starts[-1] if starts else 0) + self._audio_before(connection.index)
         heard = sorted(
             {
                 pushed.utterance
-                for pushed in arrived
+                for pushed in self.pushed
                 if pushed.utterance is not None
                 and pushed.utterance not in self.transcribed
                 and pushed.end_ms > turn_from
@@ -326,6 +326,29 @@ class RealtimeHarness(CallHarness):
         self.transcribed.update(heard)
         utterances = self.call.ledger.utterances
         return " ".join(utterances[index].line.text for index in heard)
+
+    def _audio_before(self, connection: int) -> float:
+        """Milliseconds of audio the model was given before ``connection`` got its first
+        (the server counts the audio of each connection from 0): the first connection
+        gets all of it, a later one what is given once it is up (sent when it was, less
+        the network's latency)."""
+        if connection == 0:
+            return 0.0
+        first = next(
+            (
+                event.timestamp
+                for event in self.server.events
+                if event.connection == connection
+                and event.direction == "received"
+                and event.type == "input_audio_buffer.append"
+            ),
+            None,
+        )
+        if first is None:
+            return self.pushed[-1].end_ms if self.pushed else 0.0
+        sent_at = first - self.plan.fidelity.network_latency_ms / 1000
+        before = [pushed for pushed in self.pushed if pushed.at < sent_at]
+        return before[-1].end_ms if before else 0.0
 
     # -- the caller's side: a socket dropped into the first agent audio ---------------
 
@@ -339,7 +362,49 @@ class RealtimeHarness(CallHarness):
                 dropper.cancel()
 
     async def _drop_socket(self, offset: float) -> None:
+        """Drop the socket ``offset`` seconds into the first agent audio (or once none
+        came in time), and note the caller's audio it loses: what its connection had not
+        committed yet (to the client's knowledge), and what is said until the next
+        connection is up."""
         await self._into_agent_audio(offset)
-        if not self.closed.is_set() and self.server.connections:
-            self.dropped = self.server.connection
-            self.dropped.drop()
+        server, record = self.server, self.record
+        if self.closed.is_set() or not server.connections:
+            return
+        connection = self.dropped = server.connection
+        latency = self.plan.fidelity.network_latency_ms / 1000
+        now = asyncio.get_running_loop().time()
+        commits = [  # that reached the client: what was in flight is lost with the socket
+            event.timestamp
+            for event in server.events
+            if event.connection == connection.index
+            and event.type in ("session.created", "input_audio_buffer.committed")
+            and event.timestamp + latency <= now
+        ]
+        connection.drop()
+        record.lost_audio.append((record.call_time(commits[-1]), math.inf))
+        with contextlib.suppress(TimeoutError):
+            await self.call.wait_until(
+                lambda: self._reconnected_at() is not None, timeout=ANCHOR_WAIT, poll_interval=POLL
+            )
+        self._close_lost_audio()
+
+    def _reconnected_at(self) -> float | None:
+        """When the connection after the dropped one took its session (call time)."""
+        dropped = self.dropped
+        assert dropped is not None
+        return next(
+            (
+                self.record.call_time(event.timestamp)
+                for event in self.server.events
+                if event.connection > dropped.index and event.type == "session.updated"
+            ),
+            None,
+        )
+
+    def _close_lost_audio(self) -> None:
+        """End the lost window at the reconnection (or the call's end)."""
+        record = self.record
+        if record.lost_audio and record.lost_audio[-1][1] == math.inf:
+            start, _ = record.lost_audio[-1]
+            end = self._reconnected_at() or record.closed_at or self.call.now()
+            record.lost_audio[-1] = (start, end)
