@@ -862,7 +862,10 @@ def _item_added(record: CallRecord, session: AgentSession, event: Any) -> None:
 
 def _tools_executed(record: CallRecord, call: SimulatedCall, event: Any) -> None:
     ended = record.tool_rounds[-1][1] if record.tool_rounds else -math.inf
-    began = min((at for at in record.tool_calls if at > ended), default=call.now())
+    began = min((at for at in record.tool_calls if at > ended), default=None)
+    if began is None:  # it began while the last one ran (a realtime model answers a turn
+        # said during a tool round with a round of its own)
+        began = max(record.tool_calls, default=call.now())
     record.tool_rounds.append((began, call.now()))
     if any(function_call.name == "transfer" for function_call in event.function_calls):
         record.handoffs.append(call.now())  # LiveKit hands over once the round is done

@@ -273,8 +273,9 @@ def judge_tool_rounds(record: CallRecord) -> list[str]:
     turns = [at for at, _ in record.user_turns]
     findings = []
     groups: dict[int, list[float]] = {}
-    for began, ended in record.tool_rounds:  # a round is the turn's it began in
-        groups.setdefault(sum(turn < began for turn in turns), []).append(ended)
+    for began, ended in record.tool_rounds:  # a round is the turn's it began in (on a
+        # realtime model, as the turn is committed)
+        groups.setdefault(sum(turn <= began for turn in turns), []).append(ended)
     for rounds in groups.values():
         if len(rounds) > cap:
             findings.append(f"{len(rounds)} tool rounds in one user turn (cap {cap})")
@@ -303,15 +304,19 @@ def judge_no_deaf_call(record: CallRecord) -> list[str]:
         return []  # asked each time where the caller is not heard on purpose
     if probe.started_at is None:
         return ["the probe was never played"]
+    answer = PROBES[probe.cue.text]
     answers = [
-        (segment, at)
+        (segment, _rendered_seconds(speech, step))
         for at, speech_id, index in _segments_started(record)
         if at >= probe.started_at
         and (speech := record.speeches.get(speech_id or "")) is not None
-        and _step_of(speech, PROBES[probe.cue.text]) is not None
+        and (step := _step_of(speech, answer)) is not None
         for segment in (record.segments[index][0],)
     ]
-    if any(segment.finished and not segment.interrupted for segment, _ in answers):
+    if any(  # all of it played (a realtime model's response may end before its audio)
+        segment.finished and not segment.interrupted and segment.played >= whole - PLAYED_TOLERANCE
+        for segment, whole in answers
+    ):
         return []
     reasons = set(record.end_reasons()) & {"max_duration"}
     if record.closed_by == "turnfsm" and reasons:
@@ -352,8 +357,11 @@ def judge_history_is_agent_context(record: CallRecord) -> list[str]:
         return in_call and not outgoing
 
     for name, mine, other in sides:
-        missing = [
-            text for item_id, text in mine.items() if item_id not in other and agents_own(item_id)
+        missing = [  # an empty message says nothing (LiveKit keeps a realtime reply cut
+            # before its first word, empty, in the agent's chat_ctx and not in the history)
+            text
+            for item_id, text in mine.items()
+            if text and item_id not in other and agents_own(item_id)
         ]
         if missing:
             findings.append(f"only in {name}: {missing!r}")

@@ -215,6 +215,7 @@ class RealtimeHarness(CallHarness):
         self.transcribed: set[int] = set()
         self.pushed: list[_Pushed] = []
         self.dropped: RealtimeConnection | None = None
+        self.dropped_at = math.inf
         self.model = _HearingModel(
             self._pushed,
             api_key="dummy",
@@ -245,14 +246,17 @@ class RealtimeHarness(CallHarness):
 
     def _note_broken(self) -> None:
         """Mark the speeches whose response the service broke: it failed, or its socket
-        dropped while it was streaming."""
+        dropped before the client had all of it (its end in flight, or never sent)."""
         dropped = {id(r) for r in self.dropped.responses} if self.dropped is not None else set()
+        latency = self.plan.fidelity.network_latency_ms / 1000
         for message in self.recorder.messages:
             response = message.response
-            if response is not None and (
-                response.status == "failed"
-                or (response.status == "in_progress" and id(response) in dropped)
-            ):
+            if response is None:
+                continue
+            cut_by_drop = id(response) in dropped and (
+                response.done_at is None or response.done_at + latency > self.dropped_at
+            )
+            if response.status == "failed" or cut_by_drop:
                 self.record.speeches[message.speech_id].broken = True
 
     # -- the server's side -------------------------------------------------------------
@@ -303,7 +307,7 @@ class RealtimeHarness(CallHarness):
 
     def _transcript(self) -> str:
         """The turn the server commits now: the callee's lines (not transcribed yet) in the
-        audio the model was given from the turn's start on."""
+        audio the model was given from the turn's start to what the server has."""
         server = self.server
         connection = server.connection
         starts = [
@@ -313,7 +317,9 @@ class RealtimeHarness(CallHarness):
             and event.type == "input_audio_buffer.speech_started"
             and event.connection == connection.index
         ]
-        turn_from = (starts[-1] if starts else 0) + self._audio_before(connection.index)
+        before = self._audio_before(connection.index)
+        turn_from = (starts[-1] if starts else 0) + before
+        turn_to = connection.input_audio_ms + before  # what the server has of it
         heard = sorted(
             {
                 pushed.utterance
@@ -321,6 +327,7 @@ class RealtimeHarness(CallHarness):
                 if pushed.utterance is not None
                 and pushed.utterance not in self.transcribed
                 and pushed.end_ms > turn_from
+                and pushed.start_ms < turn_to
             }
         )
         self.transcribed.update(heard)
@@ -381,6 +388,7 @@ class RealtimeHarness(CallHarness):
             and event.timestamp + latency <= now
         ]
         connection.drop()
+        self.dropped_at = now
         record.lost_audio.append((record.call_time(commits[-1]), math.inf))
         with contextlib.suppress(TimeoutError):
             await self.call.wait_until(
