@@ -373,8 +373,13 @@ class OutcomeMonitor:
             played_seconds=event.played_seconds,
             played_text=event.played_text,
         )
-        whole = llm.ChatMessage(role="assistant", content=[full])
-        heard = len(_words(heard_text(self.adapter, probe, whole)))
+        # the message as committed, before its lever cut it (on a realtime model its id
+        # finds the model's own transcript and audio length: the heard words are the
+        # realtime lever's, not the pipeline's share of the synchronizer's text)
+        whole = llm.ChatMessage(id=message.id, role="assistant", content=[full])
+        realtime = self.adapter.realtime
+        heard_of = realtime.heard if realtime is not None else heard_text
+        heard = len(_words(heard_of(self.adapter, probe, whole)))
         if committed > heard + UNHEARD_WORDS_TOLERATED:
             self.breach(
                 "O4",

@@ -731,7 +731,7 @@ class RealtimeLink:
 
     def _drop_unspoken_text(self, adapter: TurnAdapter, effect: fx.DropUnspokenText) -> None:
         message = levers.committed_message(adapter, effect)
-        heard = "" if effect.keep == "nothing" else self._heard(adapter, effect, message)
+        heard = "" if effect.keep == "nothing" else self.heard(adapter, effect, message)
         message.content = [heard] if heard else []
         if not heard:
             self._delete_items([message.id])
@@ -746,10 +746,11 @@ class RealtimeLink:
             agent = adapter.session.current_agent
             adapter.track(agent.update_chat_ctx(agent.chat_ctx.copy()), "update_chat_ctx")
 
-    def _heard(
+    def heard(
         self, adapter: TurnAdapter, effect: fx.DropUnspokenText, message: llm.ChatMessage
     ) -> str:
-        """The words of the message whose audio played to their end.
+        """The words of the message whose audio played to their end (what its
+        ``DropUnspokenText`` keeps, and what the outcome monitor's O4 holds it to).
 
         Never the transcript synchronizer's text: it runs at a standard rate, not at the
         model's, and keeps words the caller did not hear. The model gives no word timing
