@@ -70,6 +70,8 @@ EXCUSED_BY_FAULT: dict[str, tuple[tuple[str, str], ...]] = {
     "clear_user_turn": (("outcomes", "O3 "),),  # the overlap to drop is not cleared
     "mute_input": (("outcomes", "O3 "),),  # no audio held: the monitor sees none replayed
     "unmute_input": (("outcomes", "O3 "),),  # the held audio is not replayed
+    # realtime: the model's own reply to the first words is not suppressed, and plays
+    "suppress_reply": (("greeting", "agent audio"), ("outcomes", "O1 ")),
 }
 """What a failing lever excuses, as ``(judgement, start of its message)``: the outcome that
 lever alone carries out."""
