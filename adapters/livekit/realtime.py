@@ -485,11 +485,19 @@ class RealtimeLink:
         """LiveKit's interrupt cancels the plugin's current generation with a
         ``response.cancel`` that names no response: the model cancels whatever is active
         when it arrives, the greeting by then (issue 19). When that generation is a reply
-        the machine suppressed, the cancel names it (the plugin serialises the event after
-        this hook), so a late one is refused instead of cutting another response."""
+        the machine suppressed, or any response not done as far as the link knows, the
+        cancel names it (the plugin serialises the event after this hook), so a late one
+        is refused instead of cutting another response: a barge-in's cancel landing after
+        the model cut the reply itself (``turn_detected``) and began answering the next
+        turn cut that answer (fuzz realtime seeds 134, 392, 434, 452, 471). A cancel for
+        a reply not created yet (the plugin's ``generate_reply`` given up) stays bare."""
         current = self._current_response
         items = self._responses.get(current or "")
-        if current and items is not None and items.speech_id in self._suppressed:
+        if (
+            current
+            and items is not None
+            and (items.speech_id in self._suppressed or current not in self._response_status)
+        ):
             cancel["response_id"] = current
 
     def _answer_request(self, event_id: str | None) -> None:
