@@ -282,3 +282,39 @@ async def test_an_answer_whose_connection_drops_is_cut_to_what_was_heard() -> No
             text for role, text in server.conversation_summary() if role == "assistant"
         ]
         assert on_the_new_connection == assistant
+
+
+async def test_a_barge_ins_late_cancel_does_not_cut_the_answer_to_the_next_turn() -> None:
+    """300 ms each way, server turn detection ending a turn after 200 ms of silence: the
+    callee asks, and barges in on the answer with a short "wait". The model cuts its
+    answer itself (``turn_detected``) and answers the "wait" 400 ms later, before LiveKit's
+    own cancel for the cut answer (its interrupt: a ``response.cancel`` naming no
+    response) lands. Was: that cancel cut the answer to the "wait" (``client_cancelled``,
+    fuzz realtime seeds 134, 392, 434, 452, 471: the caller heard a word of it); now it
+    names the cut answer and the model refuses it."""
+    async with served_call(replace(REAL_PROTOCOL, network_latency_ms=300)) as call:
+        server = call.server
+        _, controller = await greet_after_hello_started(
+            call, turn_detection=ServerVad(type="server_vad", silence_duration_ms=200)
+        )
+        await wait_finished(await call.segment_playing(0))
+        server.script.policy = scripted_model([LONG_ANSWER, "Sure, go ahead."])
+        await asyncio.sleep(1.0)
+        call.microphone.speak(0.5)  # the question
+        answer = await call.segment_playing(1, timeout=15.0)
+        await call.played(answer, 1.0)
+        call.microphone.speak(0.2)  # "wait"
+        after = await call.segment_playing(2, timeout=15.0)
+        await wait_finished(after)
+        await asyncio.sleep(1.0)
+        replies = {r.reply.text: r for r in server.responses}
+        assert (replies[LONG_ANSWER].status, replies[LONG_ANSWER].status_reason) == (
+            "cancelled",
+            "turn_detected",
+        )
+        assert replies["Sure, go ahead."].status == "completed"
+        assert not after.interrupted
+        assert after.played == pytest.approx(
+            server.speech_timeline("Sure, go ahead.")[1] / 1000, abs=0.1
+        )
+        assert controller.state == "listening"
