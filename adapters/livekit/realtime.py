@@ -703,6 +703,11 @@ class RealtimeLink:
         self._suppressed.add(handle.id)
         handle.interrupt(force=True)
 
+    @property
+    def replies_paused(self) -> bool:
+        """Whether the model's own replies are off (``PauseModelReplies`` in force)."""
+        return self._replies_paused
+
     def _pause_model_replies(self, adapter: TurnAdapter, effect: fx.PauseModelReplies) -> None:
         options = getattr(self.rt_session, "_opts", None)
         current = getattr(options, "turn_detection", None)

@@ -12,8 +12,9 @@ from livekit.plugins import openai
 from openai.types.realtime.realtime_audio_input_turn_detection import ServerVad
 
 from turnfsm import TurnPolicy
+from turnfsm import effects as fx
 from turnfsm import events as ev
-from turnfsm.adapters.livekit import TurnAgent
+from turnfsm.adapters.livekit import TurnAdapter, TurnAgent
 from turnfsm.adapters.sim.realtime import FIDELITY_MATRIX, REAL_PROTOCOL, UNEVEN_SPEECH
 
 from support.realtime_calls import (
@@ -322,3 +323,24 @@ async def test_a_barge_ins_late_cancel_does_not_cut_the_answer_to_the_next_turn(
             server.speech_timeline("Sure, go ahead.")[1] / 1000, abs=0.1
         )
         assert controller.state == "listening"
+
+
+async def test_replies_left_paused_by_a_failed_resume_are_reported() -> None:
+    """The machine takes a failed ``ResumeModelReplies`` as traced only, "the outcome
+    monitor reports a deaf agent" (``OUTCOME_DECISIONS``): the model answers no turn any
+    more. Was: the monitor said nothing (fuzz realtime seeds 65, 204, 319, 470)."""
+    async with served_call(FIDELITY_MATRIX["no-latency"]) as call:
+        _, controller = await greet_after_hello_started(call)
+        adapter = call.adapter
+        assert adapter is not None
+
+        def failing(target: TurnAdapter, effect: fx.ResumeModelReplies) -> None:
+            raise RuntimeError("the model's options could not be updated")
+
+        adapter.levers[fx.ResumeModelReplies] = failing
+        await wait_finished(await call.segment_playing(0))
+        await asyncio.sleep(0.5)
+        assert controller.state == "listening"
+        breaches = adapter.outcomes.breaches
+        assert {b.check for b in breaches} == {"O6"}
+        assert "the model's own replies are paused in listening" in str(breaches[0])

@@ -72,6 +72,8 @@ EXCUSED_BY_FAULT: dict[str, tuple[tuple[str, str], ...]] = {
     "unmute_input": (("outcomes", "O3 "),),  # the held audio is not replayed
     # realtime: the model's own reply to the first words is not suppressed, and plays
     "suppress_reply": (("greeting", "agent audio"), ("outcomes", "O1 ")),
+    # realtime: the model's replies stay off, reported (OUTCOME_DECISIONS: a deaf agent)
+    "resume_model_replies": (("no_deaf_call", ""), ("outcomes", "O6 ")),
 }
 """What a failing lever excuses, as ``(judgement, start of its message)``: the outcome that
 lever alone carries out."""
