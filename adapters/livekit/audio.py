@@ -58,6 +58,13 @@ class InputGate(AudioInput):
         self._holding = False
         self._held: collections.deque[rtc.AudioFrame] = collections.deque()
         self._held_seconds = 0.0
+        self._owed = 0
+        """How many of the held frames, first in line, are owed to the pipeline: released
+        for replay (or queued behind it while the gate is open). Muted again before they
+        all played, the gate keeps them: an unmute that drops what it held drops only what
+        came since (a tool step muting the caller halfway through the replay of speech held
+        over the greeting discarded the rest of it, and nobody answered it: fuzz realtime
+        seed 633)."""
 
     @property
     def muted(self) -> bool:
@@ -75,17 +82,23 @@ class InputGate(AudioInput):
         self._holding = hold_audio
 
     def unmute(self, *, replay_held_audio: bool) -> None:
-        """Open the gate; held frames are replayed first, or discarded."""
+        """Open the gate; held frames are replayed first, or discarded (those still owed
+        from an earlier replay are replayed either way)."""
         self._muted = False
         self._holding = False
-        if not replay_held_audio:
-            self._held.clear()
+        if replay_held_audio:
+            self._owed = len(self._held)
+            return
+        while len(self._held) > self._owed:
+            self._held_seconds -= self._held.pop().duration
+        if not self._held:
             self._held_seconds = 0.0
 
     async def __anext__(self) -> rtc.AudioFrame:
         while True:
             if not self._muted and self._held:
                 frame = self._held.popleft()
+                self._owed = max(0, self._owed - 1)
                 # exactly 0 once drained: the sum of float durations drifts off it
                 self._held_seconds = self._held_seconds - frame.duration if self._held else 0.0
                 await asyncio.sleep(frame.duration / REPLAY_SPEED)
@@ -94,6 +107,7 @@ class InputGate(AudioInput):
             if not self._muted:
                 if self._held:  # keep order: what was held plays before what comes now
                     self._hold(frame)
+                    self._owed += 1
                     continue
                 return frame
             if self._holding:
@@ -105,6 +119,7 @@ class InputGate(AudioInput):
         self._held_seconds += frame.duration
         while self._held_seconds > MAX_HELD_SECONDS and self._held:
             self._held_seconds -= self._held.popleft().duration
+            self._owed = max(0, self._owed - 1)
 
 
 def _silence_like(frame: rtc.AudioFrame) -> rtc.AudioFrame:
