@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from livekit import rtc
-from livekit.agents import Agent, AgentSession, function_tool, llm, tts
+from livekit.agents import Agent, AgentSession, RunContext, function_tool, llm, tts
 from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, APIConnectOptions
 from livekit.agents.voice.agent import ModelSettings
 from livekit.agents.voice.agent_activity import _SpeechHandleContextVar
@@ -170,7 +170,7 @@ class CallRecord:
     """When a tool round with a ``transfer`` ended (LiveKit hands the call over then)."""
     transfers: list[float] = field(default_factory=list)
     """When each ``transfer`` tool started."""
-    tool_calls: list[float] = field(default_factory=list)
+    tool_calls: dict[str, float] = field(default_factory=dict)
     """When each tool call began."""
     tool_rounds: list[tuple[float, float]] = field(default_factory=list)
     """``(first call began, function_tools_executed)`` of each tool round."""
@@ -416,32 +416,32 @@ class FuzzAgent(TurnAgent):
         self._recorder.step_started()
         return Agent.default.tts_node(self, text, model_settings)
 
-    def _called(self) -> float:
-        """Note a tool call's start (call time) and return it."""
+    def _called(self, context: RunContext) -> float:
+        """Note a tool call's start (call time), by its call id, and return it."""
         record = self._recorder.record
         at = record.call_time(asyncio.get_running_loop().time())
-        record.tool_calls.append(at)
+        record.tool_calls[context.function_call.call_id] = at
         return at
 
     @function_tool
-    async def lookup(self, seconds: float) -> str:
+    async def lookup(self, context: RunContext, seconds: float) -> str:
         """Look something up (takes ``seconds``)."""
-        self._called()
+        self._called(context)
         await asyncio.sleep(seconds)
         return "Found it."
 
     @function_tool
-    async def broken_lookup(self, seconds: float) -> str:
+    async def broken_lookup(self, context: RunContext, seconds: float) -> str:
         """Look something up in a service that fails after ``seconds``."""
-        self._called()
+        self._called(context)
         await asyncio.sleep(seconds)
         raise RuntimeError("the lookup service is down")
 
     @function_tool
-    async def transfer(self, seconds: float) -> tuple[Agent, str]:
+    async def transfer(self, context: RunContext, seconds: float) -> tuple[Agent, str]:
         """Hand the call to a colleague (after ``seconds``)."""
         record = self._recorder.record
-        record.transfers.append(self._called())
+        record.transfers.append(self._called(context))
         await asyncio.sleep(seconds)
         colleague = FuzzAgent(self._recorder, chat_ctx=self.chat_ctx.copy(), handed_over=True)
         return colleague, "Transferring you."
@@ -861,11 +861,12 @@ def _item_added(record: CallRecord, session: AgentSession, event: Any) -> None:
 
 
 def _tools_executed(record: CallRecord, call: SimulatedCall, event: Any) -> None:
-    ended = record.tool_rounds[-1][1] if record.tool_rounds else -math.inf
-    began = min((at for at in record.tool_calls if at > ended), default=None)
-    if began is None:  # it began while the last one ran (a realtime model answers a turn
-        # said during a tool round with a round of its own)
-        began = max(record.tool_calls, default=call.now())
+    # its calls' first start (rounds may overlap: a realtime model answers a turn said
+    # during a tool round with a round of its own)
+    started = [
+        record.tool_calls.get(function_call.call_id) for function_call in event.function_calls
+    ]
+    began = min((at for at in started if at is not None), default=call.now())
     record.tool_rounds.append((began, call.now()))
     if any(function_call.name == "transfer" for function_call in event.function_calls):
         record.handoffs.append(call.now())  # LiveKit hands over once the round is done

@@ -307,7 +307,7 @@ class RealtimeHarness(CallHarness):
 
     def _transcript(self) -> str:
         """The turn the server commits now: the callee's lines (not transcribed yet) in the
-        audio the model was given from the turn's start to what the server has."""
+        audio the model was given from the turn's start to what the server has, each whole."""
         server = self.server
         connection = server.connection
         starts = [
@@ -320,19 +320,28 @@ class RealtimeHarness(CallHarness):
         before = self._audio_before(connection.index)
         turn_from = (starts[-1] if starts else 0) + before
         turn_to = connection.input_audio_ms + before  # what the server has of it
-        heard = sorted(
-            {
-                pushed.utterance
-                for pushed in self.pushed
-                if pushed.utterance is not None
-                and pushed.utterance not in self.transcribed
-                and pushed.end_ms > turn_from
-                and pushed.start_ms < turn_to
-            }
-        )
-        self.transcribed.update(heard)
+        in_turn = {
+            pushed.utterance
+            for pushed in self.pushed
+            if pushed.utterance is not None
+            and pushed.utterance not in self.transcribed
+            and pushed.end_ms > turn_from
+            and pushed.start_ms < turn_to
+        }
         utterances = self.call.ledger.utterances
+        # a line the server's VAD split (a pause in it longer than its silence) is the turn's
+        # that holds its end: the model answers the caller once it has the whole of it
+        heard = sorted(index for index in in_turn if self._said_by(index, turn_to))
+        self.transcribed.update(heard)
         return " ".join(utterances[index].line.text for index in heard)
+
+    def _said_by(self, utterance: int, audio_ms: float) -> bool:
+        """Whether all of the callee's line ``utterance`` was in the audio the model was
+        given by ``audio_ms``."""
+        if self.call.ledger.utterances[utterance].ended_at is None:
+            return False  # still being said
+        ends = [pushed.end_ms for pushed in self.pushed if pushed.utterance == utterance]
+        return bool(ends) and max(ends) <= audio_ms
 
     def _audio_before(self, connection: int) -> float:
         """Milliseconds of audio the model was given before ``connection`` got its first
