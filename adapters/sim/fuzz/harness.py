@@ -735,13 +735,30 @@ class CallHarness:
                 for segment, speech_id in record.segments
             )
 
-        with contextlib.suppress(TimeoutError):
-            await self.call.wait_until(
-                lambda: answer_played() or self.closed.is_set(),
-                timeout=ANSWER_WAIT,
-                poll_interval=POLL,
-            )
+        asked = self.call.now()
+
+        def waited_enough() -> bool:
+            """:data:`ANSWER_WAIT` since it was asked, or since the greeting it was held
+            over ended (``answer_whole``: it is answered after the greeting)."""
+            return self.call.now() >= max(asked, self._greeting_left()) + ANSWER_WAIT
+
+        await self.call.wait_until(
+            lambda: answer_played() or self.closed.is_set() or waited_enough(),
+            timeout=CALL_LIMIT,
+            poll_interval=POLL,
+        )
         return answer_played()
+
+    def _greeting_left(self) -> float:
+        """When the call last left the greeting (call time; 0 if it never did)."""
+        if self.controller is None or self.controller.trace is None:
+            return 0.0
+        left = [
+            step.at + self.record.trace_offset
+            for step in self.controller.trace.steps
+            if step.before == "greeting" and step.after != "greeting"
+        ]
+        return max(left, default=0.0)
 
     async def _wait_for_anchor(self, cue: Cue) -> None:
         call = self.call

@@ -175,10 +175,12 @@ def judge_greeting(record: CallRecord) -> list[str]:
         at, speech_id, _ = started[0]
         said = _said(record, speech_id)
         findings.append(f"agent audio ({said!r}) at {at:.2f} s before the greeting")
-    greeting_plays = [  # a greeting the service broke is judged by its retry
+    greeting_plays = [  # a greeting the service broke is judged by its retry (unless the
+        # client had all of it anyway)
         (at, index)
         for at, speech_id, index in started
-        if speech_id in greeting_ids and not record.speeches[speech_id].broken
+        if speech_id in greeting_ids
+        and (not record.speeches[speech_id].broken or _played_whole(record, index, text))
     ]
     if not greeting_plays:
         reasons = set(record.end_reasons()) & NAMED_END_REASONS
@@ -202,6 +204,21 @@ def judge_greeting(record: CallRecord) -> list[str]:
             f"{whole:.2f} s (interrupted={segment.interrupted})"
         )
     return findings
+
+
+def _played_whole(record: CallRecord, index: int, text: str) -> bool:
+    """Whether playout segment ``index`` played all of ``text``, uncut."""
+    segment, speech_id = record.segments[index]
+    speech = record.speeches.get(speech_id or "")
+    step = _step_of(speech, text) if speech is not None else None
+    if speech is None or step is None:
+        return False
+    whole = _rendered_seconds(speech, step)
+    return (
+        not segment.interrupted
+        and segment.pushed >= whole - PLAYED_TOLERANCE
+        and segment.played >= segment.pushed - PLAYED_TOLERANCE
+    )
 
 
 def _said(record: CallRecord, speech_id: str | None) -> str:
