@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from livekit.agents.tokenize.basic import split_words
 
-from turnfsm import cli
+from turnfsm import TurnPolicy, cli
 from turnfsm import effects as fx
 from turnfsm.adapters.livekit import TurnAdapter
 from turnfsm.adapters.livekit.levers import committed_message
@@ -45,6 +45,28 @@ barge-in, a tool round and a failing lever: as much to keep in order."""
 REPLAYS = [("pipeline", REPLAYED), ("realtime", REALTIME_REPLAYED)]
 
 
+POLICY_DRAWN = {
+    "direction=inbound",
+    "direction=outbound",
+    "first=user",
+    "first=agent",
+    "lock=mute_input",
+    "lock=keep_listening",
+    "overlap=drop",
+    "overlap=answer_whole",
+}
+"""The policy's dimensions every world draws, each value."""
+
+
+def _policy_drawn(policy: TurnPolicy) -> set[str]:
+    return {
+        f"direction={policy.direction}",
+        f"first={policy.first_speaker}",
+        f"lock={policy.greeting_lock}",
+        f"overlap={policy.greeting_overlap}",
+    }
+
+
 def test_a_seed_draws_the_same_call_and_every_dimension_is_drawn() -> None:
     assert draw_call(7) == draw_call(7)
     assert draw_call(7) != draw_call(8)
@@ -54,10 +76,7 @@ def test_a_seed_draws_the_same_call_and_every_dimension_is_drawn() -> None:
         policy = plan.policy
         drawn.update(
             {
-                f"direction={policy.direction}",
-                f"first={policy.first_speaker}",
-                f"lock={policy.greeting_lock}",
-                f"overlap={policy.greeting_overlap}",
+                *_policy_drawn(policy),
                 f"text={policy.interrupted_text}",
                 f"instructions={policy.greeting_instructions is not None}",
                 f"preemptive={plan.turn_handling['preemptive_generation']['enabled']}",
@@ -78,14 +97,7 @@ def test_a_seed_draws_the_same_call_and_every_dimension_is_drawn() -> None:
             }
         )
     expected = {
-        "direction=inbound",
-        "direction=outbound",
-        "first=user",
-        "first=agent",
-        "lock=mute_input",
-        "lock=keep_listening",
-        "overlap=drop",
-        "overlap=answer_whole",
+        *POLICY_DRAWN,
         "text=keep",
         "instructions=True",
         "preemptive=True",
@@ -116,10 +128,7 @@ def test_a_realtime_seed_draws_its_own_call_and_every_realtime_dimension_is_draw
         fidelity = plan.fidelity
         drawn.update(
             {
-                f"direction={plan.policy.direction}",
-                f"first={plan.policy.first_speaker}",
-                f"lock={plan.policy.greeting_lock}",
-                f"overlap={plan.policy.greeting_overlap}",
+                *_policy_drawn(plan.policy),
                 f"latency={fidelity.network_latency_ms}",
                 f"cancel={fidelity.cancel_latency_ms}",
                 f"lead={fidelity.transcript_lead_ms}",
@@ -144,14 +153,7 @@ def test_a_realtime_seed_draws_its_own_call_and_every_realtime_dimension_is_draw
         hellos = [cue for cue in plan.cues if cue.kind == "hello"]
         drawn.update({"double_hello"} if len(hellos) == 2 else set())
     expected = {
-        "direction=inbound",
-        "direction=outbound",
-        "first=user",
-        "first=agent",
-        "lock=mute_input",
-        "lock=keep_listening",
-        "overlap=drop",
-        "overlap=answer_whole",
+        *POLICY_DRAWN,
         *(f"latency={ms}" for ms in (0, 50, 100, 300)),
         *(f"cancel={ms}" for ms in (0, 150, 600)),
         "lead=0",

@@ -436,6 +436,16 @@ def _draw_cues(rng: random.Random, policy: TurnPolicy, greeting_seconds: float) 
     return cues
 
 
+def _draw_fault(
+    rng: random.Random, probability: float, effects: tuple[type[fx.Effect], ...]
+) -> LeverFault | None:
+    """A lever of ``effects`` that raises on its first or second use, or (mostly) none."""
+    if rng.random() >= probability:
+        return None
+    effect = rng.choice(effects)
+    return LeverFault(effect=effect.name, occurrence=rng.choice((1, 1, 2)))
+
+
 def _draw_pipeline(seed: int) -> CallPlan:
     rng = random.Random(seed)
     policy = _draw_policy(rng)
@@ -451,10 +461,7 @@ def _draw_pipeline(seed: int) -> CallPlan:
     greeting_seconds = len(greeting_text) / pace.tts_chars_per_second
     cues = _draw_cues(rng, policy, greeting_seconds)
     replies = _draw_replies(rng, policy)
-    fault = None
-    if rng.random() < 0.2:
-        effect = rng.choice(EFFECTS_THAT_MAY_FAIL)
-        fault = LeverFault(effect=effect.name, occurrence=rng.choice((1, 1, 2)))
+    fault = _draw_fault(rng, 0.2, EFFECTS_THAT_MAY_FAIL)
     ends_early = any(cue.kind == "hang_up" for cue in cues)
     return CallPlan(
         seed=seed,
@@ -507,10 +514,7 @@ def _draw_realtime(seed: int) -> RealtimeCallPlan:
     greeting_text = policy.greeting or GENERATED_GREETING
     cues = _draw_cues(rng, policy, len(greeting_text) / speaking_rate)
     replies = _draw_replies(rng, policy, REALTIME_TOOL_NAMES)
-    fault = None
-    if rng.random() < 0.15:
-        effect = rng.choice(REALTIME_EFFECTS_THAT_MAY_FAIL)
-        fault = LeverFault(effect=effect.name, occurrence=rng.choice((1, 1, 2)))
+    fault = _draw_fault(rng, 0.15, REALTIME_EFFECTS_THAT_MAY_FAIL)
     server_fault = rng.choice(
         ("none", "none", "none", "refused", "refused", "failed", "drop", "vad_race")
     )
