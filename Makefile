@@ -36,11 +36,15 @@ test-deep: install
 # seeded simulated calls on the virtual clock (CI runs these after `make test`); a call the
 # regression list names as open, failing as listed, is reported as known, not a failure.
 # 100 calls cost about 20 s of CPU (0.2 s a call, 550-600 calls/min on two free cores; issue 18
-# asks 1,000): about 13 s on two free cores with the pool's start (CI: ~6 min in all)
+# asks 1,000): about 13 s on two free cores with the pool's start; the 150 realtime calls
+# about 22 s of CPU (0.15 s a call), about 12 s on two free cores
 FUZZ_SEED ?= 0
 FUZZ_CALLS ?= 100
+FUZZ_REALTIME_CALLS ?= 150
 fuzz: install
 	$(BIN)/turnfsm fuzz --seed $(FUZZ_SEED) --calls $(FUZZ_CALLS) --known tests/fuzz/regressions.toml
+	$(BIN)/turnfsm fuzz --realtime --seed $(FUZZ_SEED) --calls $(FUZZ_REALTIME_CALLS) \
+		--known tests/fuzz/regressions.toml
 
 lint: install
 	$(BIN)/ruff check fsm adapters tests examples benchmarks

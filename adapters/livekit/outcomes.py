@@ -26,7 +26,8 @@ O5      tool_rounds_capped              LiveKit runs at most ``max_tool_steps`` 
                                         per user turn (``function_tools_executed``)
 O6      input_released                  the input gate is open and user turns are not
                                         held in every state that does not mute or hold
-                                        them, and when the call ends
+                                        them, and when the call ends; a realtime model's
+                                        own replies are not left paused past the greeting
 O7      state_agrees                    the machine's configuration agrees with what the
                                         session shows (:class:`StateAgreement`): at every
                                         ``agent_state_changed`` and
@@ -54,6 +55,7 @@ from livekit.agents.voice import SpeechHandle
 
 from turnfsm import effects as fx
 from turnfsm import events as ev
+from turnfsm.context_rules import SCOPED
 from turnfsm.machine import LIVE_STATES, PRE_GREETING_STATES
 
 from .audio import PlayedSegment
@@ -81,6 +83,8 @@ STATE_AGREEMENT: ev.OutcomeCheck = "O7"
 UNTIL_THE_GREETING = PRE_GREETING_STATES | {"greeting"}
 """Until the greeting has played: no other speech may reach the output (O1), and a
 turn committed there is the first words or an overlap, judged by the greeting's checks."""
+REPLIES_PAUSED_IN = SCOPED["model_replies_paused"]
+"""The states in which a realtime model's own replies may be paused (the machine's)."""
 _REPORTS_OF_A_CUT = (
     ev.AgentSpeechInterrupted,
     ev.AgentSpeechEnded,
@@ -384,8 +388,13 @@ class OutcomeMonitor:
             played_seconds=event.played_seconds,
             played_text=event.played_text,
         )
-        whole = llm.ChatMessage(role="assistant", content=[full])
-        heard = len(_words(heard_text(self.adapter, probe, whole)))
+        # the message as committed, before its lever cut it (on a realtime model its id
+        # finds the model's own transcript and audio length: the heard words are the
+        # realtime lever's, not the pipeline's share of the synchronizer's text)
+        whole = llm.ChatMessage(id=message.id, role="assistant", content=[full])
+        realtime = self.adapter.realtime
+        heard_of = realtime.heard if realtime is not None else heard_text
+        heard = len(_words(heard_of(self.adapter, probe, whole)))
         if committed > heard + UNHEARD_WORDS_TOLERATED:
             self.breach(
                 "O4",
@@ -435,6 +444,10 @@ class OutcomeMonitor:
             self.breach("O6", f"the input is muted in {after}")
         if adapter.held_turn_settings is not None and after not in holding:
             self.breach("O6", f"user turns are held in {after}")
+        realtime = adapter.realtime
+        if realtime is not None and realtime.replies_paused and after not in REPLIES_PAUSED_IN:
+            # a ResumeModelReplies that failed: the model answers no turn any more
+            self.breach("O6", f"the model's own replies are paused in {after}")
 
 
 class StateAgreement:

@@ -520,13 +520,21 @@ class RealtimeLink:
         LiveKit's interrupt cancels the plugin's current generation with a cancel that
         names no response: the model cancels whatever is active when it arrives, the
         greeting by then (issue 19). When that generation is a reply the machine
-        suppressed, the cancel names it, so a late one is refused instead of cutting
-        another response."""
+        suppressed, or any response not done as far as the link knows, the cancel names it,
+        so a late one is refused instead of cutting another response: a barge-in's cancel
+        landing after the model cut the reply itself (``turn_detected``) and began
+        answering the next turn cut that answer (fuzz realtime seeds 134, 392, 434, 452,
+        471). A cancel for a reply not created yet (the plugin's ``generate_reply`` given
+        up) stays bare."""
         current = self._current_response
         items = self._responses.get(current or "")
-        if not cancel.get("response_id") and current and items is not None:
-            if items.speech_id in self._suppressed:
-                cancel["response_id"] = current
+        if (
+            not cancel.get("response_id")
+            and current
+            and items is not None
+            and (items.speech_id in self._suppressed or current not in self._response_status)
+        ):
+            cancel["response_id"] = current
         cancel_id = str(cancel.get("event_id") or utils.shortuuid("response_cancel_"))
         cancel["event_id"] = cancel_id
         response_id = str(cancel.get("response_id") or "")
@@ -772,6 +780,11 @@ class RealtimeLink:
         self._suppressed.add(handle.id)
         handle.interrupt(force=True)
 
+    @property
+    def replies_paused(self) -> bool:
+        """Whether the model's own replies are off (``PauseModelReplies`` in force)."""
+        return self._replies_paused
+
     def _pause_model_replies(self, adapter: TurnAdapter, effect: fx.PauseModelReplies) -> None:
         options = getattr(self.rt_session, "_opts", None)
         current = getattr(options, "turn_detection", None)
@@ -808,7 +821,7 @@ class RealtimeLink:
 
     def _drop_unspoken_text(self, adapter: TurnAdapter, effect: fx.DropUnspokenText) -> None:
         message = levers.committed_message(adapter, effect)
-        heard = "" if effect.keep == "nothing" else self._heard(adapter, effect, message)
+        heard = "" if effect.keep == "nothing" else self.heard(adapter, effect, message)
         message.content = [heard] if heard else []
         if not heard:
             self._delete_items([message.id])
@@ -823,10 +836,11 @@ class RealtimeLink:
             agent = adapter.session.current_agent
             adapter.track(agent.update_chat_ctx(agent.chat_ctx.copy()), "update_chat_ctx")
 
-    def _heard(
+    def heard(
         self, adapter: TurnAdapter, effect: fx.DropUnspokenText, message: llm.ChatMessage
     ) -> str:
-        """The words of the message whose audio played to their end.
+        """The words of the message whose audio played to their end (what its
+        ``DropUnspokenText`` keeps, and what the outcome monitor's O4 holds it to).
 
         Never the transcript synchronizer's text: it runs at a standard rate, not at the
         model's, and keeps words the caller did not hear. The model gives no word timing

@@ -274,7 +274,11 @@ class SimulatedCall:
     Args:
         script: What the callee says and when.
         agent: The agent to run; a plain instructed :class:`Agent` by default.
-        llm: The LLM; a default :class:`ScriptedLLM` when omitted.
+        llm: The LLM; a default :class:`ScriptedLLM` when omitted. A realtime model
+            (``llm.RealtimeModel``, e.g. ``openai.realtime.RealtimeModel`` on a
+            :class:`~turnfsm.adapters.sim.realtime.RealtimeTestServer`) hears the callee
+            itself: the session then gets no STT, TTS or VAD, and LiveKit's own turn
+            handling updated with ``turn_handling``.
         stt: The STT; by default a :class:`ScriptedSTT` on the call's ledger. When given,
             its ledger becomes the call's ledger.
         tts: The TTS; a default :class:`ScriptedTTS` when omitted.
@@ -318,7 +322,7 @@ class SimulatedCall:
         script: CallScript | Iterable[UserLine] = (),
         *,
         agent: Agent | None = None,
-        llm: ScriptedLLM | None = None,
+        llm: ScriptedLLM | llm.RealtimeModel | None = None,
         stt: ScriptedSTT | None = None,
         tts: ScriptedTTS | None = None,
         final_lag: float = 0.1,
@@ -346,6 +350,8 @@ class SimulatedCall:
         self.events: list[RecordedEvent] = []
         self._vad = vad
         base = LIVEKIT_DEFAULT_TURN_HANDLING if livekit_defaults else DEFAULT_TURN_HANDLING
+        if self.realtime:
+            base = {}
         self._turn_handling = _merge_turn_handling(base, turn_handling)
         self._session_options = {
             "aec_warmup_duration": None,
@@ -355,6 +361,11 @@ class SimulatedCall:
         self._before_start = before_start
         self._session: AgentSession | None = None
         self._started_at: float | None = None
+
+    @property
+    def realtime(self) -> bool:
+        """Whether the call's model is a realtime model (it hears the callee itself)."""
+        return isinstance(self.llm, llm.RealtimeModel)
 
     @property
     def session(self) -> AgentSession:
@@ -379,13 +390,15 @@ class SimulatedCall:
     def build_session(self, session_class: type[AgentSession] = AgentSession) -> AgentSession:
         """Build the session on the call's models and IO, without starting it: for code
         that starts it itself, e.g. a job entrypoint (then :meth:`wait_started`)."""
+        models: dict[str, Any] = {"llm": self.llm, "vad": None}
+        if not self.realtime:
+            models.update(
+                stt=self.stt,
+                tts=self.tts,
+                vad=self._vad if self._vad is not None else load_silero_vad(),
+            )
         session = session_class(
-            llm=self.llm,
-            stt=self.stt,
-            tts=self.tts,
-            vad=self._vad if self._vad is not None else load_silero_vad(),
-            turn_handling=self._turn_handling,
-            **self._session_options,
+            turn_handling=self._turn_handling, **models, **self._session_options
         )
         self._session = session
         for name in RECORDED_EVENTS:

@@ -228,7 +228,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     fuzz.add_argument("--seed", type=int, default=0, help="the first call's seed (default 0)")
     fuzz.add_argument("--calls", type=int, default=100, help="how many calls (default 100)")
-    fuzz.add_argument("--realtime", action="store_true", help="realtime-model calls")
+    fuzz.add_argument(
+        "--realtime",
+        action="store_true",
+        help="realtime calls: the real openai.realtime.RealtimeModel against the in-process "
+        "OpenAI Realtime protocol server (its latency, cancel delay, transcript lead, speech "
+        "rate, server VAD and faults drawn too)",
+    )
     fuzz.add_argument("--workers", type=int, help="worker processes (default: one per core)")
     fuzz.add_argument("--replay", type=int, metavar="SEED", help="run one call again")
     fuzz.add_argument(

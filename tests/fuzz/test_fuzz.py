@@ -21,11 +21,19 @@ from typing import Any
 import pytest
 from livekit.agents.tokenize.basic import split_words
 
+from turnfsm import TurnPolicy
 from turnfsm import effects as fx
 from turnfsm.adapters.livekit import TurnAdapter
 from turnfsm.adapters.livekit.levers import committed_message
 from turnfsm.adapters.sim.fuzz import draw_call, judge_call, run_call
-from turnfsm.adapters.sim.fuzz.draw import EFFECTS_THAT_MAY_FAIL, MIN_WORDS, PROBES
+from turnfsm.adapters.sim.fuzz.draw import (
+    EFFECTS_THAT_MAY_FAIL,
+    MIN_WORDS,
+    PROBES,
+    REALTIME_EFFECTS_THAT_MAY_FAIL,
+    RealtimeCallPlan,
+    World,
+)
 from turnfsm.adapters.sim.fuzz.harness import CallRecord, Mutation
 from turnfsm.adapters.sim.fuzz.judge import judge_tool_rounds
 from turnfsm.adapters.sim.fuzz.runner import replay
@@ -33,6 +41,32 @@ from turnfsm.tools import cli
 
 REPLAYED = 23
 """A call with a greeting, barge-ins, tool rounds and a handoff: much to keep in order."""
+REALTIME_REPLAYED = 37
+"""A realtime call whose socket drops into the greeting (retried), with an overlap, a
+barge-in, a tool round and a failing lever: as much to keep in order."""
+REPLAYS = [("pipeline", REPLAYED), ("realtime", REALTIME_REPLAYED)]
+
+
+POLICY_DRAWN = {
+    "direction=inbound",
+    "direction=outbound",
+    "first=user",
+    "first=agent",
+    "lock=mute_input",
+    "lock=keep_listening",
+    "overlap=drop",
+    "overlap=answer_whole",
+}
+"""The policy's dimensions every world draws, each value."""
+
+
+def _policy_drawn(policy: TurnPolicy) -> set[str]:
+    return {
+        f"direction={policy.direction}",
+        f"first={policy.first_speaker}",
+        f"lock={policy.greeting_lock}",
+        f"overlap={policy.greeting_overlap}",
+    }
 
 
 def test_a_seed_draws_the_same_call_and_every_dimension_is_drawn() -> None:
@@ -44,10 +78,7 @@ def test_a_seed_draws_the_same_call_and_every_dimension_is_drawn() -> None:
         policy = plan.policy
         drawn.update(
             {
-                f"direction={policy.direction}",
-                f"first={policy.first_speaker}",
-                f"lock={policy.greeting_lock}",
-                f"overlap={policy.greeting_overlap}",
+                *_policy_drawn(policy),
                 f"text={policy.interrupted_text}",
                 f"instructions={policy.greeting_instructions is not None}",
                 f"preemptive={plan.turn_handling['preemptive_generation']['enabled']}",
@@ -68,14 +99,7 @@ def test_a_seed_draws_the_same_call_and_every_dimension_is_drawn() -> None:
             }
         )
     expected = {
-        "direction=inbound",
-        "direction=outbound",
-        "first=user",
-        "first=agent",
-        "lock=mute_input",
-        "lock=keep_listening",
-        "overlap=drop",
-        "overlap=answer_whole",
+        *POLICY_DRAWN,
         "text=keep",
         "instructions=True",
         "preemptive=True",
@@ -94,6 +118,70 @@ def test_a_seed_draws_the_same_call_and_every_dimension_is_drawn() -> None:
     assert expected <= set(drawn), sorted(expected - set(drawn))
 
 
+def test_a_realtime_seed_draws_its_own_call_and_every_realtime_dimension_is_drawn() -> None:
+    assert draw_call(7, "realtime") == draw_call(7, "realtime")
+    assert draw_call(7, "realtime") != draw_call(8, "realtime")
+    assert draw_call(7, "realtime").policy != draw_call(7).policy  # not the pipeline's
+    plans = [draw_call(seed, "realtime") for seed in range(400)]
+    assert all(isinstance(plan, RealtimeCallPlan) for plan in plans)
+    drawn: Counter[str] = Counter()
+    for plan in plans:
+        assert isinstance(plan, RealtimeCallPlan)
+        fidelity = plan.fidelity
+        drawn.update(
+            {
+                *_policy_drawn(plan.policy),
+                f"latency={fidelity.network_latency_ms}",
+                f"cancel={fidelity.cancel_latency_ms}",
+                f"lead={fidelity.transcript_lead_ms}",
+                f"speed={fidelity.generation_speed}",
+                f"uneven={fidelity.speaking_rate_variation > 0}",
+                f"silence={plan.server_vad['silence_duration_ms']}",
+                f"sync={plan.transcript_sync}",
+                f"refused={plan.refuse_creates}",
+                f"failed={plan.fail_responses}",
+                f"drop={plan.drop_socket_at is not None}",
+                f"vad_race={plan.race_auto_replies}",
+                f"fault={plan.fault.effect if plan.fault else None}",
+                *(f"cue={cue.kind}" for cue in plan.cues),
+                *(
+                    f"tool={call.name}"
+                    for reply in plan.replies
+                    for round_ in reply.tool_rounds
+                    for call in round_
+                ),
+            }
+        )
+        hellos = [cue for cue in plan.cues if cue.kind == "hello"]
+        drawn.update({"double_hello"} if len(hellos) == 2 else set())
+    expected = {
+        *POLICY_DRAWN,
+        *(f"latency={ms}" for ms in (0, 50, 100, 300)),
+        *(f"cancel={ms}" for ms in (0, 150, 600)),
+        "lead=0",
+        "lead=1000",
+        "speed=4.0",
+        "uneven=True",
+        "uneven=False",
+        *(f"silence={ms}" for ms in (200, 500, 800)),
+        "sync=True",
+        "sync=False",
+        "refused=1",
+        "refused=2",
+        "failed=1",
+        "drop=True",
+        "vad_race=1",
+        "double_hello",
+        *(f"cue={kind}" for kind in ("hello", "overlap", "backchannel", "barge_in")),
+        *(f"cue={kind}" for kind in ("question", "long_turn", "hang_up")),
+        "tool=lookup",
+        "tool=broken_lookup",
+        *(f"fault={effect.name}" for effect in REALTIME_EFFECTS_THAT_MAY_FAIL),
+    }
+    assert expected <= set(drawn), sorted(expected - set(drawn))
+    assert "tool=transfer" not in drawn  # a realtime call is one agent's
+
+
 def test_every_probe_is_a_turn_over_the_agents_speech_whatever_min_words_is_drawn() -> None:
     # LiveKit counts words so when it weighs a turn over the agent's speech (seed 1428:
     # a two-word probe under min_words=3 went unanswered, by LiveKit's design)
@@ -101,10 +189,14 @@ def test_every_probe_is_a_turn_over_the_agents_speech_whatever_min_words_is_draw
     assert min(words.values()) >= max(MIN_WORDS), words
 
 
-def test_a_replay_writes_the_same_trace_byte_for_byte(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("world", "seed"), REPLAYS)
+def test_a_replay_writes_the_same_trace_byte_for_byte(
+    world: World, seed: int, tmp_path: Path
+) -> None:
     loggers = [logging.getLogger(name) for name in ("livekit", "asyncio", "turnfsm")]
     before = [(log.level, log.propagate) for log in loggers]
-    first, second = replay(REPLAYED, tmp_path / "a"), replay(REPLAYED, tmp_path / "b")
+    first = replay(seed, tmp_path / "a", world=world)
+    second = replay(seed, tmp_path / "b", world=world)
     # the calling process's logging is its own again (it silenced LiveKit's errors for
     # every later test of the worker process)
     assert [(log.level, log.propagate) for log in loggers] == before
@@ -115,34 +207,38 @@ def test_a_replay_writes_the_same_trace_byte_for_byte(tmp_path: Path) -> None:
     assert (tmp_path / "a" / "timeline.svg").read_bytes().startswith(b"<svg")
 
 
+@pytest.mark.parametrize(("world", "seed"), REPLAYS)
 def test_the_same_trace_in_other_processes_whatever_their_string_hashing(
-    tmp_path: Path,
+    world: World, seed: int, tmp_path: Path
 ) -> None:
-    replay(REPLAYED, tmp_path / "here")
+    replay(seed, tmp_path / "here", world=world)
+    realtime = ["--realtime"] if world == "realtime" else []
     runs = {
-        seed: subprocess.Popen(
+        hash_seed: subprocess.Popen(
             [
                 sys.executable,
                 "-m",
                 "turnfsm",
                 "fuzz",
+                *realtime,
                 "--replay",
-                str(REPLAYED),
+                str(seed),
                 "--out",
-                str(tmp_path / seed),
+                str(tmp_path / hash_seed),
             ],
-            env={**os.environ, "PYTHONHASHSEED": seed},
+            env={**os.environ, "PYTHONHASHSEED": hash_seed},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-        for seed in ("1", "2")
+        for hash_seed in ("1", "2")
     }
     for run in runs.values():
         _, errors = run.communicate(timeout=600)
         assert b"internal error" not in errors, errors
     here = (tmp_path / "here" / "call.jsonl").read_bytes()
-    for seed in runs:
-        assert (tmp_path / seed / "call.jsonl").read_bytes() == here, f"PYTHONHASHSEED={seed}"
+    for hash_seed in runs:
+        trace = (tmp_path / hash_seed / "call.jsonl").read_bytes()
+        assert trace == here, f"PYTHONHASHSEED={hash_seed}"
 
 
 # -- the judges ------------------------------------------------------------------------------
@@ -181,26 +277,56 @@ def never_resumes_user_turns(adapter: TurnAdapter, effect: fx.ResumeUserTurns) -
     """The seeded bug: user turns held for the greeting are never released."""
 
 
-SEEDED_BUGS = {
-    "commits_the_full_text": (fx.DropUnspokenText, commits_the_full_text, "committed_heard", 12),
-    "never_resumes_user_turns": (fx.ResumeUserTurns, never_resumes_user_turns, "no_deaf_call", 5),
+def never_resumes_model_replies(adapter: TurnAdapter, effect: fx.ResumeModelReplies) -> None:
+    """The seeded bug: a realtime model's own replies, paused for the greeting, stay off."""
+
+
+SEEDED_BUGS: dict[str, tuple[World, type[fx.Effect], Any, str, int]] = {
+    "commits_the_full_text": (
+        "pipeline",
+        fx.DropUnspokenText,
+        commits_the_full_text,
+        "committed_heard",
+        12,
+    ),
+    "never_resumes_user_turns": (
+        "pipeline",
+        fx.ResumeUserTurns,
+        never_resumes_user_turns,
+        "no_deaf_call",
+        5,
+    ),
+    "realtime_commits_the_full_text": (
+        "realtime",
+        fx.DropUnspokenText,
+        commits_the_full_text,
+        "committed_heard",
+        15,
+    ),
+    "never_resumes_model_replies": (
+        "realtime",
+        fx.ResumeModelReplies,
+        never_resumes_model_replies,
+        "no_deaf_call",
+        5,
+    ),
 }
-"""bug: (effect, lever, the judgement that must find it, within so many calls)."""
+"""bug: (world, effect, lever, the judgement that must find it, within so many calls)."""
 
 
 @pytest.mark.parametrize("bug", list(SEEDED_BUGS))
 def test_the_fuzzer_finds_a_seeded_bug(bug: str, summary_line: Any) -> None:
-    effect, lever, judgement, within = SEEDED_BUGS[bug]
+    world, effect, lever, judgement, within = SEEDED_BUGS[bug]
     mutation = Mutation(levers={effect: lever})
     for seed in range(within):  # calls 1, 2, ... are seeds 0, 1, ...
-        findings = judge_call(run_call(seed, mutation=mutation))
+        findings = judge_call(run_call(seed, world=world, mutation=mutation))
         if any(finding.judgement == judgement for finding in findings):
             break
     else:
         pytest.fail(f"{bug}: not found by {judgement} in {within} calls")
     # the same call with turnfsm's own lever passes that judgement: the bug was found
-    assert judgement not in {f.judgement for f in judge_call(run_call(seed))}
-    summary_line(f"fuzz: seeded bug {bug} found by {judgement} in call {seed + 1}")
+    assert judgement not in {f.judgement for f in judge_call(run_call(seed, world=world))}
+    summary_line(f"fuzz: seeded bug {bug} found by {judgement} in {world} call {seed + 1}")
 
 
 # -- the command line -------------------------------------------------------------------------
@@ -211,7 +337,6 @@ def test_the_fuzzer_finds_a_seeded_bug(bug: str, summary_line: Any) -> None:
     [
         (["fuzz", "--calls", "0"], "--calls"),
         (["fuzz", "--replay", "3"], "--out"),
-        (["fuzz", "--realtime"], "--realtime"),
         (["fuzz", "--known", "no/such/file.toml"], "--known"),
     ],
 )
@@ -222,10 +347,11 @@ def test_bad_options_are_refused_naming_them(
     assert named in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("world", [[], ["--realtime"]], ids=["pipeline", "realtime"])
 def test_a_fuzz_run_prints_failing_calls_and_the_summary(
-    capsys: pytest.CaptureFixture[str],
+    world: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    status = cli.main(["fuzz", "--seed", "5", "--calls", "3", "--workers", "1"])
+    status = cli.main(["fuzz", *world, "--seed", "5", "--calls", "3", "--workers", "1"])
     out = capsys.readouterr().out.splitlines()
     assert re.fullmatch(r"3 calls, (\d) failures, \d+ calls/min", out[-1]), out
     failures = int(re.match(r"3 calls, (\d)", out[-1]).group(1))  # type: ignore[union-attr]

@@ -16,15 +16,16 @@ from pathlib import Path
 import pytest
 
 from turnfsm.adapters.sim.fuzz import draw_call
+from turnfsm.adapters.sim.fuzz.draw import World
 from turnfsm.adapters.sim.fuzz.runner import judged_call, load_known
 
 REGRESSIONS = Path(__file__).with_name("regressions.toml")
 KNOWN = load_known(REGRESSIONS)
 
 
-def plan_fingerprint(seed: int) -> str:
-    """What ``regressions.toml`` pins of the call ``seed`` draws."""
-    return f"{zlib.crc32(repr(draw_call(seed)).encode()):08x}"
+def plan_fingerprint(seed: int, world: World = "pipeline") -> str:
+    """What ``regressions.toml`` pins of the call ``seed`` draws in ``world``."""
+    return f"{zlib.crc32(repr(draw_call(seed, world)).encode()):08x}"
 
 
 def test_the_list_is_read() -> None:
@@ -33,13 +34,13 @@ def test_the_list_is_read() -> None:
     assert {call.status for call in KNOWN.values()} <= {"fixed", "open"}
 
 
-@pytest.mark.parametrize("seed", sorted(KNOWN))
-def test_a_seed_that_once_failed(seed: int) -> None:
-    known = KNOWN[seed]
-    assert plan_fingerprint(seed) == known.plan, (
-        f"seed {seed} draws another call than when it was listed: re-triage the list"
+@pytest.mark.parametrize(("world", "seed"), sorted(KNOWN))
+def test_a_seed_that_once_failed(world: World, seed: int) -> None:
+    known = KNOWN[world, seed]
+    assert plan_fingerprint(seed, world) == known.plan, (
+        f"{world} seed {seed} draws another call than when it was listed: re-triage the list"
     )
-    verdict = judged_call(seed, known.world)
+    verdict = judged_call(seed, world)
     findings = "\n".join(str(finding) for finding in verdict.findings)
     if known.status == "fixed":
         assert not verdict.failed, f"seed {seed} fails again ({known.cause}):\n{findings}"

@@ -14,8 +14,9 @@ from livekit.plugins import openai
 from openai.types.realtime.realtime_audio_input_turn_detection import ServerVad
 
 from turnfsm import TurnPolicy
+from turnfsm import effects as fx
 from turnfsm import events as ev
-from turnfsm.adapters.livekit import TurnAgent
+from turnfsm.adapters.livekit import TurnAdapter, TurnAgent
 from turnfsm.adapters.sim.realtime import (
     FIDELITY_MATRIX,
     REAL_PROTOCOL,
@@ -195,7 +196,8 @@ async def test_uneven_speech_commits_no_word_unheard(barge_in_at: float) -> None
     """Words 0.7x to 1.3x their nominal length, text 1 s ahead of the audio, 300 ms each
     way, LiveKit's transcript synchronizer in the chain (as in every RoomIO deployment):
     the caller barges in while the answer's audio is still coming. Was: the synchronizer's
-    text was committed, and at 2.9 s it held a word the caller had not heard to its end."""
+    text was committed, and at 2.9 s it held a word the caller had not heard to its end;
+    and the outcome monitor reported a false O4 (fuzz realtime seeds 8, 35, 39, 62, 84)."""
     async with served_call(UNEVEN_SPEECH) as call:
         server = call.server
         server.script.policy = scripted_model([SHORT_GREETING, LONG_ANSWER, "Sure."])
@@ -218,6 +220,9 @@ async def test_uneven_speech_commits_no_word_unheard(barge_in_at: float) -> None
         heard = words_heard(server, LONG_ANSWER, answer.played)
         assert committed == heard[: len(committed)]
         assert len(committed) >= len(heard) - 3
+        # and the outcome monitor holds the message to the words the lever kept (was: a
+        # false O4, its heard words counted over the synchronizer's cut text as if whole)
+        assert [str(breach) for breach in adapter.outcomes.breaches] == []
 
 
 class _Successor(TurnAgent):
@@ -377,3 +382,60 @@ async def test_the_greeting_is_never_asked_for_while_a_cancel_is_unanswered(
         assert not [r for r in caplog.records if "controller failed" in r.getMessage()]
         assert not greeting.interrupted
         assert greeting.played == pytest.approx(len(SHORT_GREETING) / 15, abs=0.1)
+
+
+async def test_a_barge_ins_late_cancel_does_not_cut_the_answer_to_the_next_turn() -> None:
+    """300 ms each way, server turn detection ending a turn after 200 ms of silence: the
+    callee asks, and barges in on the answer with a short "wait". The model cuts its
+    answer itself (``turn_detected``) and answers the "wait" 400 ms later, before LiveKit's
+    own cancel for the cut answer (its interrupt: a ``response.cancel`` naming no
+    response) lands. Was: that cancel cut the answer to the "wait" (``client_cancelled``,
+    fuzz realtime seeds 134, 392, 434, 452, 471: the caller heard a word of it); now it
+    names the cut answer and the model refuses it."""
+    async with served_call(replace(REAL_PROTOCOL, network_latency_ms=300)) as call:
+        server = call.server
+        _, controller = await greet_after_hello_started(
+            call, turn_detection=ServerVad(type="server_vad", silence_duration_ms=200)
+        )
+        await wait_finished(await call.segment_playing(0))
+        server.script.policy = scripted_model([LONG_ANSWER, "Sure, go ahead."])
+        await asyncio.sleep(1.0)
+        call.microphone.speak(0.5)  # the question
+        answer = await call.segment_playing(1, timeout=15.0)
+        await call.played(answer, 1.0)
+        call.microphone.speak(0.2)  # "wait"
+        after = await call.segment_playing(2, timeout=15.0)
+        await wait_finished(after)
+        await asyncio.sleep(1.0)
+        replies = {r.reply.text: r for r in server.responses}
+        assert (replies[LONG_ANSWER].status, replies[LONG_ANSWER].status_reason) == (
+            "cancelled",
+            "turn_detected",
+        )
+        assert replies["Sure, go ahead."].status == "completed"
+        assert not after.interrupted
+        assert after.played == pytest.approx(
+            server.speech_timeline("Sure, go ahead.")[1] / 1000, abs=0.1
+        )
+        assert controller.state == "listening"
+
+
+async def test_replies_left_paused_by_a_failed_resume_are_reported() -> None:
+    """The machine takes a failed ``ResumeModelReplies`` as traced only, "the outcome
+    monitor reports a deaf agent" (``OUTCOME_DECISIONS``): the model answers no turn any
+    more. Was: the monitor said nothing (fuzz realtime seeds 65, 204, 319, 470)."""
+    async with served_call(FIDELITY_MATRIX["no-latency"]) as call:
+        _, controller = await greet_after_hello_started(call)
+        adapter = call.adapter
+        assert adapter is not None
+
+        def failing(target: TurnAdapter, effect: fx.ResumeModelReplies) -> None:
+            raise RuntimeError("the model's options could not be updated")
+
+        adapter.levers[fx.ResumeModelReplies] = failing
+        await wait_finished(await call.segment_playing(0))
+        await asyncio.sleep(0.5)
+        assert controller.state == "listening"
+        breaches = adapter.outcomes.breaches
+        assert {b.check for b in breaches} == {"O6"}
+        assert "the model's own replies are paused in listening" in str(breaches[0])

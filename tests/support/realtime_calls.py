@@ -4,10 +4,8 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import time
-from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -19,15 +17,14 @@ from livekit.plugins import openai
 from turnfsm import TurnController, TurnPolicy
 from turnfsm import events as ev
 from turnfsm.adapters.livekit import TurnAdapter, TurnAgent, attach
-from turnfsm.adapters.livekit.realtime import say_exactly
 from turnfsm.adapters.sim.io import PacedAudioOutput, PlayoutSegment, RecordingTextOutput
 from turnfsm.adapters.sim.realtime import (
     SAMPLE_RATE,
     Fidelity,
     RealtimeScript,
     RealtimeTestServer,
-    ResponseRequest,
 )
+from turnfsm.adapters.sim.realtime.replies import scripted_model, words_heard
 
 from .tone import ToneMicrophone
 
@@ -45,8 +42,6 @@ __all__ = [
 ]
 
 SHORT_GREETING = "Hi, this is Ada from Acme."
-
-_SAY_EXACTLY = re.compile("(.*)".join(map(re.escape, say_exactly("\x00").split("\x00"))), re.S)
 
 
 class Loudspeaker(PacedAudioOutput):
@@ -74,18 +69,6 @@ class Assistant(TurnAgent):
         """
         self.cities.append(city)
         return f"sunny in {city}"
-
-
-def scripted_model(answers: list[str]) -> Callable[[ResponseRequest], str]:
-    """The simulated model: says what it was told to say exactly, else the next answer."""
-    queue = deque(answers)
-
-    def decide(request: ResponseRequest) -> str:
-        if match := _SAY_EXACTLY.search(request.instructions or ""):
-            return match.group(1)
-        return queue.popleft() if queue else "Okay."
-
-    return decide
 
 
 class Call:
@@ -187,17 +170,6 @@ async def served_call(
             yield test_call
         finally:
             await test_call.aclose()
-
-
-def words_heard(server: RealtimeTestServer, text: str, played_seconds: float) -> list[str]:
-    """The words of a reply whose whole audio played, on the server's speech timeline."""
-    timeline, total_ms = server.speech_timeline(text)
-    ends = [start for start, _ in timeline[1:]] + [total_ms]
-    return [
-        word.strip()
-        for (_, word), end in zip(timeline, ends, strict=True)
-        if end <= played_seconds * 1000
-    ]
 
 
 async def wait_finished(segment: PlayoutSegment, timeout: float = 15.0) -> None:

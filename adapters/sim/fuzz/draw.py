@@ -1,7 +1,8 @@
 """What a fuzzed call is: everything drawn from its seed, as plain data (no LiveKit).
 
-:func:`draw_call` turns a seed into a :class:`CallPlan`: the world (the pipeline today; a
-realtime world is a second :data:`WORLDS` entry), the turnfsm policy, LiveKit's settings,
+:func:`draw_call` turns a seed into a :class:`CallPlan`: the world (:data:`WORLDS`: the
+pipeline, or a realtime model on the in-process protocol server, whose calls are a
+:class:`RealtimeCallPlan`), the turnfsm policy, LiveKit's settings,
 the models' pace, what the caller says and when (:class:`Cue`), how the model answers each
 turn (:class:`ReplyPlan`: text, tool rounds, a handoff), and the faults. The same seed
 draws the same plan in any process (``random.Random`` seeded with an integer never reads
@@ -19,6 +20,8 @@ from typing import Any, Literal
 from turnfsm import TurnPolicy
 from turnfsm import effects as fx
 from turnfsm.policy import Direction, Speaker
+
+from ..realtime.fidelity import REAL_PROTOCOL, Fidelity
 
 World = Literal["pipeline", "realtime"]
 
@@ -105,6 +108,16 @@ EFFECTS_THAT_MAY_FAIL: tuple[type[fx.Effect], ...] = (
 )
 """Effects whose lever a call may make raise (``EndCall`` aside: the harness hangs up)."""
 
+REALTIME_EFFECTS_THAT_MAY_FAIL: tuple[type[fx.Effect], ...] = (
+    *EFFECTS_THAT_MAY_FAIL,
+    fx.SuppressReply,
+    fx.PauseModelReplies,
+    fx.ResumeModelReplies,
+    fx.ForbidTools,
+    fx.AllowTools,
+)
+"""...and on a realtime model, whose link has levers of its own."""
+
 
 @dataclass(frozen=True)
 class Cue:
@@ -128,6 +141,8 @@ class Cue:
 ToolName = Literal["lookup", "broken_lookup", "transfer"]
 TOOL_NAMES: tuple[ToolName, ...] = ("lookup",) * 6 + ("broken_lookup",) * 2 + ("transfer",)
 """The tools a round draws from, weighted: mostly slow lookups, some raising, a handoff."""
+REALTIME_TOOL_NAMES: tuple[ToolName, ...] = ("lookup",) * 3 + ("broken_lookup",)
+"""...on a realtime model: no handoff (a realtime call is one agent's)."""
 
 
 @dataclass(frozen=True)
@@ -223,6 +238,52 @@ class CallPlan:
         return " ".join(part for part in parts if part)
 
 
+@dataclass(frozen=True)
+class RealtimeCallPlan(CallPlan):
+    """A call on a realtime model (``openai.realtime.RealtimeModel``, the real plugin)
+    against the in-process OpenAI Realtime protocol server: what the server does beside
+    the :class:`CallPlan`. (``pace.tts_chars_per_second`` is the server's speaking rate;
+    the pipeline models' pace means nothing here.)
+
+    Attributes:
+        fidelity: The server's timing: latency, cancel delay, transcript lead, generation
+            speed, uneven speech.
+        server_vad: The ``server_vad`` turn detection the model is given
+            (``silence_duration_ms``, ``prefix_padding_ms``).
+        refuse_creates: How many of the client's first ``response.create`` the server
+            refuses (behind a response of its own).
+        fail_responses: How many of the responses the client asks for fail, after
+            ``fail_after_ms`` of audio.
+        fail_after_ms: See ``fail_responses``.
+        drop_socket_at: Seconds into the first agent audio at which the socket drops
+            (None: it never does).
+        race_auto_replies: How many user turns the server answers although turnfsm
+            turned its replies off (server VAD racing the lock).
+    """
+
+    fidelity: Fidelity = REAL_PROTOCOL
+    server_vad: dict[str, Any] = field(default_factory=dict)
+    refuse_creates: int = 0
+    fail_responses: int = 0
+    fail_after_ms: int = 1000
+    drop_socket_at: float | None = None
+    race_auto_replies: int = 0
+
+    def describe(self) -> str:
+        faults = [
+            f"refused={self.refuse_creates}" if self.refuse_creates else "",
+            f"failed@{self.fail_after_ms}ms" if self.fail_responses else "",
+            f"drop@{self.drop_socket_at}s" if self.drop_socket_at is not None else "",
+            "vad_race" if self.race_auto_replies else "",
+        ]
+        fidelity = self.fidelity
+        timing = (
+            f"{fidelity.network_latency_ms}ms cancel={fidelity.cancel_latency_ms}ms "
+            f"lead={fidelity.transcript_lead_ms}ms"
+        )
+        return " ".join(part for part in [super().describe(), timing, *faults] if part)
+
+
 def draw_call(seed: int, world: World = "pipeline") -> CallPlan:
     """The call that ``seed`` stands for in ``world``.
 
@@ -307,7 +368,9 @@ def _draw_settings(
     return turn_handling, {"aec_warmup_duration": warmup}, rng.random() < 0.5
 
 
-def _draw_replies(rng: random.Random, policy: TurnPolicy) -> tuple[ReplyPlan, ...]:
+def _draw_replies(
+    rng: random.Random, policy: TurnPolicy, tool_names: tuple[ToolName, ...] = TOOL_NAMES
+) -> tuple[ReplyPlan, ...]:
     replies = []
     for _ in range(8):
         roll = rng.random()
@@ -318,7 +381,7 @@ def _draw_replies(rng: random.Random, policy: TurnPolicy) -> tuple[ReplyPlan, ..
         for _ in range(rng.choice((1, policy.max_tool_steps, policy.max_tool_steps + 1))):
             calls = []
             for _ in range(rng.choice((1, 1, 1, 2, 3))):
-                kind: ToolName = rng.choice(TOOL_NAMES)
+                kind: ToolName = rng.choice(tool_names)
                 calls.append(ToolCall(kind, rng.choice((0.1, 0.3, 1.0, 2.5))))
             rounds.append(tuple(calls))
         replies.append(
@@ -373,6 +436,16 @@ def _draw_cues(rng: random.Random, policy: TurnPolicy, greeting_seconds: float) 
     return cues
 
 
+def _draw_fault(
+    rng: random.Random, probability: float, effects: tuple[type[fx.Effect], ...]
+) -> LeverFault | None:
+    """A lever of ``effects`` that raises on its first or second use, or (mostly) none."""
+    if rng.random() >= probability:
+        return None
+    effect = rng.choice(effects)
+    return LeverFault(effect=effect.name, occurrence=rng.choice((1, 1, 2)))
+
+
 def _draw_pipeline(seed: int) -> CallPlan:
     rng = random.Random(seed)
     policy = _draw_policy(rng)
@@ -388,10 +461,7 @@ def _draw_pipeline(seed: int) -> CallPlan:
     greeting_seconds = len(greeting_text) / pace.tts_chars_per_second
     cues = _draw_cues(rng, policy, greeting_seconds)
     replies = _draw_replies(rng, policy)
-    fault = None
-    if rng.random() < 0.2:
-        effect = rng.choice(EFFECTS_THAT_MAY_FAIL)
-        fault = LeverFault(effect=effect.name, occurrence=rng.choice((1, 1, 2)))
+    fault = _draw_fault(rng, 0.2, EFFECTS_THAT_MAY_FAIL)
     ends_early = any(cue.kind == "hang_up" for cue in cues)
     return CallPlan(
         seed=seed,
@@ -409,5 +479,71 @@ def _draw_pipeline(seed: int) -> CallPlan:
     )
 
 
-WORLDS: dict[str, Callable[[int], CallPlan]] = {"pipeline": _draw_pipeline}
+def _draw_realtime(seed: int) -> RealtimeCallPlan:
+    rng = random.Random(f"realtime {seed}")  # not the pipeline call of the same seed
+    policy = _draw_policy(rng)
+    uneven = rng.random() < 0.5
+    fidelity = Fidelity(
+        network_latency_ms=rng.choice((0, 50, 100, 300)),
+        cancel_latency_ms=rng.choice((0, 150, 600)),
+        transcript_lead_ms=rng.choice((0, 0, 1000)),
+        generation_speed=rng.choice((1.0, 2.0, 4.0)),
+        truncate_shortfall_ms=REAL_PROTOCOL.truncate_shortfall_ms,
+        truncate_clears_transcript=REAL_PROTOCOL.truncate_clears_transcript,
+        state_errors_name_event=REAL_PROTOCOL.state_errors_name_event,
+        speaking_rate_variation=rng.choice((0.15, 0.3)) if uneven else 0.0,
+    )
+    speaking_rate = round(rng.uniform(12.0, 18.0), 2)
+    server_vad = {
+        "silence_duration_ms": rng.choice((200, 500, 500, 800)),
+        "prefix_padding_ms": rng.choice((100, 300)),
+    }
+    interruption: dict[str, Any] = {"resume_false_interruption": rng.random() < 0.5}
+    turn_handling: dict[str, Any] = {
+        "turn_detection": "realtime_llm",
+        "interruption": interruption,
+        "preemptive_generation": {"enabled": False},
+    }
+    pace = Pace(
+        tts_chars_per_second=speaking_rate,
+        tts_synthesis_delay=0.0,
+        llm_chars_per_second=0.0,
+        llm_time_to_first_token=0.0,
+        stt_final_lag=0.0,
+    )
+    greeting_text = policy.greeting or GENERATED_GREETING
+    cues = _draw_cues(rng, policy, len(greeting_text) / speaking_rate)
+    replies = _draw_replies(rng, policy, REALTIME_TOOL_NAMES)
+    fault = _draw_fault(rng, 0.15, REALTIME_EFFECTS_THAT_MAY_FAIL)
+    server_fault = rng.choice(
+        ("none", "none", "none", "refused", "refused", "failed", "drop", "vad_race")
+    )
+    ends_early = any(cue.kind == "hang_up" for cue in cues)
+    return RealtimeCallPlan(
+        seed=seed,
+        world="realtime",
+        policy=policy,
+        turn_handling=turn_handling,
+        session_options={"aec_warmup_duration": None},
+        transcript_sync=rng.random() < 0.5,
+        answer_at=round(rng.uniform(0.0, 0.5), 3),
+        pace=pace,
+        cues=tuple(cues),
+        replies=replies,
+        probe_delay=None if ends_early else round(rng.uniform(0.0, 2.0), 3),
+        fault=fault,
+        fidelity=fidelity,
+        server_vad=server_vad,
+        refuse_creates=rng.choice((1, 2)) if server_fault == "refused" else 0,
+        fail_responses=1 if server_fault == "failed" else 0,
+        fail_after_ms=rng.choice((300, 1200)),
+        drop_socket_at=round(rng.uniform(0.0, 2.0), 3) if server_fault == "drop" else None,
+        race_auto_replies=1 if server_fault == "vad_race" else 0,
+    )
+
+
+WORLDS: dict[str, Callable[[int], CallPlan]] = {
+    "pipeline": _draw_pipeline,
+    "realtime": _draw_realtime,
+}
 """How each world draws a call from a seed."""

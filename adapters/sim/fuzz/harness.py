@@ -25,12 +25,12 @@ import functools
 import logging
 import math
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from livekit import rtc
-from livekit.agents import Agent, AgentSession, function_tool, llm, tts
+from livekit.agents import Agent, AgentSession, RunContext, function_tool, llm, tts
 from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, APIConnectOptions
 from livekit.agents.voice.agent import ModelSettings
 from livekit.agents.voice.agent_activity import _SpeechHandleContextVar
@@ -114,6 +114,9 @@ class SpeechRecord:
     allow_interruptions: bool = True
     """Whether LiveKit let the caller interrupt it, as it ended."""
     interrupted: bool = False
+    broken: bool = False
+    """Cut by the service (realtime: its response failed, or its socket dropped): a
+    greeting broken so is retried, and judged by its retry."""
 
     def step_text(self, step: int) -> str:
         """The text of step ``step`` as rendered (its words, single-spaced)."""
@@ -167,7 +170,7 @@ class CallRecord:
     """When a tool round with a ``transfer`` ended (LiveKit hands the call over then)."""
     transfers: list[float] = field(default_factory=list)
     """When each ``transfer`` tool started."""
-    tool_calls: list[float] = field(default_factory=list)
+    tool_calls: dict[str, float] = field(default_factory=dict)
     """When each tool call began."""
     tool_rounds: list[tuple[float, float]] = field(default_factory=list)
     """``(first call began, function_tools_executed)`` of each tool round."""
@@ -186,8 +189,14 @@ class CallRecord:
     """Who ended the call: ``"turnfsm"`` (an ``EndCall``), ``"caller"``, ``"limit"``."""
     state_at_end: str = ""
     """The call's state as it ended (turnfsm's; LiveKit's agent state on a baseline)."""
+    lost_audio: list[tuple[float, float]] = field(default_factory=list)
+    """Where the service lost the caller's audio (realtime: a dropped socket loses what its
+    connection had not committed, and what is said until the next one is up)."""
     harness_error: str | None = None
     tts_rate: float = 15.0
+    words_heard: Callable[[str, float], list[str]] | None = None
+    """The words of a text whose audio played to their end after so many seconds played,
+    where the speech's own timeline says (realtime: the server's); None: at ``tts_rate``."""
     turnfsm: bool = True
     """Whether turnfsm was attached (False: a LiveKit-only baseline of the same call)."""
 
@@ -244,7 +253,8 @@ class CallRecord:
         return speech is not None and 0 <= speech.created_at <= at
 
     def deaf_windows(self) -> list[tuple[float, float]]:
-        """Where the policy or LiveKit does not hear the caller on purpose (call times)."""
+        """Where the policy or LiveKit does not hear the caller on purpose, or the service
+        lost what the caller said (call times)."""
         policy, record = self.plan.policy, self
         windows: list[tuple[float, float]] = []
         warmup = self.plan.session_options.get("aec_warmup_duration")
@@ -252,6 +262,7 @@ class CallRecord:
         if warmup and started:
             windows.append((min(started), min(started) + warmup))
         windows.extend(self.handoff_windows())
+        windows.extend(self.lost_audio)
         if self.trace is None:
             return windows
         changes = [
@@ -317,12 +328,12 @@ class _TurnfsmLog(logging.Handler):
         self.sink.append(record.getMessage())
 
 
-def _speech_now() -> str | None:
+def speech_now() -> str | None:
     handle = _SpeechHandleContextVar.get(None)
     return handle.id if handle is not None else None
 
 
-class _Recorder:
+class Recorder:
     """Collects steps and renders per speech (see the module's docstring)."""
 
     def __init__(self, record: CallRecord) -> None:
@@ -335,12 +346,12 @@ class _Recorder:
         return speeches[speech_id]
 
     def step_started(self) -> None:
-        speech_id = _speech_now()
+        speech_id = speech_now()
         if speech_id is not None:
             self.speech(speech_id).steps.append([])
 
     def rendered(self, text: str, seconds: float) -> None:
-        speech_id = _speech_now()
+        speech_id = speech_now()
         if speech_id is None:
             return
         speech = self.speech(speech_id)
@@ -350,7 +361,7 @@ class _Recorder:
 
 
 class _FuzzTTS(ScriptedTTS):
-    def __init__(self, recorder: _Recorder, **options: Any) -> None:
+    def __init__(self, recorder: Recorder, **options: Any) -> None:
         super().__init__(**options)
         self._recorder = recorder
 
@@ -388,7 +399,7 @@ class FuzzAgent(TurnAgent):
 
     def __init__(
         self,
-        recorder: _Recorder,
+        recorder: Recorder,
         *,
         chat_ctx: llm.ChatContext | None = None,
         handed_over: bool = False,
@@ -405,39 +416,40 @@ class FuzzAgent(TurnAgent):
         self._recorder.step_started()
         return Agent.default.tts_node(self, text, model_settings)
 
-    def _called(self) -> float:
-        """Note a tool call's start (call time) and return it."""
+    def _called(self, context: RunContext) -> float:
+        """Note a tool call's start (call time), by its call id, and return it."""
         record = self._recorder.record
         at = record.call_time(asyncio.get_running_loop().time())
-        record.tool_calls.append(at)
+        record.tool_calls[context.function_call.call_id] = at
         return at
 
     @function_tool
-    async def lookup(self, seconds: float) -> str:
+    async def lookup(self, context: RunContext, seconds: float) -> str:
         """Look something up (takes ``seconds``)."""
-        self._called()
+        self._called(context)
         await asyncio.sleep(seconds)
         return "Found it."
 
     @function_tool
-    async def broken_lookup(self, seconds: float) -> str:
+    async def broken_lookup(self, context: RunContext, seconds: float) -> str:
         """Look something up in a service that fails after ``seconds``."""
-        self._called()
+        self._called(context)
         await asyncio.sleep(seconds)
         raise RuntimeError("the lookup service is down")
 
     @function_tool
-    async def transfer(self, seconds: float) -> tuple[Agent, str]:
+    async def transfer(self, context: RunContext, seconds: float) -> tuple[Agent, str]:
         """Hand the call to a colleague (after ``seconds``)."""
         record = self._recorder.record
-        record.transfers.append(self._called())
+        record.transfers.append(self._called(context))
         await asyncio.sleep(seconds)
         colleague = FuzzAgent(self._recorder, chat_ctx=self.chat_ctx.copy(), handed_over=True)
         return colleague, "Transferring you."
 
 
-class _Replies:
-    """The scripted model's answers: each new user turn takes the next :class:`ReplyPlan`."""
+class PlannedReplies:
+    """The scripted model's answers: each new user turn takes the next :class:`ReplyPlan`
+    (the pipeline's LLM and the realtime world's model alike)."""
 
     def __init__(self, plan: CallPlan) -> None:
         self._plans = iter(plan.replies)
@@ -451,19 +463,30 @@ class _Replies:
             for item in items[user_at + 1 :]
             if isinstance(item, llm.ChatMessage) and item.role in ("system", "developer")
         )
+        rounds = sum(item.type == "function_call_output" for item in items[user_at + 1 :])
+        return self.answer(
+            instructions,
+            turn=request.last_user_text or "",
+            rounds=rounds,
+            tools_forbidden=request.tool_choice == "none",
+        )
+
+    def answer(
+        self, instructions: str, *, turn: str, rounds: int, tools_forbidden: bool
+    ) -> ScriptedReply:
+        """The answer to the user turn ``turn`` after ``rounds`` tool rounds, asked with
+        ``instructions`` (the greeting's, a handover's) and ``tool_choice="none"`` or not."""
         if GREETING_INSTRUCTIONS in instructions:
             return ScriptedReply(text=GENERATED_GREETING)
         if HANDOVER_INSTRUCTIONS in instructions:
             return ScriptedReply(text=HANDOVER_GREETING)
-        turn = request.last_user_text or ""
         asked = [probe for probe in PROBES if probe in turn]
         if asked:  # the latest probe in the turn (two may share one: the first held back)
             return ScriptedReply(text=PROBES[max(asked, key=turn.rindex)])
         plan = self._by_turn.get(turn)
         if plan is None:
             plan = self._by_turn[turn] = next(self._plans, ReplyPlan("Okay."))
-        rounds = sum(item.type == "function_call_output" for item in items[user_at + 1 :])
-        tools_allowed = request.tool_choice != "none" or plan.ignores_tool_choice
+        tools_allowed = not tools_forbidden or plan.ignores_tool_choice
         if rounds < len(plan.tool_rounds) and tools_allowed:
             return ScriptedReply(
                 tool_calls=tuple(
@@ -523,7 +546,12 @@ def run_call(
     level = log.level
     log.setLevel(min(log.getEffectiveLevel(), logging.WARNING))  # heard, however configured
     try:
-        harness = _Harness(plan, record, mutation or Mutation(), turnfsm=turnfsm)
+        harness_class: type[CallHarness] = CallHarness
+        if plan.world == "realtime":  # imported here: it builds on this module
+            from .realtime_call import RealtimeHarness
+
+            harness_class = RealtimeHarness
+        harness = harness_class(plan, record, mutation or Mutation(), turnfsm=turnfsm)
         clock.run(harness.run(), seed=seed, time_limit=CALL_LIMIT + CLOSE_LIMIT)
     except Exception:  # the harness or the session failed: that is a finding too
         record.harness_error = traceback.format_exc(limit=8)
@@ -533,7 +561,7 @@ def run_call(
     return record
 
 
-class _Harness:
+class CallHarness:
     """One call: the session, turnfsm attached (unless a baseline), the caller's task."""
 
     def __init__(
@@ -547,7 +575,6 @@ class _Harness:
         self.plan = plan
         self.record = record
         self.closed = asyncio.Event()
-        recorder = _Recorder(record)
         self.controller: TurnController | None = None
         self.adapter: TurnAdapter | None = None
         if turnfsm:
@@ -557,10 +584,16 @@ class _Harness:
             controller.violations = record.violations
             self.controller = controller
         self.output = _FuzzOutput(record)
-        self.call = SimulatedCall(
+        self.call = self._build_call(mutation)
+        self.call.audio_output = self.output
+
+    def _build_call(self, mutation: Mutation) -> SimulatedCall:
+        """The simulated call the plan describes, on the pipeline's scripted models."""
+        plan, recorder = self.plan, Recorder(self.record)
+        return SimulatedCall(
             agent=FuzzAgent(recorder),
             llm=ScriptedLLM(
-                _Replies(plan),
+                PlannedReplies(plan),
                 ignore_tool_choice=True,
                 chars_per_second=plan.pace.llm_chars_per_second,
                 time_to_first_token=plan.pace.llm_time_to_first_token,
@@ -578,7 +611,6 @@ class _Harness:
             session_options=plan.session_options,
             before_start=functools.partial(self._before_start, mutation),
         )
-        self.call.audio_output = self.output
 
     def _before_start(self, mutation: Mutation, session: AgentSession) -> None:
         record, call = self.record, self.call
@@ -703,13 +735,30 @@ class _Harness:
                 for segment, speech_id in record.segments
             )
 
-        with contextlib.suppress(TimeoutError):
-            await self.call.wait_until(
-                lambda: answer_played() or self.closed.is_set(),
-                timeout=ANSWER_WAIT,
-                poll_interval=POLL,
-            )
+        asked = self.call.now()
+
+        def waited_enough() -> bool:
+            """:data:`ANSWER_WAIT` since it was asked, or since the greeting it was held
+            over ended (``answer_whole``: it is answered after the greeting)."""
+            return self.call.now() >= max(asked, self._greeting_left()) + ANSWER_WAIT
+
+        await self.call.wait_until(
+            lambda: answer_played() or self.closed.is_set() or waited_enough(),
+            timeout=CALL_LIMIT,
+            poll_interval=POLL,
+        )
         return answer_played()
+
+    def _greeting_left(self) -> float:
+        """When the call last left the greeting (call time; 0 if it never did)."""
+        if self.controller is None or self.controller.trace is None:
+            return 0.0
+        left = [
+            step.at + self.record.trace_offset
+            for step in self.controller.trace.steps
+            if step.before == "greeting" and step.after != "greeting"
+        ]
+        return max(left, default=0.0)
 
     async def _wait_for_anchor(self, cue: Cue) -> None:
         call = self.call
@@ -719,7 +768,12 @@ class _Harness:
         if cue.anchor == "line_end":
             await asyncio.sleep(cue.offset)
             return
-        output = self.output  # into the agent audio playing now, or the next to play
+        await self._into_agent_audio(cue.offset)
+
+    async def _into_agent_audio(self, offset: float) -> None:
+        """Wait until ``offset`` seconds into the agent audio playing now, or the next to
+        play (at most :data:`ANCHOR_WAIT` for it to start)."""
+        call, output = self.call, self.output
 
         def playing() -> PlayoutSegment | None:
             segment = output.current_segment
@@ -733,7 +787,7 @@ class _Harness:
             )
         segment = playing()
         if segment is not None and segment.started_at is not None:
-            delay = segment.started_at + cue.offset - asyncio.get_running_loop().time()
+            delay = segment.started_at + offset - asyncio.get_running_loop().time()
             if delay > 0:
                 await asyncio.sleep(delay)
 
@@ -824,8 +878,12 @@ def _item_added(record: CallRecord, session: AgentSession, event: Any) -> None:
 
 
 def _tools_executed(record: CallRecord, call: SimulatedCall, event: Any) -> None:
-    ended = record.tool_rounds[-1][1] if record.tool_rounds else -math.inf
-    began = min((at for at in record.tool_calls if at > ended), default=call.now())
+    # its calls' first start (rounds may overlap: a realtime model answers a turn said
+    # during a tool round with a round of its own)
+    started = [
+        record.tool_calls.get(function_call.call_id) for function_call in event.function_calls
+    ]
+    began = min((at for at in started if at is not None), default=call.now())
     record.tool_rounds.append((began, call.now()))
     if any(function_call.name == "transfer" for function_call in event.function_calls):
         record.handoffs.append(call.now())  # LiveKit hands over once the round is done

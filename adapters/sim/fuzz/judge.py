@@ -70,6 +70,10 @@ EXCUSED_BY_FAULT: dict[str, tuple[tuple[str, str], ...]] = {
     "clear_user_turn": (("outcomes", "O3 "),),  # the overlap to drop is not cleared
     "mute_input": (("outcomes", "O3 "),),  # no audio held: the monitor sees none replayed
     "unmute_input": (("outcomes", "O3 "),),  # the held audio is not replayed
+    # realtime: the model's own reply to the first words is not suppressed, and plays
+    "suppress_reply": (("greeting", "agent audio"), ("outcomes", "O1 ")),
+    # realtime: the model's replies stay off, reported (OUTCOME_DECISIONS: a deaf agent)
+    "resume_model_replies": (("no_deaf_call", ""), ("outcomes", "O6 ")),
 }
 """What a failing lever excuses, as ``(judgement, start of its message)``: the outcome that
 lever alone carries out."""
@@ -132,8 +136,13 @@ def _heard_words(record: CallRecord, speech: SpeechRecord, step: int) -> int:
         return 0
     segment = speech.segments[segment_index]
     played = segment.played + PLAYED_TOLERANCE
-    rate = record.tts_rate
     heard, offset = 0, 0.0
+    if record.words_heard is not None:  # the speech's own timeline
+        for render in speech.steps[step]:
+            heard += len(record.words_heard(render.text, played - offset))
+            offset += render.seconds
+        return heard
+    rate = record.tts_rate
     for render in speech.steps[step]:
         text = render.text.strip()
         for word in re.finditer(r"\S+", text):
@@ -166,7 +175,13 @@ def judge_greeting(record: CallRecord) -> list[str]:
         at, speech_id, _ = started[0]
         said = _said(record, speech_id)
         findings.append(f"agent audio ({said!r}) at {at:.2f} s before the greeting")
-    greeting_plays = [(at, index) for at, speech_id, index in started if speech_id in greeting_ids]
+    greeting_plays = [  # a greeting the service broke is judged by its retry (unless the
+        # client had all of it anyway)
+        (at, index)
+        for at, speech_id, index in started
+        if speech_id in greeting_ids
+        and (not record.speeches[speech_id].broken or _played_whole(record, index, text))
+    ]
     if not greeting_plays:
         reasons = set(record.end_reasons()) & NAMED_END_REASONS
         went_on = bool(record.probes) and record.closed_by == "caller"
@@ -191,6 +206,21 @@ def judge_greeting(record: CallRecord) -> list[str]:
     return findings
 
 
+def _played_whole(record: CallRecord, index: int, text: str) -> bool:
+    """Whether playout segment ``index`` played all of ``text``, uncut."""
+    segment, speech_id = record.segments[index]
+    speech = record.speeches.get(speech_id or "")
+    step = _step_of(speech, text) if speech is not None else None
+    if speech is None or step is None:
+        return False
+    whole = _rendered_seconds(speech, step)
+    return (
+        not segment.interrupted
+        and segment.pushed >= whole - PLAYED_TOLERANCE
+        and segment.played >= segment.pushed - PLAYED_TOLERANCE
+    )
+
+
 def _said(record: CallRecord, speech_id: str | None) -> str:
     speech = record.speeches.get(speech_id) if speech_id else None
     if speech is None or not speech.steps:
@@ -207,8 +237,10 @@ def judge_hello_before_greeting(record: CallRecord) -> list[str]:
         return []
     hello = record.lines[0]
     first_audio = started[0][0]
-    if hello.ended_at is None or hello.ended_at > first_audio - 0.2:
+    if hello.started_at is None or hello.ended_at is None or hello.ended_at > first_audio - 0.2:
         return []
+    if any(start < hello.ended_at and hello.started_at < end for start, end in record.lost_audio):
+        return []  # the service lost it (a dropped socket): it cannot be in the history
     text = _greeting_text(record)
     asked = [s.created_at for s in record.speeches.values() if _step_of(s, text) is not None]
     if asked and hello.ended_at > min(asked):
@@ -266,7 +298,8 @@ def judge_tool_rounds(record: CallRecord) -> list[str]:
         # a round is the turn's it began in; one that began in the instant a turn was
         # committed is that turn's: LiveKit runs the tools of the reply it prepared for
         # the turn (preemptively, or as the transcript came) as the turn commits, while
-        # the previous reply, cut or capped by then, starts none in that instant
+        # the previous reply, cut or capped by then, starts none in that instant (on a
+        # realtime model, the tools begin as the turn is committed)
         groups.setdefault(sum(turn <= began for turn in turns), []).append(ended)
     for rounds in groups.values():
         if len(rounds) > cap:
@@ -296,15 +329,19 @@ def judge_no_deaf_call(record: CallRecord) -> list[str]:
         return []  # asked each time where the caller is not heard on purpose
     if probe.started_at is None:
         return ["the probe was never played"]
+    answer = PROBES[probe.cue.text]
     answers = [
-        (segment, at)
+        (segment, _rendered_seconds(speech, step))
         for at, speech_id, index in _segments_started(record)
         if at >= probe.started_at
         and (speech := record.speeches.get(speech_id or "")) is not None
-        and _step_of(speech, PROBES[probe.cue.text]) is not None
+        and (step := _step_of(speech, answer)) is not None
         for segment in (record.segments[index][0],)
     ]
-    if any(segment.finished and not segment.interrupted for segment, _ in answers):
+    if any(  # all of it played (a realtime model's response may end before its audio)
+        segment.finished and not segment.interrupted and segment.played >= whole - PLAYED_TOLERANCE
+        for segment, whole in answers
+    ):
         return []
     reasons = set(record.end_reasons()) & {"max_duration"}
     if record.closed_by == "turnfsm" and reasons:
@@ -345,8 +382,11 @@ def judge_history_is_agent_context(record: CallRecord) -> list[str]:
         return in_call and not outgoing
 
     for name, mine, other in sides:
-        missing = [
-            text for item_id, text in mine.items() if item_id not in other and agents_own(item_id)
+        missing = [  # an empty message says nothing (LiveKit keeps a realtime reply cut
+            # before its first word, empty, in the agent's chat_ctx and not in the history)
+            text
+            for item_id, text in mine.items()
+            if text and item_id not in other and agents_own(item_id)
         ]
         if missing:
             findings.append(f"only in {name}: {missing!r}")
@@ -357,7 +397,10 @@ def judge_input_released(record: CallRecord) -> list[str]:
     """Checked as the caller hangs up (or turnfsm does): a state that mutes or holds the
     caller by design may do so then."""
     policy, state = record.plan.policy, record.state_at_end
-    muting = (state == "greeting" and policy.mutes_greeting) or (
+    # on a realtime model, the greeting's lock shuts the input gate whatever the policy
+    # (HoldUserTurns: the model would hear the caller, and cancel the greeting)
+    mutes_greeting = policy.mutes_greeting or record.plan.world == "realtime"
+    muting = (state == "greeting" and mutes_greeting) or (
         state == "tool_loop" and policy.mute_input_during_tools
     )
     findings = []

@@ -3,9 +3,10 @@
 ``turnfsm fuzz --seed S --calls N`` runs the calls of seeds ``S`` to ``S + N - 1``, one
 worker process per core (each loads the silero VAD once; every call runs on its own
 virtual loop), prints one line per failing call with its seed, and ends with
-``N calls, K failures, X calls/min``. ``turnfsm fuzz --replay SEED --out DIR`` runs one
-call again and writes its trace (``call.jsonl``: the same bytes on every replay),
-timeline (``timeline.svg``), plan and findings.
+``N calls, K failures, X calls/min``; with ``--realtime`` the calls are the realtime
+world's (a realtime model against the in-process protocol server: :mod:`.realtime_call`).
+``turnfsm fuzz --replay SEED --out DIR`` runs one call again and writes its trace
+(``call.jsonl``: the same bytes on every replay), timeline (``timeline.svg``), plan and findings.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Literal
 from turnfsm.tools.timeline import render_timeline
 
 from ..session import load_silero_vad
-from .draw import World
+from .draw import WORLDS, World
 from .harness import CallRecord, Mutation, run_call
 from .judge import JUDGEMENTS, Finding, judge_call
 
@@ -81,6 +82,7 @@ class KnownCall:
     plan: str = ""
     """Fingerprint of the call the seed drew when listed (see tests/fuzz)."""
     world: World = "pipeline"
+    """Which world's call the seed stands for (each world draws its own calls)."""
 
     def expects(self, verdict: Verdict) -> bool:
         """Whether ``verdict`` is what this entry says the call does now."""
@@ -89,8 +91,8 @@ class KnownCall:
         return verdict.judgements == frozenset(self.found)
 
 
-def load_known(path: Path) -> dict[int, KnownCall]:
-    """The calls a regression file lists, by seed.
+def load_known(path: Path) -> dict[tuple[World, int], KnownCall]:
+    """The calls a regression file lists, by world and seed.
 
     Raises:
         ValueError: naming the entry and field that is wrong.
@@ -102,7 +104,7 @@ def load_known(path: Path) -> dict[int, KnownCall]:
             data = tomllib.load(stream)
     except (OSError, tomllib.TOMLDecodeError) as error:
         raise ValueError(f"--known {path}: {error}") from None
-    known: dict[int, KnownCall] = {}
+    known: dict[tuple[World, int], KnownCall] = {}
     for index, entry in enumerate(data.get("call", [])):
         where = f"{path}: call #{index + 1}"
         try:
@@ -116,14 +118,16 @@ def load_known(path: Path) -> dict[int, KnownCall]:
             )
         except KeyError as missing:
             raise ValueError(f"{where}: {missing.args[0]} is missing") from None
+        if call.world not in WORLDS:
+            raise ValueError(f"{where}: world must be one of {sorted(WORLDS)}, got {call.world!r}")
         if call.status not in ("fixed", "open"):
             raise ValueError(f"{where}: status must be 'fixed' or 'open', got {call.status!r}")
         unknown = set(call.found) - set(JUDGEMENTS)
         if unknown:
             raise ValueError(f"{where}: found names no judgement: {sorted(unknown)}")
-        if call.seed in known:
-            raise ValueError(f"{where}: seed {call.seed} is listed twice")
-        known[call.seed] = call
+        if (call.world, call.seed) in known:
+            raise ValueError(f"{where}: {call.world} seed {call.seed} is listed twice")
+        known[call.world, call.seed] = call
     return known
 
 
@@ -241,7 +245,7 @@ def fuzz(
     world: World = "pipeline",
     workers: int | None = None,
     out: Path | None = None,
-    known: Mapping[int, KnownCall] | None = None,
+    known: Mapping[tuple[World, int], KnownCall] | None = None,
     on_verdict: Callable[[Verdict, bool], None] | None = None,
 ) -> Summary:
     """Run and judge the calls of ``seeds`` on ``workers`` processes (one per core).
@@ -251,8 +255,8 @@ def fuzz(
         world: Which kind of calls.
         workers: Worker processes; by default one per core this process may use.
         out: Where failing calls' files go (``out/<seed>/``), if anywhere.
-        known: Calls a regression file lists: one listed as open that fails as listed is
-            counted as known, not as a failure.
+        known: Calls a regression file lists, by world and seed: one listed as open that
+            fails as listed is counted as known, not as a failure.
         on_verdict: Called with each call's verdict as it comes in, and whether it is a
             known failure.
     """
@@ -272,7 +276,7 @@ def fuzz(
             for verdict in future.result():
                 cpu += verdict.cpu_seconds
                 virtual += verdict.virtual_seconds
-                listed = known.get(verdict.seed)
+                listed = known.get((world, verdict.seed))
                 is_known = (
                     verdict.failed
                     and listed is not None
@@ -323,12 +327,11 @@ def main(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
     Raises:
         ValueError: a bad option, naming it.
     """
-    if args.realtime:
-        raise ValueError("--realtime: realtime worlds are not drawn yet (pipeline calls only)")
+    world: World = "realtime" if args.realtime else "pipeline"
     if args.replay is not None:
         if args.out is None:
             raise ValueError("--replay needs --out DIR (where the trace and timeline go)")
-        verdict = replay(args.replay, args.out)
+        verdict = replay(args.replay, args.out, world=world)
         for finding in verdict.findings:
             echo(f"seed {verdict.seed}: {finding}")
         echo(f"wrote {args.out}/: call.jsonl, timeline.svg, plan.txt, findings.txt")
@@ -344,6 +347,7 @@ def main(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
 
     summary = fuzz(
         seeds_from(args.seed, args.calls),
+        world=world,
         workers=args.workers,
         out=args.out,
         known=known,
