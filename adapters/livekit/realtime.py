@@ -213,7 +213,9 @@ class RealtimeLink:
         self._held: dict[str, SpeechHandle] = {}
         """The model's own replies reported to the machine, until they are done."""
         self._suppressed: set[str] = set()
-        self._done_speeches: set[str] = set()
+        self._cut_speeches: set[str] = set()
+        """Speeches done cut short (interrupted, or suppressed): what the model still sends
+        for them was never heard."""
         self._responses: dict[str, _ResponseItems] = {}
         self._speech_responses: dict[str, list[str]] = {}
         self._response_status: dict[str, str] = {}
@@ -404,7 +406,6 @@ class RealtimeLink:
 
     def _speech_done(self, handle: SpeechHandle) -> None:
         speech_id = handle.id
-        self._done_speeches.add(speech_id)
         self._held.pop(speech_id, None)
         for request in [r for r in self._requests if r.speech_id == speech_id]:
             self._requests.remove(request)  # never answered (timed out, or interrupted)
@@ -419,6 +420,7 @@ class RealtimeLink:
             else:
                 outcome.resolve("done")
         if handle.interrupted or speech_id in self._suppressed:
+            self._cut_speeches.add(speech_id)
             self._delete_unplayed(speech_id, everything=speech_id in self._suppressed)
 
     def _on_reconnected(self, event: llm.RealtimeSessionReconnectedEvent) -> None:
@@ -669,8 +671,11 @@ class RealtimeLink:
         if response is None:
             return
         response.items.append((item_id, kind, call_id))
-        if response.speech_id in self._suppressed and response.speech_id in self._done_speeches:
-            self._delete_items([item_id])  # arrived after its cancelled speech was done
+        if response.speech_id in self._cut_speeches:
+            # arrived after its speech was done, cancelled or interrupted: never heard
+            # (fuzz realtime seeds 769, 936: a tool reply cut before any audio played)
+            everything = response.speech_id in self._suppressed
+            self._delete_unplayed(response.speech_id, everything=everything)
 
     def _delete_unplayed(self, speech_id: str, *, everything: bool) -> None:
         """Delete the server items of a speech's responses that the caller never heard:
