@@ -184,6 +184,9 @@ class _Request:
 
     event_id: str
     speech_id: str | None
+    cancelled: bool = False
+    """LiveKit cancelled it before the model created its response: cancelled by name
+    once created."""
 
 
 class RealtimeLink:
@@ -471,7 +474,9 @@ class RealtimeLink:
         kind = event.get("type")
         if kind == "response.created":
             response = event.get("response") or {}
-            self._answer_request((response.get("metadata") or {}).get("client_event_id"))
+            self._answer_request(
+                (response.get("metadata") or {}).get("client_event_id"), response.get("id") or ""
+            )
             self.adapter.dispatch(
                 ev.ModelResponseCreated(
                     at=self.adapter.now(), response_id=str(response.get("id") or "")
@@ -537,6 +542,17 @@ class RealtimeLink:
             and (items.speech_id in self._suppressed or current not in self._response_status)
         ):
             cancel["response_id"] = current
+        settled = current is None or current in self._response_status
+        if not cancel.get("response_id") and self._requests and settled:
+            # LiveKit cancels a reply whose create is still on its way (the plugin's pending
+            # generation): no response exists to name yet, and a bare cancel would cut
+            # whatever is active when it lands, e.g. the model's answer to the caller who
+            # interrupted (fuzz realtime seed 836). It names the request instead, which no
+            # response is (the model refuses it, harmlessly), and the reply is cancelled by
+            # its own id once created.
+            request = self._requests[-1]
+            request.cancelled = True
+            cancel["response_id"] = f"not_created_{request.event_id}"
         cancel_id = str(cancel.get("event_id") or utils.shortuuid("response_cancel_"))
         cancel["event_id"] = cancel_id
         response_id = str(cancel.get("response_id") or "")
@@ -559,13 +575,17 @@ class RealtimeLink:
                 ev.ModelCancelAnswered(at=self.adapter.now(), cancel_id=cancel.cancel_id)
             )
 
-    def _answer_request(self, event_id: str | None) -> None:
+    def _answer_request(self, event_id: str | None, response_id: str = "") -> None:
         """The model created a response: the request it answers is taken. A greeting's
         outcome waits for its speech's end: only a response the model completed is a
         greeting said (issue 19)."""
         for request in list(self._requests):
             if request.event_id == event_id:
                 self._requests.remove(request)
+                # the OpenAI plugin's raw send: its interrupt() cancels only what is active
+                send = getattr(self.rt_session, "send_event", None)
+                if request.cancelled and send is not None and response_id:
+                    send({"type": "response.cancel", "response_id": response_id})
                 return
 
     def _answer_truncate(self, item_id: str) -> None:
