@@ -174,6 +174,12 @@ class TurnPolicy:
     mute_input_during_tools: bool = attrs.field(default=False, validator=_flag)
     """Mute the caller while tools run (no barge-in into a tool step)."""
 
+    tool_reply_hold: float = attrs.field(default=3.0, validator=_seconds(optional=False))
+    """The caller barged into a tool step: the reply to the tool output waits for LiveKit's
+    decision (an interruption throws it away unsent), at most this many seconds after the
+    caller stops speaking, then goes to the model. LiveKit decides when the caller's turn
+    ends: the default covers its endpointing's ``max_delay``."""
+
     idle_timeout: float | None = attrs.field(default=None, validator=_seconds(optional=True))
     """Seconds of silence while listening before a re-prompt; None disables."""
 

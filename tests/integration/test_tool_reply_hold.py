@@ -1,0 +1,120 @@
+"""Issue 23, point 2: a tool-step barge-in wastes no model request.
+
+The caller starts speaking while a slow tool runs, and is still speaking when the tool
+finishes. LiveKit asks the model for the reply to the tool's output at once, but decides
+on the barge-in only when the caller's turn commits, later. The machine holds that round
+(``HoldToolReply``) while the caller speaks during the step, until LiveKit decided:
+
+* a real turn ("Wait, stop, stop.", ``min_words=3``): LiveKit interrupts the step's speech,
+  and the model never receives the round (before the hold: one request, thrown away);
+* a backchannel ("Uh-huh.", under ``min_words=3``): LiveKit declines the turn, the round
+  is sent and its reply spoken whole, later by at most the hold.
+
+All calls run under LiveKit's default turn handling (``livekit-defaults``), and assert on
+the requests the model received, the audio played and the history.
+"""
+
+from __future__ import annotations
+
+from turncalls import (
+    APPOINTMENT,
+    APPOINTMENT_QUESTION,
+    LookupAgent,
+    TurnCall,
+    line_end,
+    line_start,
+    lookup_reply,
+    run_scenarios,
+    turn_call,
+)
+
+from turnfsm import TurnPolicy
+from turnfsm.adapters.sim import LINES, CallScript, LLMRequest, ScriptedLLM, UserLine
+
+TOOL_SECONDS = 2.5
+BARGE_IN_AFTER = 2.0
+"""Seconds into the tool step the caller starts speaking: the tool ends while they speak."""
+
+
+def tool_reply_requests(llm: ScriptedLLM) -> list[LLMRequest]:
+    """The requests that ask for the reply to a tool's output."""
+    return [r for r in llm.requests if r.chat_ctx.items[-1].type == "function_call_output"]
+
+
+async def _barge_in_as_the_tool_ends(line: str) -> tuple[TurnCall, ScriptedLLM, LookupAgent]:
+    policy = TurnPolicy(direction="inbound", first_speaker="user", max_tool_steps=3)
+    agent = LookupAgent(TOOL_SECONDS)
+    llm = ScriptedLLM(lookup_reply)
+    script = CallScript([UserLine(0.3, "question")])
+    async with turn_call(
+        policy,
+        script,
+        agent=agent,
+        llm=llm,
+        turn_handling={"interruption": {"min_words": 3}},
+        settings="livekit-defaults",
+    ) as tc:
+        call = tc.call
+        await call.wait_until(lambda: bool(agent.started), timeout=LINES["question"].duration + 4)
+        await call.sleep_until(call.now() + BARGE_IN_AFTER)
+        call.audio_input.say_now(line)
+        await call.wait_until(lambda: bool(agent.finished), timeout=TOOL_SECONDS + 2)
+        await call.wait_until(
+            lambda: (
+                call.session.agent_state == "listening"
+                and bool(call.audio_output.segments)
+                and call.audio_output.segments[-1].finished
+            ),
+            timeout=15,
+        )
+        await call.sleep_until(call.now() + 1.5)  # nothing else comes
+        context = tc.describe()
+        tool_end = tc.call_time(agent.finished[0])
+        assert line_start(call, line) < tool_end < line_end(call, line), context  # mid-line
+        return tc, llm, agent
+
+
+async def _real_turn_sends_no_tool_reply() -> None:
+    tc, llm, agent = await _barge_in_as_the_tool_ends("stop")
+    call, context = tc.call, tc.describe()
+    tool_speech = tc.events("tool_step_started")[0].event.speech_id
+    assert tool_speech in [s.event.speech_id for s in tc.events("agent_speech_interrupted")]
+    # the model never received the round answering the tool's output, and no tool ran again
+    assert tool_reply_requests(llm) == [], context
+    assert [r.last_user_text for r in llm.requests] == [
+        APPOINTMENT_QUESTION,
+        LINES["stop"].text,
+    ], context
+    assert len(agent.started) == 1, context
+    # the caller is answered; the tool's output never is
+    assert APPOINTMENT not in call.tts.texts, context
+    assert [m.text_content for m in call.messages("assistant")] == ["Okay."], context
+    assert call.messages("user")[-1].text_content == LINES["stop"].text, context
+
+
+async def _backchannel_gets_the_tool_reply() -> None:
+    tc, llm, agent = await _barge_in_as_the_tool_ends("uh_huh")
+    call, context = tc.call, tc.describe()
+    # LiveKit declined the backchannel: the round was sent once, and its reply spoken whole
+    (request,) = tool_reply_requests(llm)
+    assert len(llm.requests) == 2, context
+    assert call.tts.texts == [APPOINTMENT], context
+    (segment,) = call.audio_output.segments
+    assert segment.interrupted is False, context
+    assert abs(segment.played - call.tts.duration_of(APPOINTMENT)) < 0.1, context
+    assert [m.text_content for m in call.messages("assistant")] == [APPOINTMENT], context
+    assert [m.text_content for m in call.messages("user")] == [APPOINTMENT_QUESTION], context
+    # held at most until LiveKit declined the turn
+    declined = tc.events("user_turn_declined")
+    assert declined, context
+    assert tc.call_time(request.started_at) <= tc.at(declined[0]) + 0.05, context
+    assert len(agent.started) == 1, context
+
+
+async def test_tool_step_barge_in_wastes_no_model_request() -> None:
+    await run_scenarios(
+        {
+            "real-turn": _real_turn_sends_no_tool_reply(),
+            "backchannel": _backchannel_gets_the_tool_reply(),
+        }
+    )
