@@ -7,8 +7,9 @@ on the barge-in only when the caller's turn commits, later. The machine holds th
 
 * a real turn ("Wait, stop, stop.", ``min_words=3``): LiveKit interrupts the step's speech,
   and the model never receives the round (before the hold: one request, thrown away);
-* a backchannel ("Uh-huh.", under ``min_words=3``): LiveKit declines the turn, the round
-  is sent and its reply spoken whole, later by at most the hold.
+* a backchannel ("Uh-huh.", under ``min_words=3``): LiveKit does not interrupt (it skips
+  the turn silently: no event tells), so the round is sent when the hold runs out
+  (``tool_reply_hold`` after the caller stopped) and its reply spoken whole.
 
 All calls run under LiveKit's default turn handling (``livekit-defaults``), and assert on
 the requests the model received, the audio played and the history.
@@ -81,10 +82,11 @@ async def _real_turn_sends_no_tool_reply() -> None:
     assert tool_speech in [s.event.speech_id for s in tc.events("agent_speech_interrupted")]
     # the model never received the round answering the tool's output, and no tool ran again
     assert tool_reply_requests(llm) == [], context
-    assert [r.last_user_text for r in llm.requests] == [
-        APPOINTMENT_QUESTION,
-        LINES["stop"].text,
-    ], context
+    # the others answer the barge-in (preemptive ones, on its partial transcripts, too)
+    asked = [r.last_user_text or "" for r in llm.requests]
+    assert asked[0] == APPOINTMENT_QUESTION, context
+    assert asked[-1] == LINES["stop"].text, context
+    assert all(LINES["stop"].text.startswith(text) for text in asked[1:]), context
     assert len(agent.started) == 1, context
     # the caller is answered; the tool's output never is
     assert APPOINTMENT not in call.tts.texts, context
@@ -103,11 +105,13 @@ async def _backchannel_gets_the_tool_reply() -> None:
     assert segment.interrupted is False, context
     assert abs(segment.played - call.tts.duration_of(APPOINTMENT)) < 0.1, context
     assert [m.text_content for m in call.messages("assistant")] == [APPOINTMENT], context
-    assert [m.text_content for m in call.messages("user")] == [APPOINTMENT_QUESTION], context
-    # held at most until LiveKit declined the turn
-    declined = tc.events("user_turn_declined")
-    assert declined, context
-    assert tc.call_time(request.started_at) <= tc.at(declined[0]) + 0.05, context
+    # the backchannel is no turn (LiveKit keeps its words for the next one)
+    committed = [s.event.text for s in tc.events("user_turn_committed")]
+    assert committed == [APPOINTMENT_QUESTION], context
+    # held from the barge-in until the hold ran out, the caller silent that long
+    stopped = [s for s in tc.events("user_speech_ended") if s.before == "speaking"][-1]
+    hold = tc.controller.policy.tool_reply_hold
+    assert abs(tc.call_time(request.started_at) - (tc.at(stopped) + hold)) < 0.05, context
     assert len(agent.started) == 1, context
 
 
