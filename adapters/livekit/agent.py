@@ -141,9 +141,7 @@ def _turnfsm_node(
     return Agent.default.llm_node(agent, chat_ctx, [], model_settings)
 
 
-def _after_tool_reply_hold(
-    agent: Agent, chat_ctx: llm.ChatContext, own: Callable[[], Any]
-) -> Any:
+def _after_tool_reply_hold(agent: Agent, chat_ctx: llm.ChatContext, own: Callable[[], Any]) -> Any:
     """The agent's own node, or, for the reply to a held tool step's output
     (``HoldToolReply``), the same once the machine released it: nothing if unsent."""
     adapter = adapter_for(agent.session)
