@@ -351,6 +351,7 @@ def declare_chart() -> dict[str, Any]:
             cond=["interrupt_not_done", "tool_loop_is_stopped"],
             on="resume_tool_loop",
         )
+        | conversation.to(None, cond="tool_reply_hold_not_done", on="forget_tool_reply_hold")
         | greeting.to(
             None,
             cond=["greeting_start_not_done", "has_greeting_text"],
@@ -768,7 +769,6 @@ IGNORED: dict[tuple[str, str], str] = {
             "ringing",
             "awaiting_user",
             "awaiting_agent",
-            "speaking",
         )
     },
     **{
@@ -799,8 +799,9 @@ OUTCOME_DECISIONS: dict[str, str] = {
     "clear_user_turn": "traced only: the next turn may carry the overlap's words",
     "reject_user_turn": "traced only: the outcome monitor reports a reply to an overlap",
     "cancel_tool_reply": "traced only: the outcome monitor counts tool rounds",
-    "hold_tool_reply": "traced only: the reply to the tool output goes to the model unheld,"
-    " as LiveKit alone would send it",
+    "hold_tool_reply": "in speaking or tool_loop: the hold is forgotten (no timer, no"
+    " release): the reply to the tool output goes to the model unheld, as LiveKit alone"
+    " would send it",
     "release_tool_reply": "traced only: the adapter drops a held reply's gate when its"
     " speech ends or the adapter detaches, and LiveKit's interruption cancels the reply",
     "final_reply_without_tools": "traced only: the next user turn starts a fresh count",

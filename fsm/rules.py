@@ -181,6 +181,14 @@ class TurnRules:
     def is_held_tool_reply(self, ev: AgentSpeechInterrupted) -> bool:
         return ev.speech_id == self.context.held_tool_reply
 
+    @guard("event")
+    def tool_reply_hold_not_done(self, ev: EffectOutcome) -> bool:
+        return (
+            ev.effect == "hold_tool_reply"
+            and ev.outcome != "done"
+            and ev.speech_id == self.context.held_tool_reply
+        )
+
     @guard("context")
     def holds_tool_reply(self) -> bool:
         return self.context.held_tool_reply is not None
@@ -735,6 +743,12 @@ class TurnRules:
         """The caller stopped: LiveKit decides within its end-of-turn delay; the hold
         waits at most ``tool_reply_hold`` for it."""
         self._start_timer("tool_reply_hold")
+
+    def forget_tool_reply_hold(self) -> None:
+        """The adapter did not hold the reply (LiveKit would not interrupt the speech, or
+        it is gone): nothing waits for a release."""
+        self._cancel_timer("tool_reply_hold")
+        self.context.held_tool_reply = None
 
     def send_held_tool_reply(self) -> None:
         """LiveKit did not interrupt (it declined the turn, or the hold timed out)."""

@@ -949,6 +949,18 @@ def test_the_caller_speaking_again_holds_on_untimed() -> None:
     assert controller.handle(ev.UserSpeechEnded(at=4.0)) == (HOLD_TIMER,)
 
 
+def test_a_hold_the_adapter_refused_is_forgotten() -> None:
+    """LiveKit would not interrupt the speech (its interruptions are off): the adapter
+    holds nothing, and the machine waits for no release."""
+    controller = speaking(max_tool_steps=2)
+    controller.handle(ev.ToolStepStarted(at=3.0, speech_id="s1"))
+    controller.handle(ev.UserSpeechStarted(at=3.2))
+    refused = ev.EffectOutcome(at=3.2, effect="hold_tool_reply", outcome="refused", speech_id="s1")
+    assert controller.handle(refused) == ()
+    assert controller.context.held_tool_reply is None
+    assert controller.handle(ev.UserSpeechEnded(at=3.4)) == ()
+
+
 def test_a_tool_step_starting_while_the_caller_speaks_holds_its_reply() -> None:
     controller = speaking(max_tool_steps=2)
     assert controller.handle(ev.UserSpeechStarted(at=2.9)) == ()
