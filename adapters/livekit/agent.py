@@ -7,6 +7,9 @@
   "Hello?" stays in the history, before the greeting, instead of being dropped as a turn
   that completed during a locked speech. The greeting reaches it in the reply's own chat
   context, where the turn hook's step wrote it (:mod:`.turn_hook`).
+* ``llm_node`` also waits, before it asks the model for the reply to a tool step's
+  output, while the machine holds that reply (``HoldToolReply``: the caller barged into
+  the step and LiveKit has not decided yet), and asks nothing if it is released unsent.
 * ``tts_node`` plays the greeting's pre-rendered audio (:mod:`.prerender`) when the reply
   to the callee's first words carries it, and is LiveKit's own otherwise.
 * ``transcription_node`` reports each speech's text as it is forwarded, so an interrupted

@@ -22,15 +22,13 @@ from turncalls import (
     APPOINTMENT_QUESTION,
     LookupAgent,
     TurnCall,
+    barge_into_tool_step,
     line_end,
     line_start,
-    lookup_reply,
     run_scenarios,
-    turn_call,
 )
 
-from turnfsm import TurnPolicy
-from turnfsm.adapters.sim import LINES, CallScript, LLMRequest, ScriptedLLM, UserLine
+from turnfsm.adapters.sim import LINES, LLMRequest, ScriptedLLM
 
 TOOL_SECONDS = 2.5
 BARGE_IN_AFTER = 2.0
@@ -43,36 +41,12 @@ def tool_reply_requests(llm: ScriptedLLM) -> list[LLMRequest]:
 
 
 async def _barge_in_as_the_tool_ends(line: str) -> tuple[TurnCall, ScriptedLLM, LookupAgent]:
-    policy = TurnPolicy(direction="inbound", first_speaker="user", max_tool_steps=3)
-    agent = LookupAgent(TOOL_SECONDS)
-    llm = ScriptedLLM(lookup_reply)
-    script = CallScript([UserLine(0.3, "question")])
-    async with turn_call(
-        policy,
-        script,
-        agent=agent,
-        llm=llm,
-        turn_handling={"interruption": {"min_words": 3}},
-        settings="livekit-defaults",
-    ) as tc:
-        call = tc.call
-        await call.wait_until(lambda: bool(agent.started), timeout=LINES["question"].duration + 4)
-        await call.sleep_until(call.now() + BARGE_IN_AFTER)
-        call.audio_input.say_now(line)
-        await call.wait_until(lambda: bool(agent.finished), timeout=TOOL_SECONDS + 2)
-        await call.wait_until(
-            lambda: (
-                call.session.agent_state == "listening"
-                and bool(call.audio_output.segments)
-                and call.audio_output.segments[-1].finished
-            ),
-            timeout=15,
-        )
-        await call.sleep_until(call.now() + 1.5)  # nothing else comes
-        context = tc.describe()
-        tool_end = tc.call_time(agent.finished[0])
-        assert line_start(call, line) < tool_end < line_end(call, line), context  # mid-line
-        return tc, llm, agent
+    tc, agent, llm = await barge_into_tool_step(
+        {"min_words": 3}, line, after=BARGE_IN_AFTER, tool_seconds=TOOL_SECONDS
+    )
+    tool_end = tc.call_time(agent.finished[0])
+    assert line_start(tc.call, line) < tool_end < line_end(tc.call, line), tc.describe()
+    return tc, llm, agent
 
 
 async def _real_turn_sends_no_tool_reply() -> None:
