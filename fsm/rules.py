@@ -769,6 +769,9 @@ class TurnRules:
     def note_handoff(self, ev: ToolStepFinished) -> None:
         if ev.hands_over:
             self.context.handing_over = True
+            # the outgoing agent drains: LiveKit hands over only once its speeches are
+            # done, and takes no user turn meanwhile, so nothing would decide the hold
+            self._release_tool_reply(send=True)
 
     def stop_after_tool_step(self, ev: ToolStepFinished) -> None:
         ctx = self.context

@@ -949,6 +949,17 @@ def test_the_caller_speaking_again_holds_on_untimed() -> None:
     assert controller.handle(ev.UserSpeechEnded(at=4.0)) == (HOLD_TIMER,)
 
 
+def test_a_step_that_hands_over_sends_its_held_reply() -> None:
+    """The outgoing agent drains (LiveKit takes no user turn meanwhile): nothing would
+    decide the hold, and the handoff waits for the held reply."""
+    controller = speaking(max_tool_steps=2)
+    controller.handle(ev.ToolStepStarted(at=3.0, speech_id="s1"))
+    controller.handle(ev.UserSpeechStarted(at=3.2))
+    assert controller.handle(ev.ToolStepFinished(at=3.5, speech_id="s1", hands_over=True)) == (
+        fx.ReleaseToolReply(speech_id="s1", send=True),
+    )
+
+
 def test_a_hold_the_adapter_refused_is_forgotten() -> None:
     """LiveKit would not interrupt the speech (its interruptions are off): the adapter
     holds nothing, and the machine waits for no release."""
