@@ -70,6 +70,10 @@ class TurnContext:
     """The speech whose reply runs the current tool steps: only its interruption stops
     the loop (LiveKit also interrupts the preemptive replies it discards meanwhile)."""
 
+    held_tool_reply: str | None = None
+    """The speech whose reply to its tool output is held (``HoldToolReply``) until LiveKit
+    decides on the caller's barge-in into its tool step."""
+
     capped: bool = False
     """The final reply without tools was asked for in this user turn."""
 

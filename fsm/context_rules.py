@@ -53,7 +53,7 @@ SCOPED: Mapping[str, frozenset[str]] = {
     "turns_held": frozenset({"greeting", "listening"}),
     "input_muted": frozenset({"greeting", "tool_loop"}),
     **dict.fromkeys(
-        ("tool_speech_id", "final_speech_id", "final_after_speech"),
+        ("tool_speech_id", "final_speech_id", "final_after_speech", "held_tool_reply"),
         frozenset({"speaking", "tool_loop", "ended"}),
     ),
     **dict.fromkeys(
@@ -82,6 +82,7 @@ TIMER_STATES: Mapping[str, frozenset[str]] = {
     "max_duration": LIVE_STATES,
     "model_reply": frozenset({"greeting"}) | CONVERSATION_STATES,
     "response_done": frozenset({"greeting"}) | CONVERSATION_STATES,
+    "tool_reply_hold": frozenset({"speaking", "tool_loop"}),
 }
 """The states each timer can run in: started on the way in, cancelled on the way out."""
 
@@ -190,6 +191,15 @@ def _check_linked(context: TurnContext, policy: TurnPolicy) -> None:
             raise ValueError(
                 f"TurnContext.timers {waits} run only with a realtime model (realtime_model=False)"
             )
+    if "tool_reply_hold" in context.timers and context.held_tool_reply is None:
+        raise ValueError("TurnContext.timers: 'tool_reply_hold' runs only while a reply is held")
+    if context.held_tool_reply is not None and (
+        context.realtime_model or policy.mute_input_during_tools
+    ):
+        raise ValueError(
+            "TurnContext.held_tool_reply is set only without a realtime model and with "
+            "mute_input_during_tools=False"
+        )
     if context.discarding_overlap and policy.greeting_overlap != "drop":
         raise ValueError("TurnContext.discarding_overlap is set only with greeting_overlap='drop'")
     if context.spill_over_until is not None and not (
@@ -258,7 +268,7 @@ def _check_state(context: TurnContext, policy: TurnPolicy, configuration: tuple[
             f"got {sorted(context.active_speeches)}"
         )
     if state != "ended":
-        for name in ("tool_speech_id", "final_after_speech"):
+        for name in ("tool_speech_id", "final_after_speech", "held_tool_reply"):
             speech = getattr(context, name)
             if speech is not None and speech not in context.active_speeches:
                 raise ValueError(f"TurnContext.{name} {speech!r} is not an active speech")

@@ -13,11 +13,14 @@ import attrs
 
 from .fields import Label, Text
 
-TimerName = Literal["await_user", "idle", "max_duration", "model_reply", "response_done"]
+TimerName = Literal[
+    "await_user", "idle", "max_duration", "model_reply", "response_done", "tool_reply_hold"
+]
 """The timers the machine uses; their expiry comes back as ``TimerFired``. With a realtime
 model, ``model_reply`` bounds the wait for the model's own reply and ``response_done`` the
 wait for its active response to finish (see ``TurnContext.greeting_wait``
-and ``final_wait``)."""
+and ``final_wait``). ``tool_reply_hold`` bounds a ``HoldToolReply`` once the caller is
+silent: LiveKit has not interrupted by then, the reply to the tool output is sent."""
 
 TIMER_NAMES: tuple[TimerName, ...] = get_args(TimerName)
 
@@ -139,6 +142,26 @@ class CancelToolReply(Effect):
 
 
 @attrs.frozen
+class HoldToolReply(Effect):
+    """Keep the reply to the tool output of ``speech_id``'s tool step from reaching the
+    model until ``ReleaseToolReply``: the caller barged into the step, and LiveKit has not
+    decided yet whether it interrupts the speech (which would throw the reply away)."""
+
+    name: ClassVar[str] = "hold_tool_reply"
+    speech_id: Label
+
+
+@attrs.frozen
+class ReleaseToolReply(Effect):
+    """LiveKit decided on the barge-in: the held reply to the tool output goes to the model
+    (``send``: the speech was not interrupted), or never does."""
+
+    name: ClassVar[str] = "release_tool_reply"
+    speech_id: Label
+    send: bool
+
+
+@attrs.frozen
 class FinalReplyWithoutTools(Effect):
     """Generate one spoken reply with ``tool_choice="none"``.
 
@@ -248,6 +271,8 @@ EFFECT_TYPES: tuple[type[Effect], ...] = (
     ClearUserTurn,
     RejectUserTurn,
     CancelToolReply,
+    HoldToolReply,
+    ReleaseToolReply,
     FinalReplyWithoutTools,
     StartTimer,
     CancelTimer,

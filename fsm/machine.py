@@ -203,6 +203,9 @@ def declare_chart() -> dict[str, Any]:
             on=["cancel_idle_timer", "hold_spill_over"],
         )
         | listening.to(None, on=["cancel_idle_timer", "note_caller_in_replay"])
+        # a barge-in into a tool step: its reply waits for LiveKit's decision
+        | tool_loop.to(None, unless="input_is_muted", on="hold_tool_reply")
+        | conversation.to(None, cond="holds_tool_reply", on="hold_tool_reply")
     )
 
     user_speech_ended |= (
@@ -213,6 +216,7 @@ def declare_chart() -> dict[str, Any]:
             on=["discard_overlap", "start_idle_timer"],
         )
         | listening.to(None, on="start_idle_timer")
+        | conversation.to(None, cond="holds_tool_reply", on="time_the_tool_reply_hold")
     )
 
     user_turn_committed = (
@@ -296,21 +300,31 @@ def declare_chart() -> dict[str, Any]:
     # LiveKit will not answer the caller (its min_words over a tool step, a false
     # interruption, a rejected or stopped turn): the reply it prepared for the turn, which
     # it never plays nor ends, is stopped and forgotten as if it had ended
-    user_turn_declined = listening.from_(
-        speaking,
-        tool_loop,
-        cond=["prepared_reply_in_flight", "only_the_prepared_reply_in_flight"],
-        on="forget_prepared_reply",
-    ) | conversation.to(None, cond="prepared_reply_in_flight", on="forget_prepared_reply")
+    # (and a reply to tool output held for LiveKit's decision goes to the model)
+    user_turn_declined = (
+        listening.from_(
+            speaking,
+            tool_loop,
+            cond=["prepared_reply_in_flight", "only_the_prepared_reply_in_flight"],
+            on=["forget_prepared_reply", "send_held_tool_reply"],
+        )
+        | conversation.to(
+            None,
+            cond="prepared_reply_in_flight",
+            on=["forget_prepared_reply", "send_held_tool_reply"],
+        )
+        | conversation.to(None, cond="holds_tool_reply", on="send_held_tool_reply")
+    )
 
     assistant_message_committed = greeting.to(
         None, cond="needs_drop", on="drop_unspoken_text"
     ) | conversation.to(None, cond="needs_drop", on="drop_unspoken_text")
 
+    step_started = ["count_tool_round", "hold_tool_reply_while_the_caller_speaks"]
     tool_step_started = (
-        listening.to(tool_loop, on="count_tool_round")
-        | speaking.to(tool_loop, on="count_tool_round")
-        | tool_loop.to(None, on="count_tool_round")
+        listening.to(tool_loop, on=step_started)
+        | speaking.to(tool_loop, on=step_started)
+        | tool_loop.to(None, on=step_started)
     )
 
     tool_step_finished = (
@@ -320,8 +334,14 @@ def declare_chart() -> dict[str, Any]:
         | conversation.to(None, cond="step_hands_over", on="note_handoff")
     )
 
-    agent_speech_interrupted = tool_loop.to(
-        None, cond="is_tool_step_speech", on="note_tool_loop_interrupted"
+    agent_speech_interrupted = (
+        tool_loop.to(
+            None,
+            cond="is_tool_step_speech",
+            on=["note_tool_loop_interrupted", "drop_held_tool_reply"],
+        )
+        | speaking.to(None, cond="is_held_tool_reply", on="drop_held_tool_reply")
+        | tool_loop.to(None, cond="is_held_tool_reply", on="drop_held_tool_reply")
     )
 
     effect_outcome = (
@@ -331,6 +351,7 @@ def declare_chart() -> dict[str, Any]:
             cond=["interrupt_not_done", "tool_loop_is_stopped"],
             on="resume_tool_loop",
         )
+        | conversation.to(None, cond="tool_reply_hold_not_done", on="forget_tool_reply_hold")
         | greeting.to(
             None,
             cond=["greeting_start_not_done", "has_greeting_text"],
@@ -473,12 +494,18 @@ def declare_chart() -> dict[str, Any]:
             before="note_timer_fired",
             on="ask_final_reply",
         )
+        | conversation.to(
+            None,
+            cond=["timer_is_running", "is_tool_reply_hold_timer"],
+            before="note_timer_fired",
+            on="send_held_tool_reply",
+        )
     )
 
     del in_call, connecting, start, ringing, turn, awaiting_user, awaiting_agent, greeting
     del conversation
     del listening, speaking, tool_loop, caller_silent, caller_speaking
-    del leave_greeting, speech_ended, call_wide, when_model_free
+    del leave_greeting, speech_ended, step_started, call_wide, when_model_free
     return dict(locals())
 
 
@@ -744,7 +771,6 @@ IGNORED: dict[tuple[str, str], str] = {
             ("awaiting_user", "the machine stopped the early speech itself"),
             ("greeting", "the greeting is locked; its end comes as agent_speech_ended"),
             ("listening", "no reply is running; a late report changes nothing"),
-            ("speaking", "the reply's end follows as agent_speech_ended"),
         )
     },
     ("greeting", "tool_step_started"): "the greeting's speech has no tools; counted per user turn",
@@ -757,7 +783,6 @@ IGNORED: dict[tuple[str, str], str] = {
             "ringing",
             "awaiting_user",
             "awaiting_agent",
-            "speaking",
         )
     },
     **{
@@ -788,6 +813,11 @@ OUTCOME_DECISIONS: dict[str, str] = {
     "clear_user_turn": "traced only: the next turn may carry the overlap's words",
     "reject_user_turn": "traced only: the outcome monitor reports a reply to an overlap",
     "cancel_tool_reply": "traced only: the outcome monitor counts tool rounds",
+    "hold_tool_reply": "in speaking or tool_loop: the hold is forgotten (no timer, no"
+    " release): the reply to the tool output goes to the model unheld, as LiveKit alone"
+    " would send it",
+    "release_tool_reply": "traced only: the adapter drops a held reply's gate when its"
+    " speech ends or the adapter detaches, and LiveKit's interruption cancels the reply",
     "final_reply_without_tools": "traced only: the next user turn starts a fresh count",
     "start_timer": "traced only: the timer never fires, the call goes on without it",
     "cancel_timer": "traced only: a late expiry is stale and ignored",

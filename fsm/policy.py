@@ -174,6 +174,14 @@ class TurnPolicy:
     mute_input_during_tools: bool = attrs.field(default=False, validator=_flag)
     """Mute the caller while tools run (no barge-in into a tool step)."""
 
+    tool_reply_hold: float | None = attrs.field(default=None, validator=_seconds(optional=True))
+    """The caller barged into a tool step: the reply to the tool output waits for LiveKit's
+    decision (an interruption throws it away unsent: no wasted model request), at most this
+    many seconds after the caller stops speaking, then goes to the model. LiveKit decides
+    when the caller's turn ends; 3.0 covers its endpointing's ``max_delay``. None (the
+    default) disables it: a backchannel LiveKit lets pass (under ``min_words``) gives no
+    sign, so its reply waits out the whole hold (about 3.9 s more than plain LiveKit)."""
+
     idle_timeout: float | None = attrs.field(default=None, validator=_seconds(optional=True))
     """Seconds of silence while listening before a re-prompt; None disables."""
 

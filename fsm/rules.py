@@ -44,6 +44,7 @@ TIMER_POLICY_FIELDS: dict[fx.TimerName, str] = {
     "max_duration": "max_call_duration",
     "model_reply": "model_reply_wait",
     "response_done": "response_done_wait",
+    "tool_reply_hold": "tool_reply_hold",
 }
 """Each timer's policy field: the timer is started only when the field is set."""
 
@@ -179,6 +180,22 @@ class TurnRules:
         return ev.speech_id == self.context.tool_speech_id
 
     @guard("event")
+    def is_held_tool_reply(self, ev: AgentSpeechInterrupted) -> bool:
+        return ev.speech_id == self.context.held_tool_reply
+
+    @guard("event")
+    def tool_reply_hold_not_done(self, ev: EffectOutcome) -> bool:
+        return (
+            ev.effect == "hold_tool_reply"
+            and ev.outcome != "done"
+            and ev.speech_id == self.context.held_tool_reply
+        )
+
+    @guard("context")
+    def holds_tool_reply(self) -> bool:
+        return self.context.held_tool_reply is not None
+
+    @guard("event")
     def interrupt_not_done(self, ev: EffectOutcome) -> bool:
         return ev.effect == "interrupt" and ev.outcome != "done"
 
@@ -248,6 +265,10 @@ class TurnRules:
     @guard("timer", timer="idle")
     def is_idle_timer(self, ev: TimerFired) -> bool:
         return ev.timer == "idle"
+
+    @guard("timer", timer="tool_reply_hold")
+    def is_tool_reply_hold_timer(self, ev: TimerFired) -> bool:
+        return ev.timer == "tool_reply_hold"
 
     @guard("policy")
     def greets_silent_callee(self) -> bool:
@@ -636,6 +657,8 @@ class TurnRules:
         ctx.active_speeches = ctx.active_speeches - {ev.speech_id}
         if ev.speech_id == ctx.tool_speech_id:
             ctx.tool_speech_id = None
+        if ev.speech_id == ctx.held_tool_reply:  # its reply will never be asked for
+            self._release_tool_reply(send=False)
         ctx.dropped_speeches = ctx.dropped_speeches - {ev.speech_id}
 
     def forget_prepared_reply(self, ev: UserTurnDeclined) -> None:
@@ -710,9 +733,66 @@ class TurnRules:
         """The interrupt did not happen: the loop goes on and its reply is spoken."""
         self.context.tool_loop_stopped = False
 
+    # A barge-in into a tool step: LiveKit decides whether it interrupts the step's speech
+    # when the caller's turn ends, seconds after the tool may have finished and LiveKit
+    # asked the model for the reply to its output. That reply is held until LiveKit decided,
+    # so an interruption throws away no model request.
+
+    def hold_tool_reply(self) -> None:
+        """The caller speaks during the tool step: hold its reply (once), untimed while
+        they speak (LiveKit waits for their silence too)."""
+        ctx = self.context
+        self._cancel_timer("tool_reply_hold")
+        if ctx.held_tool_reply is None and ctx.tool_speech_id is not None:
+            # off by default (a backchannel's reply waits out the hold); a realtime model
+            # answers tool output on its own: no reply of ours to hold
+            policy = self.policy
+            if (
+                policy.tool_reply_hold is not None
+                and not ctx.realtime_model
+                and not policy.mute_input_during_tools
+            ):
+                ctx.held_tool_reply = ctx.tool_speech_id
+                self.emit(fx.HoldToolReply(speech_id=ctx.tool_speech_id))
+
+    def hold_tool_reply_while_the_caller_speaks(self, machine: StateChart) -> None:
+        """A tool step starts while the caller is speaking: held as if they began now."""
+        if _caller_speaks(machine):
+            self.hold_tool_reply()
+
+    def time_the_tool_reply_hold(self) -> None:
+        """The caller stopped: LiveKit decides within its end-of-turn delay; the hold
+        waits at most ``tool_reply_hold`` for it."""
+        self._start_timer("tool_reply_hold")
+
+    def forget_tool_reply_hold(self) -> None:
+        """The adapter did not hold the reply (LiveKit would not interrupt the speech, or
+        it is gone): nothing waits for a release."""
+        self._cancel_timer("tool_reply_hold")
+        self.context.held_tool_reply = None
+
+    def send_held_tool_reply(self) -> None:
+        """LiveKit did not interrupt (it declined the turn, or the hold timed out)."""
+        self._release_tool_reply(send=True)
+
+    def drop_held_tool_reply(self, ev: AgentSpeechInterrupted) -> None:
+        """LiveKit interrupted the held reply's speech: the reply is never asked for."""
+        if ev.speech_id == self.context.held_tool_reply:
+            self._release_tool_reply(send=False)
+
+    def _release_tool_reply(self, *, send: bool) -> None:
+        ctx = self.context
+        if ctx.held_tool_reply is not None:
+            self._cancel_timer("tool_reply_hold")
+            self.emit(fx.ReleaseToolReply(speech_id=ctx.held_tool_reply, send=send))
+            ctx.held_tool_reply = None
+
     def note_handoff(self, ev: ToolStepFinished) -> None:
         if ev.hands_over:
             self.context.handing_over = True
+            # the outgoing agent drains: LiveKit hands over only once its speeches are
+            # done, and takes no user turn meanwhile, so nothing would decide the hold
+            self._release_tool_reply(send=True)
 
     def stop_after_tool_step(self, ev: ToolStepFinished) -> None:
         ctx = self.context

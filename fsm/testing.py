@@ -181,6 +181,11 @@ def pipeline_samples() -> Samples:
             ev.EffectOutcome(at=EARLY, effect="start_greeting", outcome="done"),
             ev.EffectOutcome(at=EARLY, effect="say", outcome="refused"),
             ev.EffectOutcome(at=EARLY, effect="lock_speech", outcome="refused"),
+            *per_speech(
+                lambda s: ev.EffectOutcome(
+                    at=EARLY, effect="hold_tool_reply", outcome="refused", speech_id=s
+                )
+            ),
         ),
         ev.OutcomeBreached: (ev.OutcomeBreached(at=EARLY, check="O2"),),
         ev.AgentSpeechCreated: per_speech(

@@ -138,7 +138,7 @@ from .embedding import (
     session_started,
     unguard_start,
 )
-from .interruption import InterruptionWatch, ToolStepMinWords
+from .interruption import InterruptionWatch, ToolReplyHolds, ToolStepMinWords
 from .levers import LEVERS, Lever, commit_held_turn
 from .log import logger
 from .outcomes import OutcomeMonitor
@@ -320,6 +320,8 @@ class TurnAdapter:
         """The outcome of the effect whose lever runs now."""
         self.interruptions = InterruptionWatch(self._speech_interrupted)
         self.tool_step_min_words = ToolStepMinWords(session)
+        self.tool_reply_holds = ToolReplyHolds()
+        """The replies to tool output waiting for LiveKit's decision on a barge-in."""
         self.outcomes = OutcomeMonitor(self, strict=strict)
         """Checks what the session did (audio, history, tool rounds, input)."""
         self.prerendered = PrerenderedTexts(session)
@@ -380,6 +382,7 @@ class TurnAdapter:
         if self.meter is not None:
             self.meter.remove()
         self.interruptions.close()
+        self.tool_reply_holds.close()
         self.outcomes.agreement.close()
         if self.realtime is not None:  # realtime: restore options, stop listening
             self.realtime.release()
@@ -933,6 +936,7 @@ class TurnAdapter:
             )
         except Exception as error:
             self._report_failure("speech done", error, handle.id)
+        self.tool_reply_holds.release(handle.id, send=False)  # no reply of it is to come
         for table in (self.speeches, self.assistant_messages, self.last_segment):
             table.pop(handle.id, None)
         self.played_seconds.pop(handle.id, None)
@@ -977,6 +981,7 @@ class TurnAdapter:
             speech_id = self._current_speech_id()
             self.dispatch(ev.ToolStepStarted(at=self.now(), speech_id=speech_id, calls=calls))
         self.tool_step_min_words.step_finished(self.speeches.get(speech_id))
+        self.tool_reply_holds.step_finished(speech_id)
         self.dispatch(
             ev.ToolStepFinished(
                 at=self.now(),

@@ -7,6 +7,9 @@
   "Hello?" stays in the history, before the greeting, instead of being dropped as a turn
   that completed during a locked speech. The greeting reaches it in the reply's own chat
   context, where the turn hook's step wrote it (:mod:`.turn_hook`).
+* ``llm_node`` also waits, before it asks the model for the reply to a tool step's
+  output, while the machine holds that reply (``HoldToolReply``: the caller barged into
+  the step and LiveKit has not decided yet), and asks nothing if it is released unsent.
 * ``tts_node`` plays the greeting's pre-rendered audio (:mod:`.prerender`) when the reply
   to the callee's first words carries it, and is LiveKit's own otherwise.
 * ``transcription_node`` reports each speech's text as it is forwarded, so an interrupted
@@ -29,6 +32,7 @@ no reply reaches the model (a preemptive reply to "Hello?", a reply asked for in
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
@@ -74,7 +78,8 @@ class TurnAgent(Agent):
         node = _turnfsm_node(self, chat_ctx, model_settings)
         if node is not None:
             return node
-        return super().llm_node(chat_ctx, tools, model_settings)
+        own = functools.partial(super().llm_node, chat_ctx, tools, model_settings)
+        return _after_tool_reply_hold(self, chat_ctx, own)
 
     def tts_node(self, text: AsyncIterable[str], model_settings: ModelSettings) -> Any:
         adapter = adapter_for(self.session)
@@ -139,6 +144,30 @@ def _turnfsm_node(
     return Agent.default.llm_node(agent, chat_ctx, [], model_settings)
 
 
+def _after_tool_reply_hold(agent: Agent, chat_ctx: llm.ChatContext, own: Callable[[], Any]) -> Any:
+    """The agent's own node, or, for the reply to a held tool step's output
+    (``HoldToolReply``), the same once the machine released it: nothing if unsent."""
+    adapter = adapter_for(agent.session)
+    gate = adapter.tool_reply_holds.gate_for(chat_ctx) if adapter is not None else None
+    return own() if gate is None else _held_node(gate, own)
+
+
+async def _held_node(gate: asyncio.Future[bool], own: Callable[[], Any]) -> AsyncIterator[Any]:
+    # shielded: LiveKit cancelling this node (it interrupted the speech) leaves the gate
+    # to the machine's release
+    if not await asyncio.shield(gate):
+        return
+    node = own()
+    source = await node if inspect.isawaitable(node) else node
+    if source is None:
+        return
+    if isinstance(source, str):
+        yield source
+        return
+    async for chunk in source:
+        yield chunk
+
+
 def _greeting_first(own: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(own)
     def llm_node(
@@ -148,7 +177,10 @@ def _greeting_first(own: Callable[..., Any]) -> Callable[..., Any]:
         model_settings: ModelSettings,
     ) -> Any:
         node = _turnfsm_node(self, chat_ctx, model_settings)
-        return node if node is not None else own(self, chat_ctx, tools, model_settings)
+        if node is not None:
+            return node
+        agents_own = functools.partial(own, self, chat_ctx, tools, model_settings)
+        return _after_tool_reply_hold(self, chat_ctx, agents_own)
 
     return llm_node
 

@@ -1,4 +1,5 @@
-"""When LiveKit really interrupted a speech: ``AgentSpeechInterrupted`` for the machine.
+"""When LiveKit really interrupted a speech: ``AgentSpeechInterrupted`` for the machine,
+and what waits for its decision (the tool step's ``min_words``, the held tool replies).
 
 LiveKit decides itself whether the caller's voice interrupts the agent. A VAD start is
 only a candidate: the session's ``interruption`` options must agree (``enabled``, the
@@ -23,7 +24,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from livekit.agents import AgentSession
+from livekit.agents import AgentSession, llm
 from livekit.agents.tokenize.basic import split_words
 from livekit.agents.voice import SpeechHandle
 
@@ -132,6 +133,11 @@ class ToolStepMinWords:
         if handle is self._guarded and not handle.interrupted and not handle.done():
             handle.allow_interruptions = False
 
+    def guards(self, handle: SpeechHandle) -> bool:
+        """``handle``'s step is guarded: LiveKit leaves it alone, and a real turn committed
+        meanwhile interrupts it here."""
+        return handle is self._guarded
+
     def step_finished(self, handle: SpeechHandle | None) -> None:
         """A tool step of ``handle`` ended: if it is the guarded step, the reply to its
         tools' output is interruptible again (a step nested in it, run by an
@@ -154,3 +160,44 @@ class ToolStepMinWords:
         handle.allow_interruptions = True
         handle.interrupt()
         return False
+
+
+class ToolReplyHolds:
+    """The replies to tool output held while LiveKit decides on a barge-in (``HoldToolReply``).
+
+    LiveKit asks for the reply to a tool step's output (``llm_node`` again, on the same
+    speech) as soon as its tools return, and decides whether the caller's barge-in
+    interrupts the speech only when their turn ends. ``TurnAgent.llm_node`` awaits the
+    gate of a held speech before it asks the model: released unsent, or interrupted by
+    LiveKit meanwhile (which cancels the node), the model never receives the request.
+    """
+
+    def __init__(self) -> None:
+        self._gates: dict[str, asyncio.Future[bool]] = {}
+        self._last_step: str | None = None
+
+    def hold(self, speech_id: str) -> None:
+        if speech_id not in self._gates:
+            self._gates[speech_id] = asyncio.get_running_loop().create_future()
+
+    def release(self, speech_id: str, *, send: bool) -> None:
+        gate = self._gates.pop(speech_id, None)
+        if gate is not None and not gate.done():
+            gate.set_result(send)
+
+    def step_finished(self, speech_id: str) -> None:
+        """A tool step of ``speech_id`` returned: the next reply that answers tool output
+        (LiveKit asks for it right away) is that speech's."""
+        self._last_step = speech_id
+
+    def gate_for(self, chat_ctx: llm.ChatContext) -> asyncio.Future[bool] | None:
+        """The gate of this generation if it answers the output of a held step's tools."""
+        items = chat_ctx.items
+        if not items or items[-1].type != "function_call_output" or self._last_step is None:
+            return None
+        return self._gates.get(self._last_step)
+
+    def close(self) -> None:
+        """Nothing will release the holds any more (the adapter detached): none is sent."""
+        for speech_id in list(self._gates):
+            self.release(speech_id, send=False)

@@ -49,6 +49,13 @@ ClearUserTurn            ``session.clear_user_turn()``
 RejectUserTurn           ``StopResponse`` from ``TurnAgent.on_user_turn_completed``, or
                          the item removed from the history
 CancelToolReply          ``FunctionToolsExecutedEvent.cancel_tool_reply()``
+HoldToolReply            a gate for the speech (:class:`~.interruption.ToolReplyHolds`):
+                         ``TurnAgent.llm_node`` awaits it before it asks the model for the
+                         reply to that speech's tool output; refused when LiveKit would
+                         not interrupt the speech (``allow_interruptions`` off and not the
+                         tool step's ``min_words`` guard) or it is gone
+ReleaseToolReply         the gate opened: the reply goes to the model (``send``), or the
+                         node yields nothing (LiveKit's interruption has cancelled it)
 FinalReplyWithoutTools   ``session.generate_reply(tool_choice="none")``
 StartTimer, CancelTimer  ``loop.call_later`` / ``TimerHandle.cancel``
 Say                      ``session.say(text)``, ``allow_interruptions=False`` when locked;
@@ -352,6 +359,19 @@ def cancel_tool_reply(adapter: TurnAdapter, effect: fx.CancelToolReply) -> None:
     site.cancel_tool_reply()
 
 
+def hold_tool_reply(adapter: TurnAdapter, effect: fx.HoldToolReply) -> None:
+    handle = adapter.speeches.get(effect.speech_id)
+    if handle is None or handle.done() or handle.interrupted:
+        raise EffectRefused("the speech is gone: no reply to its tool output is to come")
+    if not handle.allow_interruptions and not adapter.tool_step_min_words.guards(handle):
+        raise EffectRefused("LiveKit will not interrupt the speech: its reply is not held")
+    adapter.tool_reply_holds.hold(effect.speech_id)
+
+
+def release_tool_reply(adapter: TurnAdapter, effect: fx.ReleaseToolReply) -> None:
+    adapter.tool_reply_holds.release(effect.speech_id, send=effect.send)
+
+
 def final_reply_without_tools(adapter: TurnAdapter, effect: fx.FinalReplyWithoutTools) -> None:
     adapter.session.generate_reply(tool_choice="none")
 
@@ -423,6 +443,8 @@ LEVERS: dict[type[fx.Effect], Lever] = {
     fx.ClearUserTurn: clear_user_turn,
     fx.RejectUserTurn: reject_user_turn,
     fx.CancelToolReply: cancel_tool_reply,
+    fx.HoldToolReply: hold_tool_reply,
+    fx.ReleaseToolReply: release_tool_reply,
     fx.FinalReplyWithoutTools: final_reply_without_tools,
     fx.StartTimer: start_timer,
     fx.CancelTimer: cancel_timer,

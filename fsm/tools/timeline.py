@@ -89,6 +89,8 @@ EFFECT_MARKERS: dict[str, _Marker] = {
     "clear_user_turn": _Marker("speech", "cross", "#616161", "clear user turn"),
     "cancel_tool_reply": _Marker("speech", "cross", TOOLS, "cancel tool reply"),
     "final_reply_without_tools": _Marker("speech", "circle", TOOLS, "final reply, no tools"),
+    "hold_tool_reply": _Marker("speech", "open-diamond", TOOLS, "hold tool reply"),
+    "release_tool_reply": _Marker("speech", "diamond", TOOLS, "release tool reply"),
     "end_call": _Marker("call", "square", "#212121", "end call"),
     "suppress_reply": _Marker("speech", "cross", LOCKED, "suppress model reply"),
     "pause_model_replies": _Marker("input", "open-diamond", LOCKED, "pause model replies"),

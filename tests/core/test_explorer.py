@@ -47,6 +47,7 @@ QUICK: dict[str, TurnPolicy] = {  # the costliest first: two processes share the
         greeting_overlap="answer_whole",
         interrupted_text="spoken",
         mute_input_during_tools=False,
+        tool_reply_hold=3.0,  # the hold of a tool step's reply (off by default) explored
         idle_timeout=5,
         idle_max_reprompts=1,
         max_call_duration=60,

@@ -24,6 +24,7 @@ BAD_VALUES: dict[str, list[object]] = {
     "spill_over_window": [0, -0.5, None, "0.5", False],
     "model_reply_wait": [0, -2, None, "2", True],
     "response_done_wait": [0, -5, None, "5", False],
+    "tool_reply_hold": [0, -3, "3", True, float("inf")],
     "interrupted_text": ["spoken_prefix", None],
     "max_tool_steps": [0, -1, 1.5, True, "3"],
     "tool_cap_fallback": ["", " ", None],

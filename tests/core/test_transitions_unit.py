@@ -907,23 +907,109 @@ def test_tool_step_straight_from_listening() -> None:
     assert controller.state == "speaking"
 
 
+HOLD_SECONDS = 3.0
+HOLD_TIMER = fx.StartTimer(timer="tool_reply_hold", seconds=HOLD_SECONDS)
+
+
+def test_no_tool_reply_hold_by_default() -> None:
+    """Off unless the policy sets ``tool_reply_hold``: a barge-in into a tool step holds
+    nothing (LiveKit's own behaviour: the reply to the tool output is asked for at once)."""
+    controller = speaking(max_tool_steps=2)
+    controller.handle(ev.ToolStepStarted(at=2.0, speech_id="s1"))
+    assert controller.handle(ev.UserSpeechStarted(at=2.5)) == ()
+    assert controller.handle(ev.UserSpeechEnded(at=3.0)) == ()
+    assert controller.context.held_tool_reply is None
+
+
 def test_raw_voice_during_tools_does_not_stop_the_loop() -> None:
     """LiveKit decides whether voice is an interruption (min_words, false interruptions):
-    a backchannel that LiveKit does not act on leaves the tool step running."""
-    controller = speaking(max_tool_steps=2)
+    a backchannel that LiveKit does not act on leaves the tool step running; the reply to
+    its output is held meanwhile, and sent once the hold runs out."""
+    controller = speaking(max_tool_steps=2, tool_reply_hold=HOLD_SECONDS)
     controller.handle(ev.ToolStepStarted(at=3.0, speech_id="s1"))
-    assert controller.handle(ev.UserSpeechStarted(at=3.2)) == ()
-    assert controller.handle(ev.UserSpeechEnded(at=3.4)) == ()
+    assert controller.handle(ev.UserSpeechStarted(at=3.2)) == (fx.HoldToolReply(speech_id="s1"),)
+    assert controller.handle(ev.UserSpeechEnded(at=3.4)) == (HOLD_TIMER,)
     assert controller.handle(ev.ToolStepFinished(at=3.5, speech_id="s1")) == ()
     assert controller.state == "speaking"
+    assert controller.handle(ev.TimerFired(at=6.4, timer="tool_reply_hold")) == (
+        fx.ReleaseToolReply(speech_id="s1", send=True),
+    )
+    assert controller.context.held_tool_reply is None
+
+
+def test_a_declined_barge_in_sends_the_held_tool_reply_at_once() -> None:
+    controller = speaking(max_tool_steps=2, tool_reply_hold=HOLD_SECONDS)
+    controller.handle(ev.ToolStepStarted(at=3.0, speech_id="s1"))
+    controller.handle(ev.UserSpeechStarted(at=3.2))
+    controller.handle(ev.UserSpeechEnded(at=3.4))
+    assert controller.handle(ev.UserTurnDeclined(at=3.9, reason="min_words")) == (
+        fx.CancelTimer(timer="tool_reply_hold"),
+        fx.ReleaseToolReply(speech_id="s1", send=True),
+    )
+
+
+def test_the_caller_speaking_again_holds_on_untimed() -> None:
+    controller = speaking(max_tool_steps=2, tool_reply_hold=HOLD_SECONDS)
+    controller.handle(ev.ToolStepStarted(at=3.0, speech_id="s1"))
+    controller.handle(ev.UserSpeechStarted(at=3.2))
+    controller.handle(ev.UserSpeechEnded(at=3.4))
+    controller.handle(ev.ToolStepFinished(at=3.5, speech_id="s1"))
+    assert controller.handle(ev.UserSpeechStarted(at=3.6)) == (
+        fx.CancelTimer(timer="tool_reply_hold"),
+    )
+    assert controller.handle(ev.UserSpeechEnded(at=4.0)) == (HOLD_TIMER,)
+
+
+def test_a_step_that_hands_over_sends_its_held_reply() -> None:
+    """The outgoing agent drains (LiveKit takes no user turn meanwhile): nothing would
+    decide the hold, and the handoff waits for the held reply."""
+    controller = speaking(max_tool_steps=2, tool_reply_hold=HOLD_SECONDS)
+    controller.handle(ev.ToolStepStarted(at=3.0, speech_id="s1"))
+    controller.handle(ev.UserSpeechStarted(at=3.2))
+    assert controller.handle(ev.ToolStepFinished(at=3.5, speech_id="s1", hands_over=True)) == (
+        fx.ReleaseToolReply(speech_id="s1", send=True),
+    )
+
+
+def test_a_hold_the_adapter_refused_is_forgotten() -> None:
+    """LiveKit would not interrupt the speech (its interruptions are off): the adapter
+    holds nothing, and the machine waits for no release."""
+    controller = speaking(max_tool_steps=2, tool_reply_hold=HOLD_SECONDS)
+    controller.handle(ev.ToolStepStarted(at=3.0, speech_id="s1"))
+    controller.handle(ev.UserSpeechStarted(at=3.2))
+    refused = ev.EffectOutcome(at=3.2, effect="hold_tool_reply", outcome="refused", speech_id="s1")
+    assert controller.handle(refused) == ()
+    assert controller.context.held_tool_reply is None
+    assert controller.handle(ev.UserSpeechEnded(at=3.4)) == ()
+
+
+def test_a_tool_step_starting_while_the_caller_speaks_holds_its_reply() -> None:
+    controller = speaking(max_tool_steps=2, tool_reply_hold=HOLD_SECONDS)
+    assert controller.handle(ev.UserSpeechStarted(at=2.9)) == ()
+    assert controller.handle(ev.ToolStepStarted(at=3.0, speech_id="s1")) == (
+        fx.HoldToolReply(speech_id="s1"),
+    )
+
+
+def test_no_hold_while_tools_mute_the_caller() -> None:
+    controller = speaking(
+        max_tool_steps=2, mute_input_during_tools=True, tool_reply_hold=HOLD_SECONDS
+    )
+    controller.handle(ev.UserSpeechStarted(at=2.9))
+    assert controller.handle(ev.ToolStepStarted(at=3.0, speech_id="s1")) == (
+        fx.MuteInput(hold_audio=False),
+    )
+    assert controller.handle(ev.UserSpeechStarted(at=3.2)) == ()
 
 
 def test_livekit_interruption_during_tools_cancels_without_a_final_reply() -> None:
-    controller = speaking()
+    controller = speaking(tool_reply_hold=HOLD_SECONDS)
     controller.handle(ev.ToolStepStarted(at=3.0, speech_id="s1"))
     controller.handle(ev.UserSpeechStarted(at=3.2))
-    # LiveKit already stopped the speech: nothing to interrupt
-    assert controller.handle(ev.AgentSpeechInterrupted(at=3.3, speech_id="s1")) == ()
+    # LiveKit already stopped the speech: nothing to interrupt; its held reply is never sent
+    assert controller.handle(ev.AgentSpeechInterrupted(at=3.3, speech_id="s1")) == (
+        fx.ReleaseToolReply(speech_id="s1", send=False),
+    )
     assert controller.context.tool_loop_stopped
     assert controller.handle(ev.ToolStepFinished(at=3.5, speech_id="s1")) == (
         fx.CancelToolReply(speech_id="s1"),

@@ -267,6 +267,36 @@ async def barge_into_locked_tool(fc: FaultCall) -> None:
     await fc.wait_reply_after("Yes, that works", timeout=12)
 
 
+class SlowToolAgent(TurnAgent):
+    """An agent whose lookup takes long enough for a barge-in into its step."""
+
+    def __init__(self) -> None:
+        super().__init__(instructions="You confirm appointments.")
+
+    @function_tool
+    async def lookup(self) -> str:
+        """Look up the opening hours."""
+        await asyncio.sleep(2.5)
+        return "We open at nine."
+
+
+async def barge_into_tool_step_then_probe(fc: FaultCall) -> None:
+    """The question runs the slow tool; the caller barges in as it returns (the reply to
+    its output is held, then released); then "Yes"."""
+    fc.call.audio_input.say_now("hello")
+    await fc.wait_state("listening", timeout=12)
+    fc.call.audio_input.say_now("question")
+    await fc.wait_state("tool_loop", timeout=12)
+    await asyncio.sleep(2.0)
+    fc.call.audio_input.say_now("stop")
+    await fc.wait_step(lambda s: s.event.name == "tool_step_finished", timeout=8)
+    await fc.wait_state("listening", timeout=15)
+    await asyncio.sleep(1.5)  # the callee's "stop" turn settles
+    await fc.wait_state("listening", timeout=12)
+    fc.call.audio_input.say_now("yes")
+    await fc.wait_reply_after("Yes, that works", timeout=12)
+
+
 GREETING_HOLD = Recipe(outbound(), after_hello)
 GREETING_MUTE = Recipe(outbound(greeting_lock="mute_input"), after_hello)
 EARLY_SPEECH = Recipe(outbound(), early_speech_then_hello)
@@ -281,6 +311,13 @@ TOOL_CAP = Recipe(
     probe="Yes, that works",
 )
 IDLE = Recipe(outbound(idle_timeout=1.5, idle_max_reprompts=5), idle_then_probe)
+TOOL_BARGE_IN = Recipe(
+    outbound(tool_reply_hold=3.0),  # the hold of the tool reply, off by default
+    barge_into_tool_step_then_probe,
+    agent=SlowToolAgent,
+    llm=lambda: ScriptedLLM(lookup_for_the_question, default_reply="We open at nine."),
+    probe="Yes, that works",
+)
 
 PIPELINE_EFFECTS = tuple(t for t in fx.EFFECT_TYPES if t not in fx.REALTIME_EFFECTS)
 """The effects a pipeline call can emit (a realtime-only one never reaches its levers)."""
@@ -302,6 +339,8 @@ RECIPES: dict[type[fx.Effect], Recipe] = {
     fx.CancelToolReply: TOOL_CAP,
     fx.FinalReplyWithoutTools: TOOL_CAP,
     fx.Say: IDLE,
+    fx.HoldToolReply: TOOL_BARGE_IN,
+    fx.ReleaseToolReply: TOOL_BARGE_IN,
 }
 """For each effect type, a call that passes through it (a test checks none is missing)."""
 
@@ -367,6 +406,12 @@ RawBargeInMachine = build_machine(stop_tools_on_raw_barge_in, name="RawBargeInMa
 
 
 class RawBargeInRules(TurnRules):
+    def hold_tool_reply(self) -> None:
+        # tool_loop's own barge-in transition (the hold) is tried before the one the
+        # extension adds on conversation: the raw stop runs there too
+        self.stop_the_tool_step()
+        super().hold_tool_reply()
+
     def stop_the_tool_step(self) -> None:
         if self.context.tool_speech_id is not None and not self.context.tool_loop_stopped:
             self.context.tool_loop_stopped = True

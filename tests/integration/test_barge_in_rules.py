@@ -28,8 +28,8 @@ from turncalls import (
     APPOINTMENT_QUESTION,
     LookupAgent,
     TurnCall,
+    barge_into_tool_step,
     line_start,
-    lookup_reply,
     run_scenarios,
     turn_call,
 )
@@ -52,38 +52,14 @@ TOOL_SECONDS = 2.5
 async def _barge_into_tool_step(
     interruption: dict[str, Any], line: str
 ) -> tuple[TurnCall, LookupAgent]:
-    """Ask the question; say ``line`` while the tool runs; wait until the call is quiet.
-
-    Returns the finished call (its session is closed; its records stay)."""
-    policy = TurnPolicy(direction="inbound", first_speaker="user", max_tool_steps=3)
-    agent = LookupAgent(TOOL_SECONDS)
-    script = CallScript([UserLine(0.3, "question")])
-    async with turn_call(
-        policy,
-        script,
-        agent=agent,
-        llm=ScriptedLLM(lookup_reply),
-        turn_handling={"interruption": interruption},
-        settings="livekit-defaults",
-    ) as tc:
-        call = tc.call
-        await call.wait_until(lambda: bool(agent.started), timeout=LINES["question"].duration + 4)
-        await call.sleep_until(call.now() + 0.3)
-        call.audio_input.say_now(line)
-        # the tool ends, then either its result plays or the reply to the barge-in does
-        await call.wait_until(lambda: bool(agent.finished), timeout=TOOL_SECONDS + 2)
-        await call.wait_until(
-            lambda: (
-                call.session.agent_state == "listening"
-                and bool(call.audio_output.segments)
-                and call.audio_output.segments[-1].finished
-            ),
-            timeout=12,
-        )
-        await call.sleep_until(call.now() + 1.5)  # nothing else comes
-        tool_start, tool_end = tc.call_time(agent.started[0]), tc.call_time(agent.finished[0])
-        assert tool_start < line_start(call, line) < tool_end - 0.5, tc.describe()  # during it
-        return tc, agent
+    """Ask the question; say ``line`` early in the tool's run (LiveKit decides before the
+    tool returns); wait until the call is quiet."""
+    tc, agent, _ = await barge_into_tool_step(
+        interruption, line, after=0.3, tool_seconds=TOOL_SECONDS
+    )
+    tool_start, tool_end = tc.call_time(agent.started[0]), tc.call_time(agent.finished[0])
+    assert tool_start < line_start(tc.call, line) < tool_end - 0.5, tc.describe()  # during it
+    return tc, agent
 
 
 def _tool_speech_interrupted(tc: TurnCall) -> list[TraceStep]:

@@ -21,11 +21,14 @@ from turnfsm import effects as fx
 from turnfsm.adapters.livekit import TurnAdapter, TurnAgent, attach
 from turnfsm.adapters.sim import (
     LINES,
+    CallScript,
     LLMRequest,
     PlayoutSegment,
+    ScriptedLLM,
     ScriptedReply,
     ScriptedToolCall,
     SimulatedCall,
+    UserLine,
 )
 from turnfsm.adapters.sim.testing import describe_call
 from turnfsm.events import CallAnswered
@@ -266,3 +269,52 @@ def lookup_reply(request: LLMRequest) -> ScriptedReply:
     if request.last_user_text == APPOINTMENT_QUESTION:
         return ScriptedReply(tool_calls=(ScriptedToolCall("lookup"),))
     return ScriptedReply(text="Okay.")
+
+
+async def barge_into_tool_step(
+    interruption: dict[str, Any],
+    line: str,
+    *,
+    after: float,
+    tool_seconds: float,
+    tool_reply_hold: float | None = None,
+) -> tuple[TurnCall, LookupAgent, ScriptedLLM]:
+    """Under LiveKit's defaults (``interruption``: the session's interruption options),
+    ask the question, answered with one tool round; say ``line`` ``after`` seconds into
+    the tool's run; wait until the call is quiet.
+
+    Returns the finished call (its session is closed; its records stay), the agent and
+    the model."""
+    policy = TurnPolicy(
+        direction="inbound",
+        first_speaker="user",
+        max_tool_steps=3,
+        tool_reply_hold=tool_reply_hold,
+    )
+    agent = LookupAgent(tool_seconds)
+    llm = ScriptedLLM(lookup_reply)
+    script = CallScript([UserLine(0.3, "question")])
+    async with turn_call(
+        policy,
+        script,
+        agent=agent,
+        llm=llm,
+        turn_handling={"interruption": interruption},
+        settings="livekit-defaults",
+    ) as tc:
+        call = tc.call
+        await call.wait_until(lambda: bool(agent.started), timeout=LINES["question"].duration + 4)
+        await call.sleep_until(call.now() + after)
+        call.audio_input.say_now(line)
+        # the tool ends, then either its result plays or the reply to the barge-in does
+        await call.wait_until(lambda: bool(agent.finished), timeout=tool_seconds + 2)
+        await call.wait_until(
+            lambda: (
+                call.session.agent_state == "listening"
+                and bool(call.audio_output.segments)
+                and call.audio_output.segments[-1].finished
+            ),
+            timeout=12,
+        )
+        await call.sleep_until(call.now() + 1.5)  # nothing else comes
+        return tc, agent, llm
