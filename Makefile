@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-deep fuzz demo lint diagrams bench livekit-compat clean
+.PHONY: install test test-deep test-matrix fuzz demo lint diagrams bench livekit-compat clean
 
 # Strict editable install: the package's files are linked one by one, so the tests see
 # exactly what a wheel would ship. Setuptools says so on every install; that notice is
@@ -32,6 +32,11 @@ test: install
 
 test-deep: install
 	TURNFSM_DEEP=1 $(BIN)/python -m pytest -m deep
+
+# every cell of issue 19's realtime matrix (432, about 60 s of CPU: CI runs it after
+# `make test`, which runs a covering 18 of them to keep to three minutes)
+test-matrix: install
+	TURNFSM_REALTIME_MATRIX=1 $(BIN)/python -m pytest tests/realtime/test_realtime_matrix_*ms.py
 
 # seeded simulated calls on the virtual clock (CI runs these after `make test`); a call the
 # regression list names as open, failing as listed, is reported as known, not a failure.

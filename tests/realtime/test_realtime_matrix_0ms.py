@@ -6,10 +6,22 @@ from pathlib import Path
 
 import pytest
 
-from support.realtime_matrix import LATENCIES_MS, Cell, cells, run_cell
+from support.realtime_matrix import (
+    CANCEL_DELAYS_MS,
+    FAULTS,
+    LATENCIES_MS,
+    RATES,
+    SYNCHRONIZER,
+    TEXT_LEADS_MS,
+    Cell,
+    cells,
+    cells_to_run,
+    covering_cells,
+    run_cell,
+)
 
 
-@pytest.mark.parametrize("cell", cells(latency_ms=0), ids=str)
+@pytest.mark.parametrize("cell", cells_to_run(0), ids=str)
 async def test_matrix_cell(cell: Cell) -> None:
     await run_cell(cell)
 
@@ -20,3 +32,20 @@ def test_the_matrix_modules_hold_every_cell() -> None:
     for latency in LATENCIES_MS:
         assert (here / f"test_realtime_matrix_{latency}ms.py").exists()
     assert len({cell for latency in LATENCIES_MS for cell in cells(latency)}) == 432
+
+
+def test_the_covering_subset_meets_every_value_of_every_axis_with_every_fault() -> None:
+    covering = [cell for latency in LATENCIES_MS for cell in covering_cells(latency)]
+    assert len(set(covering)) == 18
+    assert {cell.latency_ms for cell in covering} == set(LATENCIES_MS)
+    axes = {
+        "cancel_ms": CANCEL_DELAYS_MS,
+        "lead_ms": TEXT_LEADS_MS,
+        "rate": RATES,
+        "synchronizer": SYNCHRONIZER,
+        "latency_ms": LATENCIES_MS,
+    }
+    for fault in FAULTS:
+        with_fault = [cell for cell in covering if cell.fault == fault]
+        for axis, values in axes.items():
+            assert {getattr(cell, axis) for cell in with_fault} == set(values), (fault, axis)

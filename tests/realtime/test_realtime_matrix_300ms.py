@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from support.realtime_matrix import Cell, cells, run_cell
+from support.realtime_matrix import Cell, cells_to_run, run_cell
 
 
-@pytest.mark.parametrize("cell", cells(latency_ms=300), ids=str)
+@pytest.mark.parametrize("cell", cells_to_run(300), ids=str)
 async def test_matrix_cell(cell: Cell) -> None:
     await run_cell(cell)
