@@ -337,6 +337,16 @@ class ModelCancelAnswered(Event):
     cancel_id: Label = ""
 
 
+REALTIME_EVENTS: tuple[type[Event], ...] = (
+    RealtimeModelLinked,
+    ModelReplyStarted,
+    ModelResponseCreated,
+    ModelResponseDone,
+    ModelCancelSent,
+    ModelCancelAnswered,
+)
+"""Events only a realtime model's link reports (a pipeline call never sees them)."""
+
 EVENT_TYPES: tuple[type[Event], ...] = (
     SessionStarted,
     CallRinging,
@@ -359,23 +369,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     AgentSpeechInterrupted,
     EffectOutcome,
     OutcomeBreached,
-    RealtimeModelLinked,
-    ModelReplyStarted,
-    ModelResponseCreated,
-    ModelResponseDone,
-    ModelCancelSent,
-    ModelCancelAnswered,
+    *REALTIME_EVENTS,
 )
 """The whole input alphabet, in a stable order."""
-
-REALTIME_EVENTS: tuple[type[Event], ...] = (
-    RealtimeModelLinked,
-    ModelReplyStarted,
-    ModelResponseCreated,
-    ModelResponseDone,
-    ModelCancelSent,
-    ModelCancelAnswered,
-)
-"""Events only a realtime model's link reports (a pipeline call never sees them)."""
 
 EVENTS_BY_NAME: dict[str, type[Event]] = {cls.name: cls for cls in EVENT_TYPES}
