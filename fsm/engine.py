@@ -63,6 +63,8 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from statemachine.callbacks import allways_true
 from statemachine.orderedset import OrderedSet
 
+from .machine import VOICE_REGION, walk_states
+
 if TYPE_CHECKING:
     from statemachine import State, StateChart
     from statemachine.transition import Transition
@@ -224,8 +226,8 @@ class CompiledChart:
         self._rules_key = f"@{id(sample_rules)}"
         self._rules_class = rules_class
         self._lock = threading.Lock()
-        own = {state.id: state for state in _walk(machine_class.states)}
-        self._instance_states = {state.id: state for state in _walk(sample.states)}
+        own = {state.id: state for state in walk_states(machine_class.states)}
+        self._instance_states = {state.id: state for state in walk_states(sample.states)}
         self.states: dict[str, State] = own
         self.values: dict[str, Any] = {key: state.value for key, state in own.items()}
         for state in self._instance_states.values():
@@ -504,15 +506,7 @@ def _shaped(function: Callable[..., Any], shape: tuple[str, ...], static: dict[s
     return call
 
 
-def _walk(states: Any) -> Iterator[State]:
-    for state in states:
-        yield state
-        yield from _walk(state.states)
-
-
 def _voice_leaves(states: dict[str, State]) -> Iterator[str]:
-    from .machine import VOICE_REGION
-
     for key, state in states.items():
         if not state.states and any(a.id == VOICE_REGION for a in state.ancestors()):
             yield key

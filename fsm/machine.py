@@ -520,7 +520,7 @@ def chart_states(chart: dict[str, Any]) -> dict[str, State]:
     """Every state of a chart declaration (:func:`declare_chart`), compound ones too, by id.
     (The outermost ones get their ids when the class is made: they go by their names.)"""
     outermost = {name: chart[name] for name in ("call", "ended")}
-    nested = {state.id: state for state in _walk(chart["call"].states)}
+    nested = {state.id: state for state in walk_states(chart["call"].states)}
     return {**outermost, **nested}
 
 
@@ -543,10 +543,12 @@ TurnMachine: type[TurnChart] = build_machine(name="TurnMachine")
 listening ⇄ speaking ⇄ tool_loop``, and ``ended`` from anywhere."""
 
 
-def _walk(states: Any) -> Iterator[State]:
+def walk_states(states: Any) -> Iterator[State]:
+    """Every state under ``states`` (a chart's or a state's), parents before children, in
+    declaration order."""
     for state in states:
         yield state
-        yield from _walk(state.states)
+        yield from walk_states(state.states)
 
 
 VOICE_REGION = "caller_voice"
@@ -566,7 +568,7 @@ def _atomic_by_region(
 ) -> tuple[tuple[State, ...], tuple[State, ...]]:
     """The atomic states, in declaration order: the call's, and the caller's voice's.
     (Cached: a chart class is never changed once declared.)"""
-    atomic = [state for state in _walk(machine_class.states) if not state.states]
+    atomic = [state for state in walk_states(machine_class.states) if not state.states]
     return (
         tuple(state for state in atomic if not _in_voice_region(state)),
         tuple(state for state in atomic if _in_voice_region(state)),
@@ -651,8 +653,8 @@ VOICE_STATES: tuple[str, ...] = tuple(state.id for state in voice_states())
 
 
 def _leaves_under(compound: str) -> frozenset[str]:
-    (node,) = (state for state in _walk(TurnMachine.states) if state.id == compound)
-    return frozenset(state.id for state in _walk([node]) if not state.states)
+    (node,) = (state for state in walk_states(TurnMachine.states) if state.id == compound)
+    return frozenset(state.id for state in walk_states([node]) if not state.states)
 
 
 LIVE_STATES: frozenset[str] = _leaves_under("turn")

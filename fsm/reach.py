@@ -32,7 +32,7 @@ import attrs
 from statemachine import State
 from statemachine.transition import Transition
 
-from .machine import TurnChart, TurnMachine, atomic_states, leaf_transitions
+from .machine import TurnChart, TurnMachine, atomic_states, leaf_transitions, walk_states
 from .policy import TurnPolicy
 from .rules import POLICY_GUARDS, TIMER_GUARDS, TurnRules
 
@@ -121,7 +121,7 @@ def reach(policy: TurnPolicy, machine_class: type[TurnChart] = TurnMachine) -> R
     first = atomic_states(machine_class)[0]
     if first.id != start:
         kept.update(id(t) for t in possible_in(first) if not list(t.events))
-    declared = [t for state in _walk(machine_class.states) for t in state.transitions]
+    declared = [t for state in walk_states(machine_class.states) for t in state.transitions]
     return Reach(
         start=start,
         transitions=tuple(t for t in declared if id(t) in kept),
@@ -154,12 +154,6 @@ def ends_of_its_own(
         if rules.context.end_reason is not None:
             reasons[rules.context.end_reason] = None
     return tuple(reasons)
-
-
-def _walk(states: object) -> Iterator[State]:
-    for state in states:  # type: ignore[attr-defined]
-        yield state
-        yield from _walk(state.states)
 
 
 def _entered_leaves(state: State, source: State) -> list[str]:

@@ -32,7 +32,6 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 
 import attrs
-from statemachine import State
 from statemachine.callbacks import CallbackSpec
 from statemachine.contrib.diagram import extract
 from statemachine.contrib.diagram.model import (
@@ -47,7 +46,7 @@ from statemachine.contrib.diagram.renderers.mermaid import MermaidRenderer, Merm
 from statemachine.transition import Transition
 
 from ..controller import TurnController
-from ..machine import LOCKED_STATES, TurnChart, TurnMachine, atomic_states
+from ..machine import LOCKED_STATES, TurnChart, TurnMachine, atomic_states, walk_states
 from ..policy import TurnPolicy
 from ..reach import reach
 from ..rules import TurnRules
@@ -141,7 +140,9 @@ def declared_transitions(
     drawn as its ``[*]`` arrow, and left out."""
     graph = extract(machine_class)
     transitions = [
-        transition for state in _walk(machine_class.states) for transition in state.transitions
+        transition
+        for state in walk_states(machine_class.states)
+        for transition in state.transitions
     ]
     if [t.source.id for t in transitions] != [t.source for t in graph.transitions]:
         raise RuntimeError("python-statemachine's extract step lists transitions differently")
@@ -212,12 +213,6 @@ def build_diagram(
         omitted=tuple(edge for edge in edges if edge not in kept),
     )
     return diagram if trace is None else _overlay(diagram, trace, machine_class)
-
-
-def _walk(states: Iterable[State]) -> Iterator[State]:
-    for state in states:
-        yield state
-        yield from _walk(state.states)
 
 
 def _walk_model(states: Iterable[DiagramState]) -> Iterator[DiagramState]:
