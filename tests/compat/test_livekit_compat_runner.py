@@ -112,3 +112,20 @@ def test_a_test_that_hangs_fails_and_its_file_goes_on(
     (test_file,) = export(mirror, commit, root)
     monkeypatch.setattr(run_livekit_suite, "TEST_TIMEOUT", 2)
     assert run(root, test_file, "off", out) == {"test_hangs": "failed", "test_after": "passed"}
+
+
+def test_only_a_lost_pass_is_a_regression() -> None:
+    baseline = {
+        "f::passes": "passed",
+        "f::fails_in_both": "error",  # a task leaked by the test before it, at teardown
+        "f::breaks": "passed",
+        "g::in_a_hung_file": "passed",
+    }
+    attached = {
+        "f::passes": "passed",
+        "f::fails_in_both": "failed",
+        "f::breaks": "failed",
+        f"g::{run_livekit_suite.HUNG}": "error",
+    }
+    assert run_livekit_suite.regressions(baseline, attached) == ["f::breaks", "g::in_a_hung_file"]
+    assert run_livekit_suite.regressions(baseline, baseline) == []
