@@ -167,6 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit", help="the commit to test at (default: see above)")
     parser.add_argument("--only", nargs="*", default=(), help="test file names to run")
     args = parser.parse_args(argv)
+    inside = subprocess.run(
+        ["git", "-C", str(args.mirror), "rev-parse", "--git-dir"], capture_output=True, text=True
+    )
+    if inside.returncode != 0:
+        parser.error(f"--mirror {args.mirror}: not a git repository ({inside.stderr.strip()})")
     commit, why = pick_commit(args.mirror, args.commit)
     print(f"LiveKit's tests at {commit[:12]} ({why}); livekit-agents {version('livekit-agents')}")
     with tempfile.TemporaryDirectory(prefix="livekit-compat-") as folder:

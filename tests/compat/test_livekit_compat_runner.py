@@ -129,3 +129,12 @@ def test_only_a_lost_pass_is_a_regression() -> None:
     }
     assert run_livekit_suite.regressions(baseline, attached) == ["f::breaks", "g::in_a_hung_file"]
     assert run_livekit_suite.regressions(baseline, baseline) == []
+
+
+def test_a_mirror_that_is_no_repository_is_refused_by_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as refused:
+        run_livekit_suite.main(["--mirror", str(tmp_path / "absent")])
+    assert refused.value.code == 2
+    assert f"--mirror {tmp_path / 'absent'}: not a git repository" in capsys.readouterr().err
