@@ -32,6 +32,7 @@ __all__ = [
     "SHORT_GREETING",
     "Assistant",
     "Call",
+    "LookupAgent",
     "Loudspeaker",
     "greet_after_hello",
     "greet_after_hello_started",
@@ -69,6 +70,26 @@ class Assistant(TurnAgent):
         """
         self.cities.append(city)
         return f"sunny in {city}"
+
+
+class LookupAgent(Assistant):
+    """Also looks things up, taking the time each call asks for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lookups: list[float] = []
+        """When each lookup started (the loop's clock)."""
+
+    @function_tool
+    async def lookup(self, seconds: float) -> str:
+        """Looks something up.
+
+        Args:
+            seconds: How long the lookup takes.
+        """
+        self.lookups.append(asyncio.get_running_loop().time())
+        await asyncio.sleep(seconds)
+        return "found"
 
 
 class Call:
