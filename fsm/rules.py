@@ -242,6 +242,16 @@ class TurnRules:
     def greeting_retried(self) -> bool:
         return self.context.greeting_retried
 
+    @guard("event")
+    def step_speech_interrupted(self, ev: ToolStepFinished) -> bool:
+        """LiveKit interrupted the step's speech, whose reply is never played. On a
+        realtime model LiveKit would still ask for it, after a cancel of whatever response
+        is active (its interrupt before a tool reply): the answer to the caller who spoke
+        meanwhile, when another reply's step had taken the machine out of ``tool_loop``
+        (fuzz realtime seed 1998)."""
+        ctx = self.context
+        return ctx.realtime_model and ev.speech_id in ctx.interrupted_speeches
+
     @guard("context")
     def tool_loop_must_stop(self) -> bool:
         ctx = self.context
@@ -653,6 +663,7 @@ class TurnRules:
             self._drop_unspoken(ev.speech_id, ev.played_seconds, ev.played_text)
         ctx.active_speeches = ctx.active_speeches - {ev.speech_id}
         ctx.tool_replies_due = ctx.tool_replies_due - {ev.speech_id}
+        ctx.interrupted_speeches = ctx.interrupted_speeches - {ev.speech_id}
         if ev.speech_id == ctx.tool_speech_id:
             ctx.tool_speech_id = None
         if ev.speech_id == ctx.held_tool_reply:  # its reply will never be asked for
@@ -722,6 +733,17 @@ class TurnRules:
             return
         ctx.tool_rounds += 1
         ctx.tool_speech_id = ev.speech_id
+
+    def note_speech_interrupted(self, ev: AgentSpeechInterrupted) -> None:
+        ctx = self.context
+        if ev.speech_id in ctx.active_speeches:
+            ctx.interrupted_speeches = ctx.interrupted_speeches | {ev.speech_id}
+
+    def cancel_unheard_tool_reply(self, ev: ToolStepFinished) -> None:
+        """The step's speech was interrupted: its output is not answered (no round counts
+        as capped: the loop of another reply goes on)."""
+        self.emit(fx.CancelToolReply(speech_id=ev.speech_id))
+        self.note_handoff(ev)
 
     def note_tool_loop_interrupted(self) -> None:
         """LiveKit interrupted the speech during a tool step: no further round, the tool

@@ -96,3 +96,61 @@ async def test_a_second_tool_loop_runs_no_round_past_the_cap(call: Call) -> None
     assert len(calls) == len(agent.lookups) == 4
     summary = [kind for kind, _ in server.conversation_summary()]
     assert summary.count("function_call") == summary.count("function_call_output") == 4
+
+
+ANSWER = "Yes, on Saturday we open at nine and close at noon, as on every weekday."
+
+
+@pytest.mark.fidelity(Fidelity(network_latency_ms=100, cancel_latency_ms=150))
+async def test_the_answer_is_not_cut_by_the_end_of_an_interrupted_tool_step(call: Call) -> None:
+    """Two replies run tools; the caller interrupts the second while the machine is in
+    ``speaking`` (the first one's step ended), then asks a question: the interrupted step's
+    end must not cancel the answer (fuzz realtime seed 1998)."""
+    agent = call.agent = LookupAgent()
+    server = call.server
+    third = "Open on Saturday?"
+
+    def respond(request: ResponseRequest) -> ScriptedResponse:
+        users = [i for i, item in enumerate(request.conversation) if item.get("role") == "user"]
+        turn = str(request.conversation[users[-1]]["content"][0].get("transcript"))
+        if turn == third or request.tool_choice == "none":
+            return ScriptedResponse(text=ANSWER)
+        seconds = {QUESTION: 2.5, SECOND: 3.0}[turn]
+        return ScriptedResponse(tool_calls=(ToolCall("lookup", {"seconds": seconds}),))
+
+    server.script.policy = respond
+    for transcript in (QUESTION, SECOND, third):
+        server.script.push_user_transcript(transcript)
+    policy = TurnPolicy(direction="inbound", first_speaker="user", max_tool_steps=4)
+    session, _, controller = await call.start(policy)
+    loop = asyncio.get_running_loop()
+
+    call.microphone.speak(1.0)  # the first reply looks it up, for 2.5 s
+    while not agent.lookups:
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.3)
+    call.microphone.speak(0.5)  # it is interrupted; the second reply looks up for 3 s
+    while len(agent.lookups) < 2:
+        await asyncio.sleep(0.01)
+    # the first step is over (the machine in speaking); the caller interrupts the second
+    # reply and asks, and the model answers just after the second step ended
+    while loop.time() < agent.lookups[1] + 3.0 - 1.4:
+        await asyncio.sleep(0.01)
+    call.microphone.speak(0.8)
+    answer = await call.segment_playing(0)
+    await wait_finished(answer)
+    await asyncio.sleep(1.0)
+
+    assert len(agent.lookups) == 2
+    assert len(call.speaker.segments) == 1
+    assert not answer.interrupted
+    assert answer.played == pytest.approx(len(ANSWER) / CPS, abs=0.2)
+    answers = [r for r in server.responses if r.reply.text == ANSWER]
+    assert [r.status for r in answers] == ["completed"]
+    assistant = [m.text_content for m in session.history.messages() if m.role == "assistant"]
+    assert assistant == [ANSWER]
+    assert controller.trace is not None
+    cancels = [
+        e for step in controller.trace for e in step.effects if isinstance(e, fx.CancelToolReply)
+    ]
+    assert len(cancels) == 2  # both interrupted steps' outputs go unanswered
