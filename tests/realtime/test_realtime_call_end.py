@@ -17,10 +17,9 @@ import pytest
 from livekit.agents import llm
 
 from turnfsm import TurnPolicy
-from turnfsm.adapters.sim.realtime import ResponseRequest, ScriptedResponse, ToolCall
 
 from support.fidelity import pinned_fidelity
-from support.realtime_calls import Call, LookupAgent, served_call
+from support.realtime_calls import Call, LookupAgent, looks_up_once, served_call
 
 QUESTION = "What time do you open tomorrow?"
 SECOND = "Is there parking near the office?"
@@ -45,20 +44,9 @@ def _messages(context: llm.ChatContext) -> list[tuple[str, str]]:
 async def test_what_the_model_says_after_the_call_ended_is_in_no_context(call: Call) -> None:
     agent = call.agent = LookupAgent()
     server = call.server
-    lookups = {QUESTION: 3.0, SECOND: 3.0}
-
-    def respond(request: ResponseRequest) -> ScriptedResponse:
-        users = [i for i, item in enumerate(request.conversation) if item.get("role") == "user"]
-        turn = str(request.conversation[users[-1]]["content"][0].get("transcript"))
-        answered = any(
-            item.get("type") == "function_call_output"
-            for item in request.conversation[users[-1] :]
-        )
-        if turn in lookups and not answered and request.tool_choice != "none":
-            return ScriptedResponse(tool_calls=(ToolCall("lookup", {"seconds": lookups[turn]}),))
-        return ScriptedResponse(text=UNHEARD if turn == AFTER_THE_END else "Okay.")
-
-    server.script.policy = respond
+    server.script.policy = looks_up_once(
+        {QUESTION: 3.0, SECOND: 3.0}, lambda turn: UNHEARD if turn == AFTER_THE_END else "Okay."
+    )
     for transcript in (QUESTION, SECOND, AFTER_THE_END):
         server.script.push_user_transcript(transcript)
     policy = TurnPolicy(direction="inbound", first_speaker="user", max_call_duration=2.5)

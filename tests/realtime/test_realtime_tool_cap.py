@@ -22,7 +22,7 @@ from turnfsm import effects as fx
 from turnfsm.adapters.sim.realtime import Fidelity, ResponseRequest, ScriptedResponse, ToolCall
 
 from support.fidelity import pinned_fidelity
-from support.realtime_calls import Call, LookupAgent, served_call, wait_finished
+from support.realtime_calls import Call, LookupAgent, looks_up_once, served_call, wait_finished
 
 QUESTION = "Is there parking near the office?"
 SECOND = "And can I bring my dog?"
@@ -109,16 +109,7 @@ async def test_the_answer_is_not_cut_by_the_end_of_an_interrupted_tool_step(call
     agent = call.agent = LookupAgent()
     server = call.server
     third = "Open on Saturday?"
-
-    def respond(request: ResponseRequest) -> ScriptedResponse:
-        users = [i for i, item in enumerate(request.conversation) if item.get("role") == "user"]
-        turn = str(request.conversation[users[-1]]["content"][0].get("transcript"))
-        if turn == third or request.tool_choice == "none":
-            return ScriptedResponse(text=ANSWER)
-        seconds = {QUESTION: 2.5, SECOND: 3.0}[turn]
-        return ScriptedResponse(tool_calls=(ToolCall("lookup", {"seconds": seconds}),))
-
-    server.script.policy = respond
+    server.script.policy = looks_up_once({QUESTION: 2.5, SECOND: 3.0}, lambda turn: ANSWER)
     for transcript in (QUESTION, SECOND, third):
         server.script.push_user_transcript(transcript)
     policy = TurnPolicy(direction="inbound", first_speaker="user", max_tool_steps=4)
