@@ -70,6 +70,14 @@ class TurnContext:
     """The speech whose reply runs the current tool steps: only its interruption stops
     the loop (LiveKit also interrupts the preemptive replies it discards meanwhile)."""
 
+    interrupted_speeches: frozenset[str] = frozenset()
+    """Active speeches LiveKit interrupted while the agent was speaking or running tools:
+    the reply to a tool step of theirs is never played."""
+
+    tool_replies_due: frozenset[str] = frozenset()
+    """Speeches whose tool step finished uncancelled and whose next step has not started:
+    LiveKit asks the model for the reply to their tool output, with tools allowed."""
+
     held_tool_reply: str | None = None
     """The speech whose reply to its tool output is held (``HoldToolReply``) until LiveKit
     decides on the caller's barge-in into its tool step."""

@@ -327,21 +327,30 @@ def declare_chart() -> dict[str, Any]:
         | tool_loop.to(None, on=step_started)
     )
 
+    # (playback is traced only; the state follows creation)
+    agent_speech_started = conversation.to(None, on="note_tool_reply_plays")
+
+    step_finished = ["note_handoff", "note_tool_reply_due"]
     tool_step_finished = (
         tool_loop.to(speaking, cond="tool_loop_must_stop", on="stop_after_tool_step")
-        | tool_loop.to(speaking, on="note_handoff")
+        | tool_loop.to(speaking, cond="step_speech_interrupted", on="cancel_unheard_tool_reply")
+        | tool_loop.to(speaking, on=step_finished)
         | conversation.to(None, cond="tool_loop_must_stop", on="stop_after_tool_step")
-        | conversation.to(None, cond="step_hands_over", on="note_handoff")
+        | conversation.to(None, cond="step_speech_interrupted", on="cancel_unheard_tool_reply")
+        | conversation.to(None, on=step_finished)
     )
 
+    interrupted = "note_speech_interrupted"
     agent_speech_interrupted = (
         tool_loop.to(
             None,
             cond="is_tool_step_speech",
-            on=["note_tool_loop_interrupted", "drop_held_tool_reply"],
+            on=["note_tool_loop_interrupted", "drop_held_tool_reply", interrupted],
         )
-        | speaking.to(None, cond="is_held_tool_reply", on="drop_held_tool_reply")
-        | tool_loop.to(None, cond="is_held_tool_reply", on="drop_held_tool_reply")
+        | speaking.to(None, cond="is_held_tool_reply", on=["drop_held_tool_reply", interrupted])
+        | tool_loop.to(None, cond="is_held_tool_reply", on=["drop_held_tool_reply", interrupted])
+        | speaking.to(None, on=interrupted)
+        | tool_loop.to(None, on=interrupted)
     )
 
     effect_outcome = (
@@ -505,7 +514,8 @@ def declare_chart() -> dict[str, Any]:
     del in_call, connecting, start, ringing, turn, awaiting_user, awaiting_agent, greeting
     del conversation
     del listening, speaking, tool_loop, caller_silent, caller_speaking
-    del leave_greeting, speech_ended, step_started, call_wide, when_model_free
+    del leave_greeting, speech_ended, step_started, step_finished, interrupted
+    del call_wide, when_model_free
     return dict(locals())
 
 
@@ -697,7 +707,11 @@ def _everywhere(event: str, reason: str) -> dict[tuple[str, str], str]:
 
 IGNORED: dict[tuple[str, str], str] = {
     **_everywhere("user_transcript", "transcripts are traced only; turns are decided on commit"),
-    **_everywhere("agent_speech_started", "playback is traced only; the state follows creation"),
+    **{
+        key: "playback is traced only; the state follows creation"
+        for key in _everywhere("agent_speech_started", "")
+        if key[0] not in CONVERSATION_STATES
+    },
     **_everywhere("call_ringing", "informational: the call starts on call_answered"),
     **_everywhere(
         "outcome_breached",

@@ -20,6 +20,7 @@ from .events import (
     AgentSpeechCreated,
     AgentSpeechEnded,
     AgentSpeechInterrupted,
+    AgentSpeechStarted,
     AnsweringMachineDetected,
     AssistantMessageCommitted,
     CallEnded,
@@ -204,10 +205,6 @@ class TurnRules:
         return self.context.tool_loop_stopped
 
     @guard("event")
-    def step_hands_over(self, ev: ToolStepFinished) -> bool:
-        return ev.hands_over
-
-    @guard("event")
     def held_audio_replayed(self, ev: EffectOutcome) -> bool:
         """The greeting's held audio has been replayed (or its unmute failed): the
         outcome of its ``UnmuteInput`` comes when the replay is over."""
@@ -244,6 +241,16 @@ class TurnRules:
     @guard("context")
     def greeting_retried(self) -> bool:
         return self.context.greeting_retried
+
+    @guard("event")
+    def step_speech_interrupted(self, ev: ToolStepFinished) -> bool:
+        """LiveKit interrupted the step's speech, whose reply is never played. On a
+        realtime model LiveKit would still ask for it, after a cancel of whatever response
+        is active (its interrupt before a tool reply): the answer to the caller who spoke
+        meanwhile, when another reply's step had taken the machine out of ``tool_loop``
+        (fuzz realtime seed 1998)."""
+        ctx = self.context
+        return ctx.realtime_model and ev.speech_id in ctx.interrupted_speeches
 
     @guard("context")
     def tool_loop_must_stop(self) -> bool:
@@ -655,6 +662,8 @@ class TurnRules:
         if ev.interrupted and self.policy.interrupted_text != "keep":
             self._drop_unspoken(ev.speech_id, ev.played_seconds, ev.played_text)
         ctx.active_speeches = ctx.active_speeches - {ev.speech_id}
+        ctx.tool_replies_due = ctx.tool_replies_due - {ev.speech_id}
+        ctx.interrupted_speeches = ctx.interrupted_speeches - {ev.speech_id}
         if ev.speech_id == ctx.tool_speech_id:
             ctx.tool_speech_id = None
         if ev.speech_id == ctx.held_tool_reply:  # its reply will never be asked for
@@ -718,11 +727,23 @@ class TurnRules:
         """Count one round, however many parallel calls; a round past the cap is refused."""
         ctx = self.context
         self._add_active_speech(ev.speech_id)
+        ctx.tool_replies_due = ctx.tool_replies_due - {ev.speech_id}
         if ctx.capped or ctx.tool_rounds >= self.policy.max_tool_steps:
             self.emit(fx.CancelToolReply(speech_id=ev.speech_id))
             return
         ctx.tool_rounds += 1
         ctx.tool_speech_id = ev.speech_id
+
+    def note_speech_interrupted(self, ev: AgentSpeechInterrupted) -> None:
+        ctx = self.context
+        if ev.speech_id in ctx.active_speeches:
+            ctx.interrupted_speeches = ctx.interrupted_speeches | {ev.speech_id}
+
+    def cancel_unheard_tool_reply(self, ev: ToolStepFinished) -> None:
+        """The step's speech was interrupted: its output is not answered (no round counts
+        as capped: the loop of another reply goes on)."""
+        self.emit(fx.CancelToolReply(speech_id=ev.speech_id))
+        self.note_handoff(ev)
 
     def note_tool_loop_interrupted(self) -> None:
         """LiveKit interrupted the speech during a tool step: no further round, the tool
@@ -794,6 +815,17 @@ class TurnRules:
             # done, and takes no user turn meanwhile, so nothing would decide the hold
             self._release_tool_reply(send=True)
 
+    def note_tool_reply_due(self, ev: ToolStepFinished) -> None:
+        """LiveKit asks the model for the reply to the step's output (under the agent's
+        tool choice: a handover's old agent, draining, asks without tools). Noted on a
+        realtime model, where a reply's tool loop goes on beside the next turn's."""
+        if self.context.realtime_model and not ev.hands_over:
+            self.context.tool_replies_due = self.context.tool_replies_due | {ev.speech_id}
+
+    def note_tool_reply_plays(self, ev: AgentSpeechStarted) -> None:
+        """The speech plays: the reply to its tool output is under way, not stopped."""
+        self.context.tool_replies_due = self.context.tool_replies_due - {ev.speech_id}
+
     def stop_after_tool_step(self, ev: ToolStepFinished) -> None:
         ctx = self.context
         self.emit(fx.CancelToolReply(speech_id=ev.speech_id))
@@ -808,10 +840,25 @@ class TurnRules:
             if ctx.realtime_model:
                 # before the step's output reaches the model: no reply of it calls a tool
                 self._forbid_tools()
+                self._stop_tool_replies_due()
                 self._final_reply_after_tool_speech(ev.speech_id)
             else:
                 self.emit(fx.FinalReplyWithoutTools(fallback_text=self.policy.tool_cap_fallback))
         ctx.tool_loop_stopped = False
+
+    def _stop_tool_replies_due(self) -> None:
+        """Another reply's tool loop runs beside the capped one (a realtime model goes on
+        with a reply's tool rounds after the caller's next turn, beside its answer to that
+        turn). LiveKit asks for the reply to that loop's finished step with a tool choice
+        of its own, which outweighs the forbidden tools, and its reply can be cancelled
+        only as the step finishes: a model that calls a tool then runs a round past the
+        cap (fuzz realtime seed 1283). That reply is stopped before it is asked for (its
+        speech interrupted, forced: it plays nothing yet); the final reply answers the
+        turn, every step's output before it."""
+        ctx = self.context
+        for speech_id in sorted(ctx.tool_replies_due):
+            self.emit(fx.Interrupt(force=True, speech_id=speech_id))
+        ctx.tool_replies_due = frozenset()
 
     # With a realtime model the final reply is asked for once the capped step's speech is
     # done, after a bounded wait for the model's own answer to the tool output (adopted:

@@ -158,6 +158,8 @@ class _ResponseItems:
     speech_id: str | None
     items: list[tuple[str, str, str]] = field(default_factory=list)
     """(item id, ``message``|``function_call``, call id)."""
+    skipped: bool = False
+    """A reply of the model's own for which LiveKit made no speech: nothing plays it."""
 
 
 @dataclass
@@ -228,6 +230,9 @@ class RealtimeLink:
         self._last_input: str | None = None
         self._tool_event: FunctionToolsExecutedEvent | None = None
         self._requests: collections.deque[_Request] = collections.deque()
+        self._discarded: dict[str, str] = {}
+        """Requests cancelled before their response was created, whose speech is done:
+        the speech, by the request's event id."""
         self._cancels: collections.deque[_Cancel] = collections.deque()
         self._request_outcomes: dict[str, PendingOutcome] = {}
         """Deferred outcomes of greeting levers, by the speech they created."""
@@ -412,6 +417,8 @@ class RealtimeLink:
         self._held.pop(speech_id, None)
         for request in [r for r in self._requests if r.speech_id == speech_id]:
             self._requests.remove(request)  # never answered (timed out, or interrupted)
+            if request.cancelled:  # the model may still create it: the plugin discards it
+                self._discarded[request.event_id] = speech_id
         outcome = self._request_outcomes.pop(speech_id, None)
         if outcome is not None:  # reported before the speech's end reaches the machine
             error = handle.exception()
@@ -439,6 +446,7 @@ class RealtimeLink:
                 )
         self._answer_cancels(list(self._cancels))  # gone with their connection
         self._requests.clear()
+        self._discarded.clear()
         self._truncates.clear()
         self._current_response = None
 
@@ -587,6 +595,14 @@ class RealtimeLink:
                 if request.cancelled and send is not None and response_id:
                     send({"type": "response.cancel", "response_id": response_id})
                 return
+        speech_id = self._discarded.pop(event_id or "", None)
+        if speech_id is not None and response_id:
+            # the plugin discards it (no generation_created): what it sends is its cut
+            # speech's, never heard, and deleted as it comes (the tool call of a reply
+            # stopped at the tool cap stayed in the model's conversation)
+            self._current_response = response_id
+            self._responses[response_id] = _ResponseItems(speech_id=speech_id)
+            self._speech_responses.setdefault(speech_id, []).append(response_id)
 
     def _answer_truncate(self, item_id: str) -> None:
         for truncate in list(self._truncates):
@@ -664,7 +680,8 @@ class RealtimeLink:
         response_id = event.response_id or ""
         self._current_response = response_id
         speech_id = speech.id if speech is not None else None
-        self._responses[response_id] = _ResponseItems(speech_id=speech_id)
+        skipped = speech is None and not event.user_initiated
+        self._responses[response_id] = _ResponseItems(speech_id=speech_id, skipped=skipped)
         if speech_id is not None:
             self._speech_responses.setdefault(speech_id, []).append(response_id)
 
@@ -691,7 +708,13 @@ class RealtimeLink:
         if response is None:
             return
         response.items.append((item_id, kind, call_id))
-        if response.speech_id in self._cut_speeches:
+        if response.skipped:
+            # a reply of the model's own that no speech plays: LiveKit skipped its generation
+            # (its scheduling stopped: the session closes after turnfsm hung up, waiting out
+            # a tool step, while the model still answers the caller) but keeps what it sends
+            # in the agent's chat_ctx (fuzz realtime seed 1195)
+            self._delete_items([item_id])
+        elif response.speech_id in self._cut_speeches:
             # arrived after its speech was done, cancelled or interrupted: never heard
             # (fuzz realtime seeds 769, 936: a tool reply cut before any audio played)
             everything = response.speech_id in self._suppressed

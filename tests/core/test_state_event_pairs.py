@@ -32,7 +32,6 @@ def test_machine_events_are_event_types() -> None:
     # events no state handles are traced only, and say so
     assert set(EVENTS_BY_NAME) - machine_events == {
         "user_transcript",
-        "agent_speech_started",
         "call_ringing",
         "outcome_breached",
     }

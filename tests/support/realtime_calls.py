@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -23,6 +23,10 @@ from turnfsm.adapters.sim.realtime import (
     Fidelity,
     RealtimeScript,
     RealtimeTestServer,
+    ResponsePolicy,
+    ResponseRequest,
+    ScriptedResponse,
+    ToolCall,
 )
 from turnfsm.adapters.sim.realtime.replies import scripted_model, words_heard
 
@@ -32,9 +36,11 @@ __all__ = [
     "SHORT_GREETING",
     "Assistant",
     "Call",
+    "LookupAgent",
     "Loudspeaker",
     "greet_after_hello",
     "greet_after_hello_started",
+    "looks_up_once",
     "scripted_model",
     "served_call",
     "wait_finished",
@@ -69,6 +75,42 @@ class Assistant(TurnAgent):
         """
         self.cities.append(city)
         return f"sunny in {city}"
+
+
+class LookupAgent(Assistant):
+    """Also looks things up, taking the time each call asks for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lookups: list[float] = []
+        """When each lookup started (the loop's clock)."""
+
+    @function_tool
+    async def lookup(self, seconds: float) -> str:
+        """Looks something up.
+
+        Args:
+            seconds: How long the lookup takes.
+        """
+        self.lookups.append(asyncio.get_running_loop().time())
+        await asyncio.sleep(seconds)
+        return "found"
+
+
+def looks_up_once(lookups: Mapping[str, float], say: Callable[[str], str]) -> ResponsePolicy:
+    """A model that answers each user turn named in ``lookups`` with one ``lookup`` of
+    that many seconds (while tools are allowed), and anything else with ``say(turn)``."""
+
+    def respond(request: ResponseRequest) -> ScriptedResponse:
+        items = request.conversation
+        last = max(i for i, item in enumerate(items) if item.get("role") == "user")
+        turn = str(items[last]["content"][0].get("transcript"))
+        answered = any(item.get("type") == "function_call_output" for item in items[last:])
+        if turn in lookups and not answered and request.tool_choice != "none":
+            return ScriptedResponse(tool_calls=(ToolCall("lookup", {"seconds": lookups[turn]}),))
+        return ScriptedResponse(text=say(turn))
+
+    return respond
 
 
 class Call:
