@@ -5,16 +5,18 @@ speaking, so the tool returns while they speak, before LiveKit decides on the ba
 (when their turn ends). Each call runs on the virtual clock under LiveKit 1.8.9's default
 turn handling with ``min_words=3``, two ways:
 
-* **turnfsm**: a ``TurnAgent`` with a controller attached (the reply to the tool output is
-  held while the caller speaks in the step, until LiveKit decides);
+* **turnfsm**: a ``TurnAgent`` with a controller attached, its policy's defaults (the
+  reply to the tool output is held while the caller speaks in the step, until the end of
+  their turn decides: ``tool_reply_hold=3.0``);
 * **plain LiveKit**: the same agent as a plain ``Agent``.
 
 And two barge-ins:
 
 * **real turn** ("Wait, stop, stop."): LiveKit interrupts. Wasted: the requests for the
   reply to the tool output (never played) and the tools started after the barge-in.
-* **backchannel** ("Uh-huh.", under ``min_words``): LiveKit does not interrupt; the reply
-  to the tool output is spoken. Row: end of the backchannel → first frame of that reply.
+* **backchannel** ("Uh-huh.", under ``min_words``): no interruption (the machine declines
+  the turn at LiveKit's end of it, as LiveKit does over a playing reply); the reply to the
+  tool output is spoken. Row: end of the backchannel → first frame of that reply.
 
 Goal: 0 wasted requests and 0 tools started after a barge-in LiveKit honours; a
 backchannel's reply later than plain LiveKit's by at most ``tool_reply_hold``.
@@ -40,9 +42,7 @@ BARGE_IN_AFTER = 2.0
 ANSWER = "Your appointment is on Tuesday at ten."
 QUESTION = LINES["question"].text
 BACKCHANNEL = spoken_line("Uh-huh.", duration=0.75, name="bench_uh_huh")
-POLICY = TurnPolicy(
-    direction="inbound", first_speaker="user", max_tool_steps=3, tool_reply_hold=3.0
-)
+POLICY = TurnPolicy(direction="inbound", first_speaker="user", max_tool_steps=3)
 
 
 def _reply(request: LLMRequest) -> ScriptedReply:
@@ -144,6 +144,7 @@ def tool_step_barge_in(config: Config) -> Section:
         )
         if variant == "turnfsm" and ours is not None and plain is not None:
             added = ours - plain
+            assert POLICY.tool_reply_hold is not None
             limit = POLICY.tool_reply_hold * 1000
             row.ratios = f"{added:+.0f} ms vs plain LiveKit"
             row.target = verdict(added <= limit, f"≤ +{limit:.0f} ms; {added:+.0f} ms")
@@ -153,8 +154,8 @@ def tool_step_barge_in(config: Config) -> Section:
         rows,
         [
             "One call per figure on the virtual clock; see the module docstring. The "
-            "backchannel's reply is held until tool_reply_hold after the caller stops: "
-            "LiveKit skips a turn under min_words silently, so no event ends the hold sooner.",
+            "backchannel's reply is held until LiveKit's end of the caller's turn, where "
+            "the machine declines it (min_words) and releases the reply.",
         ],
     )
 

@@ -103,6 +103,11 @@ class TurnContext:
     outgoing agent, draining, says nothing more (LiveKit refuses its new speech), and the
     new agent speaks next."""
 
+    min_words: int = 0
+    """The fewest words of a turn that interrupts a playing reply, as LiveKit applies its
+    ``interruption["min_words"]`` in this session (``interruption_settings``; 0 without
+    an STT or with manual turn detection: every turn does)."""
+
     realtime_model: bool = False
     """The session runs a realtime model (``realtime_model_linked``)."""
 

@@ -38,10 +38,11 @@ AnsweringMachineResult = Literal["human", "machine"]
 EffectOutcomeKind = Literal["done", "refused", "failed"]
 """What a lever did with an effect: ``done``, ``refused`` by LiveKit, or ``failed`` (raised)."""
 
-TurnDeclineReason = Literal["min_words", "false_interruption", "rejected", "stopped_by_agent"]
-"""Why the caller's speech got no reply: shorter than the session's ``min_words`` over a
-tool step, a false interruption (LiveKit resumed the agent), rejected by the machine, or
-stopped by the agent's own ``on_user_turn_completed``."""
+TurnDeclineReason = Literal["false_interruption", "rejected", "stopped_by_agent"]
+"""Why the caller's speech got no reply: a false interruption (LiveKit resumed the agent),
+rejected by the machine, or stopped by the agent's own ``on_user_turn_completed``. (A
+turn too short to interrupt, ``min_words``, is declined before LiveKit commits it:
+``UserTurnEnded``.)"""
 
 OutcomeCheck = Literal["O1", "O2", "O3", "O4", "O5", "O6", "O7"]
 """The outcome monitor's checks (``turnfsm.adapters.livekit.outcomes.OUTCOME_CHECKS``)."""
@@ -125,12 +126,24 @@ class UserTurnCommitted(Event):
 
 
 @attrs.frozen
+class UserTurnEnded(Event):
+    """LiveKit's end of the caller's turn (its end-of-turn decision), before it decides
+    whether the turn commits: the point where it applies ``min_words`` to a playing reply.
+    A turn the machine declines here (``RejectUserTurn``) is no turn, as LiveKit's own
+    ``min_words`` makes it: not committed, its words kept for the caller's next turn."""
+
+    name: ClassVar[str] = "user_turn_ended"
+    words: int = 0
+    """The turn's transcript counted as LiveKit counts it for ``min_words``."""
+
+
+@attrs.frozen
 class UserTurnDeclined(Event):
     """LiveKit will not answer what the caller just said (see ``reason``): no reply comes,
     the turn is not in the history."""
 
     name: ClassVar[str] = "user_turn_declined"
-    reason: TurnDeclineReason = "min_words"
+    reason: TurnDeclineReason = "rejected"
     item_id: Label = ""
     """The declined turn's chat item, when LiveKit made one."""
     prepared_speech_id: Label = ""
@@ -272,6 +285,21 @@ class SessionError(Event):
 
 
 @attrs.frozen
+class InterruptionSettings(Event):
+    """LiveKit's interruption settings for the session (told once, before the call
+    starts): whether a turn is too short to interrupt the agent, judged as LiveKit judges
+    one over a playing reply."""
+
+    name: ClassVar[str] = "interruption_settings"
+    min_words: int = 0
+    """``interruption["min_words"]``: a turn of fewer words interrupts nothing."""
+    stt: bool = True
+    """The agent has an STT: LiveKit counts words only then."""
+    manual_turns: bool = False
+    """The session's turn detection is ``"manual"``: LiveKit counts no words then."""
+
+
+@attrs.frozen
 class RealtimeModelLinked(Event):
     """The session runs a realtime model (told once, before the call starts): what it
     does on its own decides which of the machine's realtime waits apply."""
@@ -356,6 +384,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     UserSpeechEnded,
     UserTranscript,
     UserTurnCommitted,
+    UserTurnEnded,
     UserTurnDeclined,
     AgentSpeechCreated,
     AgentSpeechStarted,
@@ -369,6 +398,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     AgentSpeechInterrupted,
     EffectOutcome,
     OutcomeBreached,
+    InterruptionSettings,
     *REALTIME_EVENTS,
 )
 """The whole input alphabet, in a stable order."""

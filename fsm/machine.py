@@ -225,7 +225,16 @@ def declare_chart() -> dict[str, Any]:
         # the caller spoke before the agent greeted: the call goes on without a greeting
         | awaiting_agent.to(listening, on="note_user_turn")
         | greeting.to(None, cond="drops_overlap", unless="is_first_words", on="reject_user_turn")
-        | conversation.to(None, on="note_user_turn")
+        # (a reply still held: LiveKit committed the turn without interrupting its speech)
+        | conversation.to(None, on=["note_user_turn", "send_held_tool_reply"])
+    )
+
+    # LiveKit's end of the caller's turn, before it commits it: a turn too short to
+    # interrupt (its min_words) over a held reply's speech is no turn, whether the step's
+    # tools still run or LiveKit asks for their reply; the reply goes on at once. A longer
+    # one LiveKit commits, interrupting that speech itself (which drops the reply).
+    user_turn_ended = conversation.to(
+        None, cond=["holds_tool_reply", "is_backchannel"], on="decline_backchannel"
     )
 
     agent_speech_created = (
@@ -420,6 +429,9 @@ def declare_chart() -> dict[str, Any]:
     )
 
     session_error = in_call.to(ended, unless="error_is_recoverable", on="note_session_error")
+
+    # LiveKit's interruption settings, a fact of the session (told once, as it starts)
+    interruption_settings = call_wide(on="note_interruption_settings")
 
     # Realtime models (RealtimeLink): what the model does on its own, and the waits for it.
     realtime_model_linked = call_wide(on="note_model_link")
@@ -749,6 +761,11 @@ IGNORED: dict[tuple[str, str], str] = {
         for event in ("user_speech_started", "user_speech_ended")
     },
     ("start", "user_turn_committed"): "before the session starts no turn is committed",
+    **{
+        (state, "user_turn_ended"): "a reply to tool output is held only in the"
+        " conversation: LiveKit alone decides on the turn"
+        for state in ("start", "ringing", "awaiting_user", "awaiting_agent", "greeting")
+    },
     **{
         (state, "user_turn_declined"): reason
         for state, reason in (

@@ -174,13 +174,15 @@ class TurnPolicy:
     mute_input_during_tools: bool = attrs.field(default=False, validator=_flag)
     """Mute the caller while tools run (no barge-in into a tool step)."""
 
-    tool_reply_hold: float | None = attrs.field(default=None, validator=_seconds(optional=True))
+    tool_reply_hold: float | None = attrs.field(default=3.0, validator=_seconds(optional=True))
     """The caller barged into a tool step: the reply to the tool output waits for LiveKit's
-    decision (an interruption throws it away unsent: no wasted model request), at most this
-    many seconds after the caller stops speaking, then goes to the model. LiveKit decides
-    when the caller's turn ends; 3.0 covers its endpointing's ``max_delay``. None (the
-    default) disables it: a backchannel LiveKit lets pass (under ``min_words``) gives no
-    sign, so its reply waits out the whole hold (about 3.9 s more than plain LiveKit)."""
+    decision, made when the caller's turn ends: an interruption throws it away unsent (no
+    wasted model request, no tool started after it), a turn too short to interrupt
+    (``min_words``) releases it at once. At most this many seconds after the caller stops
+    speaking (a turn LiveKit never ends: a noise with no words), then it goes to the
+    model. 3.0 is LiveKit's endpointing ``max_delay``. None leaves the tool step to
+    LiveKit alone: every turn committed while the tools run interrupts the step, however
+    short (LiveKit applies ``min_words`` only to its current speech)."""
 
     idle_timeout: float | None = attrs.field(default=None, validator=_seconds(optional=True))
     """Seconds of silence while listening before a re-prompt; None disables."""

@@ -26,6 +26,7 @@ from .events import (
     CallEnded,
     EffectOutcome,
     Event,
+    InterruptionSettings,
     ModelCancelAnswered,
     ModelCancelSent,
     ModelReplyStarted,
@@ -36,6 +37,7 @@ from .events import (
     ToolStepStarted,
     UserTurnCommitted,
     UserTurnDeclined,
+    UserTurnEnded,
 )
 from .policy import TurnPolicy
 
@@ -195,6 +197,13 @@ class TurnRules:
     @guard("context")
     def holds_tool_reply(self) -> bool:
         return self.context.held_tool_reply is not None
+
+    @guard("event")
+    def is_backchannel(self, ev: UserTurnEnded) -> bool:
+        """Too short to interrupt a playing reply, as LiveKit judges a turn at its end
+        (``min_words``; not while the machine holds user turns: LiveKit's turn detection
+        is manual then, and it counts no words)."""
+        return not self.context.turns_held and ev.words < self.context.min_words
 
     @guard("event")
     def interrupt_not_done(self, ev: EffectOutcome) -> bool:
@@ -765,8 +774,7 @@ class TurnRules:
         ctx = self.context
         self._cancel_timer("tool_reply_hold")
         if ctx.held_tool_reply is None and ctx.tool_speech_id is not None:
-            # off by default (a backchannel's reply waits out the hold); a realtime model
-            # answers tool output on its own: no reply of ours to hold
+            # a realtime model answers tool output on its own: no reply of ours to hold
             policy = self.policy
             if (
                 policy.tool_reply_hold is not None
@@ -793,8 +801,24 @@ class TurnRules:
         self.context.held_tool_reply = None
 
     def send_held_tool_reply(self) -> None:
-        """LiveKit did not interrupt (it declined the turn, or the hold timed out)."""
+        """LiveKit did not interrupt: it declined the turn, committed one without
+        interrupting the held reply's speech (which it would have done first), or never
+        ended the caller's turn within the hold."""
         self._release_tool_reply(send=True)
+
+    def decline_backchannel(self) -> None:
+        """A turn too short to interrupt, over the held reply's speech: no turn, as
+        LiveKit's ``min_words`` makes one over a playing reply (LiveKit applies it only
+        to its current speech; the step's speech is a background one while its tools
+        run, which any committed turn would interrupt). It interrupts nothing, so the
+        reply goes to the model now."""
+        self.emit(fx.RejectUserTurn())
+        self._release_tool_reply(send=True)
+
+    def note_interruption_settings(self, ev: InterruptionSettings) -> None:
+        """LiveKit counts a turn's words for ``min_words`` only with an STT and outside
+        manual turn detection."""
+        self.context.min_words = ev.min_words if ev.stt and not ev.manual_turns else 0
 
     def drop_held_tool_reply(self, ev: AgentSpeechInterrupted) -> None:
         """LiveKit interrupted the held reply's speech: the reply is never asked for."""

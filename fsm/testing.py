@@ -138,10 +138,15 @@ def pipeline_samples() -> Samples:
         ev.UserSpeechEnded: (ev.UserSpeechEnded(at=EARLY),),
         ev.UserTranscript: (ev.UserTranscript(at=EARLY, text="hello", is_final=True),),
         ev.UserTurnCommitted: USER_TURNS,
+        # under and over the min_words of INTERRUPTION_SETTINGS
+        ev.UserTurnEnded: (
+            ev.UserTurnEnded(at=EARLY, words=1),
+            ev.UserTurnEnded(at=EARLY, words=3),
+        ),
         ev.UserTurnDeclined: (
             ev.UserTurnDeclined(at=EARLY, reason="false_interruption"),
             *per_speech(
-                lambda s: ev.UserTurnDeclined(at=EARLY, reason="min_words", prepared_speech_id=s)
+                lambda s: ev.UserTurnDeclined(at=EARLY, reason="rejected", prepared_speech_id=s)
             ),
         ),
         ev.AnsweringMachineDetected: (
@@ -204,6 +209,8 @@ def pipeline_samples() -> Samples:
         ev.AgentSpeechInterrupted: per_speech(
             lambda s: ev.AgentSpeechInterrupted(at=EARLY, speech_id=s)
         ),
+        # told again: the same fact (explore() starts after it)
+        ev.InterruptionSettings: (INTERRUPTION_SETTINGS,),
         ev.RealtimeModelLinked: realtime_only,
         ev.ModelResponseCreated: realtime_only,
         ev.ModelResponseDone: realtime_only,
@@ -237,6 +244,7 @@ def realtime_samples() -> Samples:
         ev.UserSpeechEnded: (ev.UserSpeechEnded(at=EARLY),),
         ev.UserTranscript: traced_only,
         ev.UserTurnCommitted: USER_TURNS,
+        ev.UserTurnEnded: same_rule,
         ev.UserTurnDeclined: same_rule,
         ev.AnsweringMachineDetected: same_rule,
         ev.SessionError: same_rule,
@@ -264,6 +272,7 @@ def realtime_samples() -> Samples:
             )
         ),
         ev.AgentSpeechInterrupted: same_rule,
+        ev.InterruptionSettings: same_rule,
         ev.RealtimeModelLinked: (REALTIME_LINK,),
         ev.ModelResponseCreated: (ev.ModelResponseCreated(at=EARLY, response_id="r1"),),
         ev.ModelResponseDone: (ev.ModelResponseDone(at=EARLY, response_id="r1"),),
@@ -299,6 +308,10 @@ def event_alphabet() -> tuple[ev.Event, ...]:
     on a pipeline (:func:`pipeline_samples`)."""
     return alphabet_of(pipeline_samples())
 
+
+INTERRUPTION_SETTINGS = ev.InterruptionSettings(at=EARLY, min_words=2)
+"""The session fact :func:`explore` starts from on a pipeline: LiveKit's ``min_words=2``
+with an STT, so a turn's end is explored under it and over it."""
 
 REALTIME_LINK = ev.RealtimeModelLinked(at=EARLY, replies_to_turns=True)
 """The realtime model :func:`explore` starts from with ``realtime=True``: OpenAI Realtime
@@ -394,8 +407,9 @@ def explore(
     ``machine_class`` and ``rules_class`` replace the machine or its guards and actions,
     e.g. with a deliberately broken subclass to show the invariants catch it, or with an
     extension from :func:`~turnfsm.machine.build_machine`; ``extra_events`` adds the
-    extension's own events to the alphabet. ``realtime`` starts from
-    :data:`REALTIME_LINK` instead (the machine told it runs a realtime model) and feeds
+    extension's own events to the alphabet. Every exploration starts once the machine
+    was told a fact of the session: :data:`INTERRUPTION_SETTINGS`, or with ``realtime``
+    :data:`REALTIME_LINK` (the machine told it runs a realtime model), which then feeds
     :func:`realtime_alphabet`. ``reached`` is called with each configuration and context
     first reached (a copy: keep it).
 
@@ -449,15 +463,16 @@ def explore(
     steps = 0
     states: set[str] = set()
     moves: set[tuple[str, str, str]] = set()
-    if realtime:  # the link is the first event of a realtime call: start after it
-        origin = _key(*start)
-        monitor = start[2].copy()
-        effects = controller.handle(REALTIME_LINK)
-        monitor.check(start[0][0], REALTIME_LINK, controller.state, effects)
-        linked = (controller.configuration, controller.context.copy(), monitor)
-        moves.update(region_moves(start[0], REALTIME_LINK.name, linked[0], machine_class))
-        seen[_key(*linked)] = (origin, REALTIME_LINK)
-        queue = deque([linked])
+    # the session's fact is the first event of a call: start after it
+    told = REALTIME_LINK if realtime else INTERRUPTION_SETTINGS
+    origin = _key(*start)
+    monitor = start[2].copy()
+    effects = controller.handle(told)
+    monitor.check(start[0][0], told, controller.state, effects)
+    linked = (controller.configuration, controller.context.copy(), monitor)
+    moves.update(region_moves(start[0], told.name, linked[0], machine_class))
+    seen[_key(*linked)] = (origin, told)
+    queue = deque([linked])
     if reached is not None:
         reached(queue[0][0], queue[0][1].copy())
     violations: list[str] = []

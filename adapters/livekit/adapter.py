@@ -54,13 +54,19 @@ or the first ``speech_created`` (an              put in place), once
 ``agent_state_changed`` to ``speaking``          ``AgentSpeechStarted``
 ``user_state_changed`` to / from ``speaking``    ``UserSpeechStarted`` / ``UserSpeechEnded``
 ``user_input_transcribed``                       ``UserTranscript``
+the session's ``interruption`` options and STT   ``InterruptionSettings``, once, before
+                                                 ``SessionStarted``
+LiveKit's end of the caller's turn, before it    ``UserTurnEnded`` (its words counted as for
+decides (``on_end_of_turn`` of an activity that  ``min_words``); a ``RejectUserTurn`` of its
+ran a tool step: :class:`~.interruption.         step makes it no turn, as LiveKit's
+TurnEndWatch`)                                   ``min_words`` does
 ``TurnAgent.on_user_turn_completed``             ``UserTurnCommitted`` (without ``TurnAgent``:
                                                  ``conversation_item_added``, role user)
 ``generate_reply(user_input=...)`` (a typed       ``UserTurnCommitted``, before the reply is
 turn: ``session.run``, RoomIO's text input)      created (:mod:`.text_turns`)
-no reply to it: ``StopResponse`` (under          ``UserTurnDeclined``, naming the reply
-``min_words`` over a tool step, rejected by the  LiveKit prepared for the turn
-machine) or the agent's own hook raised          (``preemptive_generation``) and leaves
+no reply to it: ``StopResponse`` (rejected by    ``UserTurnDeclined``, naming the reply
+the machine) or the agent's own hook raised      LiveKit prepared for the turn
+                                                 (``preemptive_generation``) and leaves
                                                  parked: the one speech not scheduled
 ``agent_false_interruption``                     ``UserTurnDeclined`` (``false_interruption``)
 ``speech_created``                               ``AgentSpeechCreated``
@@ -138,7 +144,7 @@ from .embedding import (
     session_started,
     unguard_start,
 )
-from .interruption import InterruptionWatch, ToolReplyHolds, ToolStepMinWords
+from .interruption import InterruptionWatch, ToolReplyHolds, TurnEnd, TurnEndWatch
 from .levers import LEVERS, Lever, commit_held_turn
 from .log import logger
 from .outcomes import OutcomeMonitor
@@ -319,7 +325,8 @@ class TurnAdapter:
         """Session handlers running now (a strict breach is raised at the outermost's end)."""
         """The outcome of the effect whose lever runs now."""
         self.interruptions = InterruptionWatch(self._speech_interrupted)
-        self.tool_step_min_words = ToolStepMinWords(session)
+        self.turn_ends = TurnEndWatch(self._guarded("end of turn", self._turn_ended))
+        """LiveKit's ends of the caller's turns, before it decides on them."""
         self.tool_reply_holds = ToolReplyHolds()
         """The replies to tool output waiting for LiveKit's decision on a barge-in."""
         self.outcomes = OutcomeMonitor(self, strict=strict)
@@ -382,6 +389,7 @@ class TurnAdapter:
         if self.meter is not None:
             self.meter.remove()
         self.interruptions.close()
+        self.turn_ends.close()
         self.tool_reply_holds.close()
         self.outcomes.agreement.close()
         if self.realtime is not None:  # realtime: restore options, stop listening
@@ -727,7 +735,30 @@ class TurnAdapter:
         self._install_audio_links()
         if self.realtime is None and not self.text_only:
             self.prerendered.start(self.controller.policy.greeting)
+        self._tell_interruption_settings()
         self.dispatch(ev.SessionStarted(at=self.now()))
+
+    def _tell_interruption_settings(self) -> None:
+        """The session's interruption settings, as LiveKit reads them at a turn's end:
+        its ``min_words``, and whether the running agent hears through an STT (LiveKit
+        counts words only then) and its turn detection is manual (then it counts none)."""
+        session = self.session
+        options = session.options.interruption
+        agent = session.current_agent
+        stt = agent.stt if utils.is_given(agent.stt) else session.stt
+        turn_detection = (
+            agent.turn_detection
+            if utils.is_given(agent.turn_detection)
+            else session.turn_detection
+        )
+        self.dispatch(
+            ev.InterruptionSettings(
+                at=self.now(),
+                min_words=int(options["min_words"]),
+                stt=stt is not None,
+                manual_turns=turn_detection == "manual",
+            )
+        )
 
     def _install_audio_links(self) -> None:
         session = self.session
@@ -967,8 +998,8 @@ class TurnAdapter:
         self.outcomes.agreement.tool_step(running=True)
         if step_running:
             return
-        if self.agent_hooks_active:  # its turn hook judges the turns of the step
-            self.tool_step_min_words.step_started(self.speeches.get(speech_id))
+        # the machine hears how each turn the caller ends meanwhile is counted
+        self.turn_ends.watch(getattr(self.session, "_activity", None))
         self.dispatch(ev.ToolStepStarted(at=self.now(), speech_id=speech_id, calls=1))
 
     def _on_function_tools_executed(self, event: FunctionToolsExecutedEvent) -> None:
@@ -980,7 +1011,6 @@ class TurnAdapter:
         if speech_id is None:  # its start was not seen
             speech_id = self._current_speech_id()
             self.dispatch(ev.ToolStepStarted(at=self.now(), speech_id=speech_id, calls=calls))
-        self.tool_step_min_words.step_finished(self.speeches.get(speech_id))
         self.tool_reply_holds.step_finished(speech_id)
         self.dispatch(
             ev.ToolStepFinished(
@@ -1022,17 +1052,11 @@ class TurnAdapter:
         ``super()``).
 
         Raises:
-            StopResponse: the machine rejected the turn, or it is a backchannel during a
-                tool step (:class:`~.interruption.ToolStepMinWords`): no reply, not in
-                the history.
+            StopResponse: the machine rejected the turn: no reply, not in the history.
         """
         if message.id == self._reported_turn:
             return None
         self._reported_turn = message.id
-        if self.tool_step_min_words.is_backchannel(message.text_content or ""):
-            logger.debug("turnfsm: a turn under min_words during a tool step: no turn")
-            self._turn_declined("min_words", message.id)
-            raise StopResponse()
         hook = UserTurnHook(turn_ctx, message)
         effects = self._guarded("on_user_turn_completed", self._commit_user_turn)(hook)
         if effects is not None and fx.RejectUserTurn(item_id=message.id) in effects:
@@ -1079,6 +1103,11 @@ class TurnAdapter:
             prepared_speech_id=prepared[-1] if prepared else "",
         )
         self._guarded("user turn declined", self.dispatch)(declined)
+
+    def _turn_ended(self, turn_end: TurnEnd) -> None:
+        """LiveKit ends the caller's turn: the machine hears its word count first, and
+        may decline it (the ``RejectUserTurn`` lever, at this site)."""
+        self.dispatch(ev.UserTurnEnded(at=self.now(), words=turn_end.words))
 
     def _speech_interrupted(self, speech_id: str) -> None:
         self.dispatch(ev.AgentSpeechInterrupted(at=self.now(), speech_id=speech_id))

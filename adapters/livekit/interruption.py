@@ -1,5 +1,5 @@
 """When LiveKit really interrupted a speech: ``AgentSpeechInterrupted`` for the machine,
-and what waits for its decision (the tool step's ``min_words``, the held tool replies).
+and what waits for its decision (the end of the caller's turn, the held tool replies).
 
 LiveKit decides itself whether the caller's voice interrupts the agent. A VAD start is
 only a candidate: the session's ``interruption`` options must agree (``enabled``, the
@@ -24,9 +24,11 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from livekit.agents import AgentSession, llm
+from livekit.agents import llm
 from livekit.agents.tokenize.basic import split_words
 from livekit.agents.voice import SpeechHandle
+from livekit.agents.voice.agent_activity import AgentActivity
+from livekit.agents.voice.audio_recognition import _EndOfTurnInfo
 
 
 class InterruptionWatch:
@@ -76,90 +78,65 @@ class InterruptionWatch:
         self._reported.clear()
 
 
-class ToolStepMinWords:
-    """LiveKit's ``min_words`` rule, applied to a tool step as it is to a playing reply.
+class TurnEnd:
+    """LiveKit's end of the caller's turn (``AgentActivity.on_end_of_turn``), the call
+    site of the step it dispatches: the turn's transcript, as LiveKit judges it, and the
+    activity that ends it."""
 
-    While its tools run, a reply's speech is no longer LiveKit's *current* speech (its
-    playout is marked done first) but a background one. LiveKit 1.8.9 checks
-    ``interruption["min_words"]`` only against the current speech, so during a tool step
-    any committed user turn interrupts the step — a one-word backchannel ("uh-huh")
-    included — whatever ``min_words`` says.
+    def __init__(self, activity: AgentActivity, info: _EndOfTurnInfo) -> None:
+        self.activity = activity
+        self.transcript = info.new_transcript
+        self.declined = False
 
-    With ``min_words > 0`` (and a :class:`~.agent.TurnAgent`, whose turn hook runs before
-    LiveKit answers) the step's speech is made uninterruptible once it is a background
-    speech, so LiveKit leaves it alone, and each turn committed meanwhile is judged as
-    LiveKit judges one over a playing reply: shorter than ``min_words`` (LiveKit's own word
-    split) it is no turn — no history item, no reply, and the machine hears it as
-    ``UserTurnDeclined`` (``min_words``); otherwise the step's speech is interrupted
-    (``speech_handle.interrupt()``), as LiveKit would have done. The speech's own setting
-    is restored when the step ends, before the tool's reply. While the step's speech is
-    still LiveKit's current one (the words the reply says before its tool call play, or a
-    later round's step is just starting), LiveKit's own rules apply to it as they are.
+    @property
+    def words(self) -> int:
+        """The transcript's words as LiveKit 1.8.9 counts them for ``min_words``."""
+        return len(split_words(self.transcript, split_character=True))
+
+    def decline(self) -> None:
+        """No turn, exactly as LiveKit answers a turn under ``min_words`` over a playing
+        reply: the reply it prepared meanwhile (``preemptive_generation``) cancelled, and
+        the turn not committed (its words stay for the caller's next turn)."""
+        self.activity._cancel_preemptive_generation()
+        self.declined = True
+
+
+class TurnEndWatch:
+    """Reports LiveKit's end of each caller's turn before LiveKit decides on it.
+
+    LiveKit 1.8.9 applies ``interruption["min_words"]`` in ``on_end_of_turn``, silently
+    (a turn too short to interrupt its current speech is no turn, and no event says so),
+    and only to its current speech: a tool step's speech is a background one while its
+    tools run, and any committed turn interrupts it. No public event marks the end of a
+    turn, so the activity's ``on_end_of_turn`` is wrapped (on that instance; its audio
+    recognition calls it there): ``report`` is called with a :class:`TurnEnd` first, and
+    a turn the machine declined there (``RejectUserTurn``) is answered as LiveKit answers
+    one under ``min_words``; any other goes on to LiveKit's own.
     """
 
-    def __init__(self, session: AgentSession) -> None:
-        self._session = session
-        self._guarded: SpeechHandle | None = None
-        self._waits: set[asyncio.Future[None]] = set()
+    def __init__(self, report: Callable[[TurnEnd], None]) -> None:
+        self._report = report
+        self._watched: list[AgentActivity] = []
 
-    def _min_words(self) -> int:
-        options = self._session.options.interruption
-        return int(options["min_words"]) if self._session.stt is not None else 0
-
-    def step_started(self, handle: SpeechHandle | None) -> None:
-        """A tool step of ``handle`` started: guarded once LiveKit made it a background
-        speech. Until then it is LiveKit's current speech, whose ``min_words`` LiveKit
-        applies itself; uninterruptible then, LiveKit would drop a turn that ends in that
-        moment before the turn hook judges it (seed 871: a later round's step started as
-        the caller's turn ended)."""
-        if handle is None or self._guarded is not None or self._min_words() <= 0:
+    def watch(self, activity: AgentActivity | None) -> None:
+        """Watch the turns ``activity`` ends (once; ``None``: no activity runs)."""
+        if activity is None or any(watched is activity for watched in self._watched):
             return
-        if handle.interrupted or handle.done() or not handle.allow_interruptions:
-            return  # nothing to protect: LiveKit would not interrupt it on a turn either
-        self._guarded = handle
-        if handle is not self._session.current_speech:
-            handle.allow_interruptions = False
-            return
-        # LiveKit moves it to its background speeches when it marks the step's generation
-        # done (SpeechHandle._wait_for_generation, LiveKit 1.8.9: no public signal)
-        task = asyncio.ensure_future(handle._wait_for_generation())
-        self._waits.add(task)
-        task.add_done_callback(lambda done: self._guard_in_background(handle, done))
+        own = activity.on_end_of_turn
 
-    def _guard_in_background(self, handle: SpeechHandle, wait: asyncio.Future[None]) -> None:
-        self._waits.discard(wait)
-        if not wait.cancelled():
-            wait.exception()  # none expected; a missing generation guards it at once
-        if handle is self._guarded and not handle.interrupted and not handle.done():
-            handle.allow_interruptions = False
+        def on_end_of_turn(info: _EndOfTurnInfo) -> bool:
+            turn_end = TurnEnd(activity, info)
+            self._report(turn_end)
+            return False if turn_end.declined else own(info)
 
-    def guards(self, handle: SpeechHandle) -> bool:
-        """``handle``'s step is guarded: LiveKit leaves it alone, and a real turn committed
-        meanwhile interrupts it here."""
-        return handle is self._guarded
+        setattr(activity, "on_end_of_turn", on_end_of_turn)  # noqa: B010 - a method
+        self._watched.append(activity)
 
-    def step_finished(self, handle: SpeechHandle | None) -> None:
-        """A tool step of ``handle`` ended: if it is the guarded step, the reply to its
-        tools' output is interruptible again (a step nested in it, run by an
-        ``AgentTask`` its tool awaits, leaves it guarded)."""
-        if handle is None or handle is not self._guarded:
-            return
-        self._guarded = None
-        if not handle.interrupted and not handle.done():
-            handle.allow_interruptions = True
-
-    def is_backchannel(self, text: str) -> bool:
-        """Judge a user turn committed now: a backchannel (drop it) or a real turn (the
-        guarded step's speech is interrupted)."""
-        handle = self._guarded
-        if handle is None or handle.interrupted or handle.done():
-            return False
-        if len(split_words(text, split_character=True)) < self._min_words():
-            return True
-        self._guarded = None
-        handle.allow_interruptions = True
-        handle.interrupt()
-        return False
+    def close(self) -> None:
+        """Stop watching (the adapter detached): LiveKit's own ``on_end_of_turn`` again."""
+        for activity in self._watched:
+            vars(activity).pop("on_end_of_turn", None)
+        self._watched.clear()
 
 
 class ToolReplyHolds:

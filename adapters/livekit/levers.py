@@ -47,13 +47,15 @@ DropUnspokenText         the committed assistant message edited in place to the 
                          ``session.history.remove``); refused when LiveKit committed none
 ClearUserTurn            ``session.clear_user_turn()``
 RejectUserTurn           ``StopResponse`` from ``TurnAgent.on_user_turn_completed``, or
-                         the item removed from the history
+                         the item removed from the history; at LiveKit's end of the
+                         turn (:class:`~.interruption.TurnEnd`), no turn: answered as
+                         LiveKit answers one under ``min_words``
 CancelToolReply          ``FunctionToolsExecutedEvent.cancel_tool_reply()``
 HoldToolReply            a gate for the speech (:class:`~.interruption.ToolReplyHolds`):
                          ``TurnAgent.llm_node`` awaits it before it asks the model for the
                          reply to that speech's tool output; refused when LiveKit would
-                         not interrupt the speech (``allow_interruptions`` off and not the
-                         tool step's ``min_words`` guard) or it is gone
+                         not interrupt the speech (``allow_interruptions`` off) or it is
+                         gone
 ReleaseToolReply         the gate opened: the reply goes to the model (``send``), or the
                          node yields nothing (LiveKit's interruption has cancelled it)
 FinalReplyWithoutTools   ``session.generate_reply(tool_choice="none")``
@@ -111,6 +113,7 @@ from turnfsm import effects as fx
 from turnfsm.spoken import spoken_prefix
 
 from .effect_outcomes import EffectRefused
+from .interruption import TurnEnd
 from .prerender import played
 from .text import audio_seconds, spoken_prefix_timed
 from .turn_hook import GreetingForm, UserTurnHook, reply_model
@@ -343,8 +346,12 @@ def clear_user_turn(adapter: TurnAdapter, effect: fx.ClearUserTurn) -> None:
 
 
 def reject_user_turn(adapter: TurnAdapter, effect: fx.RejectUserTurn) -> None:
-    """Out of the history if LiveKit already committed it; the turn hook that reported it
-    raises ``StopResponse`` on this effect, taken from the step it dispatched."""
+    """At LiveKit's end of the turn, no turn; out of the history if LiveKit already
+    committed it; the turn hook that reported it raises ``StopResponse`` on this effect,
+    taken from the step it dispatched."""
+    if isinstance(site := adapter.site, TurnEnd):
+        site.decline()
+        return
     history = adapter.session.history
     if isinstance(message := history.get_by_id(effect.item_id), llm.ChatMessage):
         _remove_message(adapter, message)  # already committed: no hook can stop it now
@@ -363,7 +370,7 @@ def hold_tool_reply(adapter: TurnAdapter, effect: fx.HoldToolReply) -> None:
     handle = adapter.speeches.get(effect.speech_id)
     if handle is None or handle.done() or handle.interrupted:
         raise EffectRefused("the speech is gone: no reply to its tool output is to come")
-    if not handle.allow_interruptions and not adapter.tool_step_min_words.guards(handle):
+    if not handle.allow_interruptions:
         raise EffectRefused("LiveKit will not interrupt the speech: its reply is not held")
     adapter.tool_reply_holds.hold(effect.speech_id)
 

@@ -138,10 +138,12 @@ def test_check_finds_a_seeded_violation_with_its_shortest_path() -> None:
         random_calls=200,
     )
     assert not report.ok
-    # breadth-first: the callee's "hello" greeted, the greeting's speech created and
-    # ended (listening), then goodbye: no shorter way into the conversation
+    # breadth-first from the session's fact: the callee's "hello" greeted, the greeting's
+    # speech created and ended (listening), then goodbye: no shorter way into the
+    # conversation
     shortest = report.exploration.paths[0]
     assert [event.name for event in shortest] == [
+        "interruption_settings",
         "user_turn_committed",
         "agent_speech_created",
         "agent_speech_ended",
@@ -151,7 +153,7 @@ def test_check_finds_a_seeded_violation_with_its_shortest_path() -> None:
     assert report.random.path[-1] == GOODBYE[0]
     text = format_check(report)
     assert "VIOLATION I5 quiet_after_end" in text
-    assert "  4. CallerSaidGoodbye(at=1.0)" in text
+    assert "  5. CallerSaidGoodbye(at=1.0)" in text
     assert text.endswith("FAILED")
 
 
@@ -190,7 +192,7 @@ def test_turnfsm_check_cli_prints_the_violation_path(
     assert main([*args, "--events", "my_turns:EVENTS", "--random-calls", "0"]) == 1
     out = capsys.readouterr().out
     assert "VIOLATION I5 quiet_after_end" in out
-    assert "  4. CallerSaidGoodbye(at=1.0)" in out
+    assert "  5. CallerSaidGoodbye(at=1.0)" in out
     assert "random calls: skipped" in out
     # the user's rules run compiled, checked against python-statemachine's engine
     assert re.search(r"engines compared \(E1\): [1-9]\d* steps", out), out

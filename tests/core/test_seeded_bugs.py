@@ -21,7 +21,7 @@ from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.events import AnsweringMachineDetected, Event, ToolStepFinished, UserTurnCommitted
 from turnfsm.rules import TurnRules, guard
-from turnfsm.testing import WATCHDOGS, explore, watchdog_problem
+from turnfsm.testing import INTERRUPTION_SETTINGS, WATCHDOGS, explore, watchdog_problem
 
 from support.cores import cores_for_one_test
 
@@ -412,5 +412,9 @@ def test_explorer_finds_the_untimed_reprompt() -> None:
     )
     report = explore(policy, rules_class=RepromptNotTimed)
     assert {violation.split()[0] for violation in report.violations} == {"W2"}
-    assert report.paths[0] == (ev.SessionStarted(at=1.0), ev.TimerFired(at=1.0, timer="idle"))
+    assert report.paths[0] == (
+        INTERRUPTION_SETTINGS,
+        ev.SessionStarted(at=1.0),
+        ev.TimerFired(at=1.0, timer="idle"),
+    )
     assert explore(policy).violations == []

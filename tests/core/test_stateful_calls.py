@@ -127,7 +127,7 @@ VARIANTS: dict[str, tuple[dict[str, object], ...]] = {
     "user_transcript": _variants(text=TEXTS, is_final=(False, True)),
     "user_turn_committed": _variants(text=TEXTS[1:3], item_id=ITEM_IDS),
     "user_turn_declined": _variants(
-        reason=("min_words", "false_interruption"), prepared_speech_id=("", *SPEECH_IDS)
+        reason=("rejected", "false_interruption"), prepared_speech_id=("", *SPEECH_IDS)
     ),
     "agent_speech_created": _variants(**SPEECH, source=("say", "reply", "tool_reply"))
     + _variants(**SPEECH, source=("say", "reply"), from_agent_code=(True,)),

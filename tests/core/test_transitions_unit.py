@@ -236,7 +236,7 @@ def test_a_declined_turn_forgets_the_reply_livekit_prepared_for_it() -> None:
     controller = speaking(idle_timeout=3)
     controller.handle(ev.ToolStepStarted(at=3.0, speech_id="s1"))
     assert controller.handle(ev.AgentSpeechCreated(at=4.0, speech_id="p1")) == ()
-    declined = ev.UserTurnDeclined(at=4.5, reason="min_words", prepared_speech_id="p1")
+    declined = ev.UserTurnDeclined(at=4.5, reason="rejected", prepared_speech_id="p1")
     assert controller.handle(declined) == (fx.Interrupt(force=True, speech_id="p1"),)
     assert (controller.state, controller.context.active_speeches) == ("tool_loop", {"s1"})
     controller.handle(ev.ToolStepFinished(at=6.0, speech_id="s1"))
@@ -284,7 +284,7 @@ def test_a_declined_turn_leaves_a_reply_livekit_committed_alone() -> None:
     controller = speaking(interrupted_text="spoken")
     cut = ev.AssistantMessageCommitted(at=2.0, speech_id="s1", text="Your bal", interrupted=True)
     assert controller.handle(cut) != ()  # its unspoken text dropped
-    declined = ev.UserTurnDeclined(at=2.1, reason="min_words", prepared_speech_id="s1")
+    declined = ev.UserTurnDeclined(at=2.1, reason="rejected", prepared_speech_id="s1")
     assert controller.handle(declined) == ()
     assert (controller.state, controller.context.active_speeches) == ("speaking", {"s1"})
 
@@ -911,14 +911,82 @@ HOLD_SECONDS = 3.0
 HOLD_TIMER = fx.StartTimer(timer="tool_reply_hold", seconds=HOLD_SECONDS)
 
 
-def test_no_tool_reply_hold_by_default() -> None:
-    """Off unless the policy sets ``tool_reply_hold``: a barge-in into a tool step holds
-    nothing (LiveKit's own behaviour: the reply to the tool output is asked for at once)."""
+def test_the_tool_reply_hold_is_on_by_default() -> None:
     controller = speaking(max_tool_steps=2)
+    controller.handle(ev.ToolStepStarted(at=2.0, speech_id="s1"))
+    assert controller.handle(ev.UserSpeechStarted(at=2.5)) == (fx.HoldToolReply(speech_id="s1"),)
+    assert controller.handle(ev.UserSpeechEnded(at=3.0)) == (HOLD_TIMER,)
+
+
+def test_no_tool_reply_hold_when_off() -> None:
+    """``tool_reply_hold=None``: a barge-in into a tool step holds nothing, and no turn's
+    end is judged (LiveKit's own behaviour: the reply to the tool output is asked for at
+    once)."""
+    controller = speaking(max_tool_steps=2, tool_reply_hold=None)
+    controller.handle(SETTINGS)
     controller.handle(ev.ToolStepStarted(at=2.0, speech_id="s1"))
     assert controller.handle(ev.UserSpeechStarted(at=2.5)) == ()
     assert controller.handle(ev.UserSpeechEnded(at=3.0)) == ()
+    assert controller.handle(ev.UserTurnEnded(at=3.5, words=1)) == ()
     assert controller.context.held_tool_reply is None
+
+
+SETTINGS = ev.InterruptionSettings(at=0.0, min_words=3)
+"""LiveKit's ``min_words=3``, with an STT."""
+
+
+def _held(**settings: Any) -> TurnController:
+    """A tool step of ``s1`` the caller barged into and stopped speaking over, its reply
+    held, under the interruption ``settings`` told to the machine."""
+    controller = speaking(max_tool_steps=2, tool_reply_hold=HOLD_SECONDS)
+    controller.handle(ev.InterruptionSettings(at=0.0, **settings))
+    controller.handle(ev.ToolStepStarted(at=3.0, speech_id="s1"))
+    controller.handle(ev.UserSpeechStarted(at=3.2))
+    controller.handle(ev.UserSpeechEnded(at=3.4))
+    return controller
+
+
+def test_a_turn_under_min_words_over_a_held_reply_is_declined_and_sends_it() -> None:
+    """LiveKit's end of the turn: one word under ``min_words=3`` is no turn (as LiveKit
+    judges one over a playing reply), and the reply goes to the model at once."""
+    controller = _held(min_words=3)
+    assert controller.handle(ev.UserTurnEnded(at=3.9, words=2)) == (
+        fx.RejectUserTurn(),
+        fx.CancelTimer(timer="tool_reply_hold"),
+        fx.ReleaseToolReply(speech_id="s1", send=True),
+    )
+    assert controller.state == "tool_loop"
+    assert controller.context.held_tool_reply is None
+
+
+def test_a_turn_of_min_words_over_a_held_reply_is_left_to_livekit() -> None:
+    """A real turn: LiveKit commits it and interrupts the step's speech itself, which
+    drops the reply; committed without that interruption, the reply goes on."""
+    controller = _held(min_words=3)
+    assert controller.handle(ev.UserTurnEnded(at=3.9, words=3)) == ()
+    assert controller.context.held_tool_reply == "s1"
+    assert controller.handle(ev.UserTurnCommitted(at=3.9, text="a b c", item_id="u2")) == (
+        fx.CancelTimer(timer="tool_reply_hold"),
+        fx.ReleaseToolReply(speech_id="s1", send=True),
+    )
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{}, {"min_words": 3, "stt": False}, {"min_words": 3, "manual_turns": True}],
+    ids=["min-words-0", "no-stt", "manual-turns"],
+)
+def test_no_turn_is_too_short_where_livekit_counts_no_words(settings: dict[str, Any]) -> None:
+    controller = _held(**settings)
+    assert controller.handle(ev.UserTurnEnded(at=3.9, words=1)) == ()
+    assert controller.context.held_tool_reply == "s1"
+
+
+def test_a_turn_ending_without_a_held_reply_is_livekits_alone() -> None:
+    controller = speaking(max_tool_steps=2)
+    controller.handle(SETTINGS)
+    controller.handle(ev.ToolStepStarted(at=3.0, speech_id="s1"))
+    assert controller.handle(ev.UserTurnEnded(at=3.9, words=1)) == ()
 
 
 def test_raw_voice_during_tools_does_not_stop_the_loop() -> None:
@@ -942,7 +1010,7 @@ def test_a_declined_barge_in_sends_the_held_tool_reply_at_once() -> None:
     controller.handle(ev.ToolStepStarted(at=3.0, speech_id="s1"))
     controller.handle(ev.UserSpeechStarted(at=3.2))
     controller.handle(ev.UserSpeechEnded(at=3.4))
-    assert controller.handle(ev.UserTurnDeclined(at=3.9, reason="min_words")) == (
+    assert controller.handle(ev.UserTurnDeclined(at=3.9, reason="rejected")) == (
         fx.CancelTimer(timer="tool_reply_hold"),
         fx.ReleaseToolReply(speech_id="s1", send=True),
     )

@@ -312,7 +312,7 @@ TOOL_CAP = Recipe(
 )
 IDLE = Recipe(outbound(idle_timeout=1.5, idle_max_reprompts=5), idle_then_probe)
 TOOL_BARGE_IN = Recipe(
-    outbound(tool_reply_hold=3.0),  # the hold of the tool reply, off by default
+    outbound(),  # the hold of the tool reply is on by default
     barge_into_tool_step_then_probe,
     agent=SlowToolAgent,
     llm=lambda: ScriptedLLM(lookup_for_the_question, default_reply="We open at nine."),

@@ -9,9 +9,14 @@ chain), the settings whose interruption rules are the point of the test; the sim
 row is tool_loop's barge-in (test_tool_loop.py).
 
 * ``min_words=3``: a one-word backchannel ("Uh-huh.", 0.74 s: above ``min_duration``) is
-  no interruption: the tool's result is spoken whole, the backchannel is no turn.
+  no interruption: the tool's result is spoken whole, the backchannel is no turn. The
+  machine decides it at LiveKit's end of the turn (``user_turn_ended``, one word), as
+  LiveKit decides over a playing reply: LiveKit itself applies ``min_words`` only to its
+  current speech, and the step's speech is a background one while its tool runs.
 * The same backchannel under LiveKit's default ``min_words=0`` *is* one: the loop stops
   and the tool's result is never spoken (so the first case can fail).
+* With the hold off (``tool_reply_hold=None``) the tool step is LiveKit's alone: the same
+  backchannel under ``min_words=3`` interrupts the step, as in plain LiveKit.
 * ``enabled=False``: "Wait, stop, stop." does not interrupt: the tool's result is spoken
   whole; LiveKit drops the caller's turn (it completed during an uninterruptible speech).
 
@@ -35,6 +40,7 @@ from turncalls import (
 )
 
 from turnfsm import TurnPolicy
+from turnfsm import effects as fx
 from turnfsm.adapters.sim import (
     LINES,
     CallScript,
@@ -50,12 +56,12 @@ TOOL_SECONDS = 2.5
 
 
 async def _barge_into_tool_step(
-    interruption: dict[str, Any], line: str
+    interruption: dict[str, Any], line: str, **policy_fields: Any
 ) -> tuple[TurnCall, LookupAgent]:
     """Ask the question; say ``line`` early in the tool's run (LiveKit decides before the
     tool returns); wait until the call is quiet."""
     tc, agent, _ = await barge_into_tool_step(
-        interruption, line, after=0.3, tool_seconds=TOOL_SECONDS
+        interruption, line, after=0.3, tool_seconds=TOOL_SECONDS, **policy_fields
     )
     tool_start, tool_end = tc.call_time(agent.started[0]), tc.call_time(agent.finished[0])
     assert tool_start < line_start(tc.call, line) < tool_end - 0.5, tc.describe()  # during it
@@ -86,14 +92,37 @@ async def _backchannel_with_min_words() -> None:
     tc, _ = await _barge_into_tool_step({"min_words": 3}, "uh_huh")
     _result_spoken_whole(tc)
     context = tc.describe()
-    # the backchannel was heard (VAD), but it is no turn: not in the history, never answered
+    # the backchannel was heard (VAD), but it is no turn: never committed, never answered;
+    # LiveKit keeps its words for the caller's next turn, as under min_words over a playing
+    # reply (and puts them in the history when the session closes, after the reply)
     assert any(s.before == "tool_loop" for s in tc.events("user_speech_started")), context
-    assert [m.text_content for m in tc.call.messages("user")] == [APPOINTMENT_QUESTION], context
-    assert tc.events("user_turn_committed")[-1].event.text == APPOINTMENT_QUESTION, context
+    assert [s.event.text for s in tc.events("user_turn_committed")] == [APPOINTMENT_QUESTION], (
+        context
+    )
+    history = [(m.role, m.text_content) for m in tc.call.messages()]
+    assert history == [
+        ("user", APPOINTMENT_QUESTION),
+        ("assistant", APPOINTMENT),
+        ("user", LINES["uh_huh"].text),
+    ], context
+    # the machine declined it at LiveKit's end of the turn, while the tool still ran
+    ended, *_ = tc.events("user_turn_ended")
+    assert (ended.before, ended.event.words) == ("tool_loop", 1), context
+    assert fx.RejectUserTurn() in ended.effects, context
 
 
 async def _backchannel_by_default() -> None:
     tc, _ = await _barge_into_tool_step({}, "uh_huh")
+    _backchannel_interrupts(tc)
+
+
+async def _backchannel_without_the_hold() -> None:
+    tc, _ = await _barge_into_tool_step({"min_words": 3}, "uh_huh", tool_reply_hold=None)
+    _backchannel_interrupts(tc)
+    assert tc.effects(fx.HoldToolReply) == [], tc.describe()
+
+
+def _backchannel_interrupts(tc: TurnCall) -> None:
     call, context = tc.call, tc.describe()
     interrupted = _tool_speech_interrupted(tc)
     assert len(interrupted) == 1, context
@@ -119,6 +148,7 @@ async def test_barge_in_follows_livekit_interruption_rules() -> None:
         {
             "min-words-3-backchannel": _backchannel_with_min_words(),
             "default-backchannel-interrupts": _backchannel_by_default(),
+            "no-hold-backchannel-interrupts": _backchannel_without_the_hold(),
             "interruptions-disabled": _interruptions_disabled(),
         }
     )

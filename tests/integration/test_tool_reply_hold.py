@@ -7,9 +7,10 @@ on the barge-in only when the caller's turn commits, later. The machine holds th
 
 * a real turn ("Wait, stop, stop.", ``min_words=3``): LiveKit interrupts the step's speech,
   and the model never receives the round (before the hold: one request, thrown away);
-* a backchannel ("Uh-huh.", under ``min_words=3``): LiveKit does not interrupt (it skips
-  the turn silently: no event tells), so the round is sent when the hold runs out
-  (``tool_reply_hold`` after the caller stopped) and its reply spoken whole.
+* a backchannel ("Uh-huh.", under ``min_words=3``): at LiveKit's end of the caller's turn
+  (``user_turn_ended``, its word count as LiveKit counts it) the machine declines it as
+  LiveKit does over a playing reply (no turn), and the round goes to the model right then,
+  not when the hold runs out; its reply is spoken whole.
 
 All calls run under LiveKit's default turn handling (``livekit-defaults``), and assert on
 the requests the model received, the audio played and the history.
@@ -28,13 +29,14 @@ from turncalls import (
     run_scenarios,
 )
 
+from turnfsm import effects as fx
 from turnfsm.adapters.sim import LINES, LLMRequest, ScriptedLLM
 
 TOOL_SECONDS = 2.5
 BARGE_IN_AFTER = 2.0
 """Seconds into the tool step the caller starts speaking: the tool ends while they speak."""
 HOLD_SECONDS = 3.0
-"""The policy's ``tool_reply_hold`` (off by default)."""
+"""The policy's ``tool_reply_hold`` (its default)."""
 
 
 def tool_reply_requests(llm: ScriptedLLM) -> list[LLMRequest]:
@@ -60,6 +62,10 @@ async def _real_turn_sends_no_tool_reply() -> None:
     call, context = tc.call, tc.describe()
     tool_speech = tc.events("tool_step_started")[0].event.speech_id
     assert tool_speech in [s.event.speech_id for s in tc.events("agent_speech_interrupted")]
+    # LiveKit's end of the turn: three words, a turn; the machine lets LiveKit commit it
+    ended = tc.events("user_turn_ended")
+    assert [s.event.words for s in ended] == [3], context
+    assert not any(isinstance(e, fx.RejectUserTurn) for e in ended[0].effects), context
     # the model never received the round answering the tool's output, and no tool ran again
     assert tool_reply_requests(llm) == [], context
     # the others answer the barge-in (preemptive ones, on its partial transcripts, too)
@@ -88,10 +94,20 @@ async def _backchannel_gets_the_tool_reply() -> None:
     # the backchannel is no turn (LiveKit keeps its words for the next one)
     committed = [s.event.text for s in tc.events("user_turn_committed")]
     assert committed == [APPOINTMENT_QUESTION], context
-    # held from the barge-in until the hold ran out, the caller silent that long
+    # the machine declined it at LiveKit's end of the turn: one word, under min_words
+    tool_speech = tc.events("tool_step_started")[0].event.speech_id
+    # (LiveKit ends it once more as the session closes, with its words kept: no turn then)
+    ended, *_ = tc.events("user_turn_ended")
+    assert ended.event.words == 1, context
+    assert fx.RejectUserTurn() in ended.effects, context
+    assert fx.ReleaseToolReply(speech_id=tool_speech, send=True) in ended.effects, context
+    # held from the barge-in until LiveKit's end of the turn (its endpointing delay after
+    # the caller stopped), not until the hold ran out: the round was asked for right then
     stopped = [s for s in tc.events("user_speech_ended") if s.before == "speaking"][-1]
     hold = tc.controller.policy.tool_reply_hold
-    assert abs(tc.call_time(request.started_at) - (tc.at(stopped) + hold)) < 0.05, context
+    assert hold is not None, context
+    assert abs(tc.call_time(request.started_at) - tc.at(ended)) < 0.05, context
+    assert tc.at(ended) - tc.at(stopped) < hold / 2, context
     assert len(agent.started) == 1, context
 
 

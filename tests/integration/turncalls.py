@@ -277,11 +277,12 @@ async def barge_into_tool_step(
     *,
     after: float,
     tool_seconds: float,
-    tool_reply_hold: float | None = None,
+    **policy_fields: Any,
 ) -> tuple[TurnCall, LookupAgent, ScriptedLLM]:
     """Under LiveKit's defaults (``interruption``: the session's interruption options),
     ask the question, answered with one tool round; say ``line`` ``after`` seconds into
-    the tool's run; wait until the call is quiet.
+    the tool's run; wait until the call is quiet. ``policy_fields`` change the policy
+    (e.g. ``tool_reply_hold``).
 
     Returns the finished call (its session is closed; its records stay), the agent and
     the model."""
@@ -289,7 +290,7 @@ async def barge_into_tool_step(
         direction="inbound",
         first_speaker="user",
         max_tool_steps=3,
-        tool_reply_hold=tool_reply_hold,
+        **policy_fields,
     )
     agent = LookupAgent(tool_seconds)
     llm = ScriptedLLM(lookup_reply)
