@@ -11,9 +11,9 @@ if TYPE_CHECKING:
     from .effects import TimerName
 
 RealtimeWait = Literal["model_reply", "response_done", "tool_speech"]
-"""What a reply asked of a realtime model waits for: the model's own reply (replaced by
-the greeting, or adopted as the final reply), the end of its active response, or the end
-of the capped tool step's speech."""
+"""What the final reply without tools waits for before it is asked of a realtime model:
+the model's own reply (adopted as the final reply), the end of its active response, or
+the end of the capped tool step's speech."""
 
 
 @attrs.define
@@ -51,10 +51,8 @@ class TurnContext:
     answers it and it is never rejected (invariant I7)."""
 
     greeting_speech_id: str | None = None
-    """The locked greeting's speech."""
-
-    greeting_retried: bool = False
-    """The greeting's start was refused or failed and its text was said again, locked."""
+    """The locked greeting's speech (set once the greeting is ``greeting_playing`` or
+    ``retry_playing``)."""
 
     active_speeches: frozenset[str] = frozenset()
     """Agent speeches created and not yet ended."""
@@ -128,9 +126,6 @@ class TurnContext:
 
     tools_forbidden: bool = False
     """A ``ForbidTools`` is in force."""
-
-    greeting_wait: RealtimeWait | None = None
-    """What the greeting (or its retry) waits for before it is asked of the model."""
 
     final_wait: RealtimeWait | None = None
     """What the final reply without tools waits for before it is asked of the model."""

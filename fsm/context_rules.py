@@ -27,7 +27,14 @@ from collections.abc import Mapping
 
 from .context import TurnContext
 from .fields import check_fields
-from .machine import CONVERSATION_STATES, LIVE_STATES, VOICE_STATES, TurnChart, TurnMachine
+from .machine import (
+    CONVERSATION_STATES,
+    LIVE_STATES,
+    VOICE_STATES,
+    TurnChart,
+    TurnMachine,
+    public_state,
+)
 from .policy import TurnPolicy
 from .rules import TIMER_POLICY_FIELDS, TurnRules
 
@@ -39,8 +46,6 @@ SCOPED: Mapping[str, frozenset[str]] = {
             "overlapped_greeting",
             "first_words_item",
             "greeting_speech_id",
-            "greeting_retried",
-            "greeting_wait",
         ),
         frozenset({"greeting"}),
     ),
@@ -76,12 +81,18 @@ SCOPED: Mapping[str, frozenset[str]] = {
 }
 """Fields that hold another value than their default only in these states."""
 
+AWAITING_MODEL = frozenset({"greeting_awaiting_model", "retry_awaiting_model"})
+"""The greeting's phases that wait for a busy realtime model."""
+
+PLAYING = frozenset({"greeting_playing", "retry_playing"})
+"""The greeting's phases once its speech exists."""
+
 TIMER_STATES: Mapping[str, frozenset[str]] = {
     "await_user": frozenset({"awaiting_user"}),
     "idle": frozenset({"listening"}),
     "max_duration": LIVE_STATES,
-    "model_reply": frozenset({"greeting"}) | CONVERSATION_STATES,
-    "response_done": frozenset({"greeting"}) | CONVERSATION_STATES,
+    "model_reply": CONVERSATION_STATES,
+    "response_done": AWAITING_MODEL | CONVERSATION_STATES,
     "tool_reply_hold": frozenset({"speaking", "tool_loop"}),
 }
 """The states each timer can run in: started on the way in, cancelled on the way out."""
@@ -99,7 +110,6 @@ REALTIME: tuple[str, ...] = (
     "pending_cancels",
     "model_replies_paused",
     "tools_forbidden",
-    "greeting_wait",
     "final_wait",
     "final_after_speech",
 )
@@ -220,8 +230,10 @@ def _check_linked(context: TurnContext, policy: TurnPolicy) -> None:
 
 
 def _check_state(context: TurnContext, policy: TurnPolicy, configuration: tuple[str, ...]) -> None:
-    """The fields that depend on where the call is."""
-    state = configuration[0]
+    """The fields that depend on where the call is (the state as
+    :attr:`~turnfsm.TurnController.state` reports it; the greeting's phase besides)."""
+    phase = configuration[0]
+    state = public_state(phase)
     if state not in reachable_states(policy):
         raise ValueError(
             f"no call under this policy is in {state!r} (direction={policy.direction!r}, "
@@ -272,10 +284,12 @@ def _check_state(context: TurnContext, policy: TurnPolicy, configuration: tuple[
             speech = getattr(context, name)
             if speech is not None and speech not in context.active_speeches:
                 raise ValueError(f"TurnContext.{name} {speech!r} is not an active speech")
+    if state == "greeting":
+        _check_greeting_phase(context, policy, phase)
     for timer in context.timers:
-        if state not in TIMER_STATES[timer]:
+        if phase not in TIMER_STATES[timer]:
             raise ValueError(
-                f"TurnContext.timers: {timer!r} does not run in {state!r} "
+                f"TurnContext.timers: {timer!r} does not run in {phase!r} "
                 f"(only in {sorted(TIMER_STATES[timer])})"
             )
     if state in LIVE_STATES and policy.max_call_duration is not None:
@@ -284,3 +298,24 @@ def _check_state(context: TurnContext, policy: TurnPolicy, configuration: tuple[
                 "TurnContext.timers must hold 'max_duration' while the call is live "
                 "(max_call_duration is set)"
             )
+
+
+def _check_greeting_phase(context: TurnContext, policy: TurnPolicy, phase: str) -> None:
+    """The greeting's speech exists exactly while it plays; it is retried only with a
+    text; it waits for the model only while the model is busy (a free one ends the wait in
+    the step that frees it)."""
+    if (context.greeting_speech_id is not None) != (phase in PLAYING):
+        raise ValueError(
+            f"TurnContext.greeting_speech_id is set exactly in {sorted(PLAYING)}, "
+            f"got {context.greeting_speech_id!r} in {phase!r}"
+        )
+    if phase.startswith("retry_") and policy.greeting is None:
+        raise ValueError(
+            f"no call under this policy is in {phase!r}: only a greeting text is retried"
+        )
+    busy = context.model_responding or bool(context.pending_cancels)
+    if phase in AWAITING_MODEL and not busy:
+        raise ValueError(
+            f"{phase!r} waits for a busy realtime model (model_responding=False, "
+            "no pending_cancels)"
+        )

@@ -50,6 +50,7 @@ from .machine import (
     atomic_states,
     handled_events,
     leaf_states,
+    public_states,
     voice_states,
 )
 from .policy import TurnPolicy
@@ -126,6 +127,7 @@ class TurnController:
         self.call = call or CallInfo()
         self._rules = rules_class(policy=policy)
         self._machine_class = machine_class
+        self._public = public_states(machine_class)
         self._engine: CompiledEngine | None = None
         self._machine: TurnChart | None = None
         if engine == "compiled":
@@ -162,14 +164,15 @@ class TurnController:
 
     @property
     def state(self) -> str:
-        """The current state id, e.g. ``"greeting"``."""
+        """The current state id, e.g. ``"greeting"`` (in each of the greeting's phases,
+        which :attr:`configuration` names)."""
         self._claim()
-        return self._configuration[0]
+        return self._public[self._configuration[0]]
 
     @property
     def configuration(self) -> tuple[str, ...]:
-        """The state and, while the call is live, the caller's voice beside it, e.g.
-        ``("greeting", "caller_speaking")``."""
+        """The atomic state and, while the call is live, the caller's voice beside it, e.g.
+        ``("greeting_playing", "caller_speaking")``."""
         self._claim()
         return self._configuration
 
@@ -288,7 +291,7 @@ class TurnController:
             if self._trace is not None or self.trace_sink is not None:
                 self._busy = True
                 try:
-                    self._record(event, self._configuration[0], ())
+                    self._record(event, self._public[self._configuration[0]], ())
                 finally:
                     self._busy = False
             return ()
@@ -303,7 +306,8 @@ class TurnController:
             self._busy = False
 
     def _step(self, event: Event) -> tuple[fx.Effect, ...]:
-        before = self._configuration[0]
+        public = self._public
+        before = public[self._configuration[0]]
         if event.name in self._handled:
             outbox = self._rules.outbox
             try:
@@ -324,7 +328,7 @@ class TurnController:
         else:
             effects = ()
         if self._monitor is not None:
-            self._monitor.check(before, event, self._configuration[0], effects)
+            self._monitor.check(before, event, public[self._configuration[0]], effects)
         if self._trace is not None or self.trace_sink is not None:
             self._record(event, before, effects)
         return effects
@@ -367,7 +371,7 @@ class TurnController:
         keep_text = self._keep_text
         event = redact(event, keep_text=keep_text)
         effects = tuple(redact(effect, keep_text=keep_text) for effect in effects)
-        step = TraceStep(event.at, event, before, self._configuration[0], effects)
+        step = TraceStep(event.at, event, before, self._public[self._configuration[0]], effects)
         if self.trace_sink is not None:
             self.trace_sink.append(step)  # first: if it raises, the step never happened
         if self._trace is not None:

@@ -18,9 +18,10 @@ TimerName = Literal[
 ]
 """The timers the machine uses; their expiry comes back as ``TimerFired``. With a realtime
 model, ``model_reply`` bounds the wait for the model's own reply and ``response_done`` the
-wait for its active response to finish (see ``TurnContext.greeting_wait``
-and ``final_wait``). ``tool_reply_hold`` bounds a ``HoldToolReply`` once the caller is
-silent: LiveKit has not interrupted by then, the reply to the tool output is sent."""
+wait for its active response to finish (the greeting's ``greeting_awaiting_model`` and
+``retry_awaiting_model``, ``TurnContext.final_wait``). ``tool_reply_hold`` bounds a
+``HoldToolReply`` once the caller is silent: LiveKit has not interrupted by then, the
+reply to the tool output is sent."""
 
 TIMER_NAMES: tuple[TimerName, ...] = get_args(TimerName)
 

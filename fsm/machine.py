@@ -112,8 +112,39 @@ def declare_chart() -> dict[str, Any]:
                 Nothing is held meanwhile: a caller who speaks first is answered as usual,
                 without a greeting."""
 
-                greeting = State(enter="begin_greeting", exit="forget_greeting")
-                """The locked greeting: nothing the caller says interrupts it."""
+                class greeting(  # noqa: N801
+                    State.Compound, enter="begin_greeting", exit="forget_greeting"
+                ):
+                    """The locked greeting: nothing the caller says interrupts it. Its phases
+                    are sub-states; :attr:`TurnController.state` reports ``greeting`` in
+                    each (:func:`public_state`)."""
+
+                    greeting_awaiting_model = State(
+                        initial=True,
+                        enter="start_response_done_timer",
+                        exit="cancel_response_done_timer",
+                    )
+                    """A realtime model's active response (or a cancel on its way) must end
+                    before the greeting is asked for (invariant I9); a free model (and
+                    every pipeline) leaves at once, in the same step."""
+
+                    greeting_requested = State(enter="request_greeting")
+                    """The greeting is asked for; its speech does not exist yet."""
+
+                    greeting_playing = State()
+                    """The greeting's speech exists, locked, until it ends."""
+
+                    class greeting_retry(State.Compound):  # noqa: N801
+                        """The greeting's start was refused or failed: its text is said once
+                        more, locked; a second failure ends the call."""
+
+                        retry_awaiting_model = State(
+                            initial=True,
+                            enter="start_response_done_timer",
+                            exit="cancel_response_done_timer",
+                        )
+                        retry_requested = State(enter="say_greeting_locked")
+                        retry_playing = State()
 
                 class conversation(State.Compound):  # noqa: N801
                     """Turns after the greeting."""
@@ -150,7 +181,19 @@ def declare_chart() -> dict[str, Any]:
     in_call, connecting = cast(State, call), cast(State, call.connecting)
     start, ringing = call.connecting.start, call.connecting.ringing
     turn = cast(State, call.live.turn)
-    awaiting_user, greeting = call.live.turn.awaiting_user, call.live.turn.greeting
+    awaiting_user = call.live.turn.awaiting_user
+    greeting = cast(State, call.live.turn.greeting)
+    greeting_awaiting_model, greeting_requested, greeting_playing = (
+        call.live.turn.greeting.greeting_awaiting_model,
+        call.live.turn.greeting.greeting_requested,
+        call.live.turn.greeting.greeting_playing,
+    )
+    greeting_retry = cast(State, call.live.turn.greeting.greeting_retry)
+    retry_awaiting_model, retry_requested, retry_playing = (
+        call.live.turn.greeting.greeting_retry.retry_awaiting_model,
+        call.live.turn.greeting.greeting_retry.retry_requested,
+        call.live.turn.greeting.greeting_retry.retry_playing,
+    )
     awaiting_agent = call.live.turn.awaiting_agent
     conversation = cast(State, call.live.turn.conversation)
     listening, speaking, tool_loop = (
@@ -242,18 +285,24 @@ def declare_chart() -> dict[str, Any]:
         | awaiting_user.to(None, on="stop_early_speech")
         # the agent's own first speech is the greeting; LiveKit's reply (to a caller who
         # spoke first) is not, and starts the conversation
-        | awaiting_agent.to(greeting, cond="from_agent_code", on="lock_greeting")
+        | awaiting_agent.to(greeting_playing, cond="from_agent_code", on="lock_greeting")
         | awaiting_agent.to(speaking, on="note_speech")
-        # the agent's own speech (a filler said in its turn hook) is not the greeting and
-        # must not come before it: stopped before it plays
-        | greeting.to(
-            None,
-            cond=["greeting_speech_pending", "from_agent_code"],
-            on="stop_agent_speech_before_greeting",
+        # until the greeting's speech exists: the agent's own speech (a filler said in its
+        # turn hook) is not the greeting and must not come before it: stopped before it
+        # plays; any other is the greeting's (LiveKit's reply carrying it, turnfsm's own
+        # say), locked, and nothing more is asked for
+        | greeting_awaiting_model.to(
+            None, cond="from_agent_code", on="stop_agent_speech_before_greeting"
         )
-        | greeting.to(
-            None, cond="greeting_speech_pending", unless="from_agent_code", on="lock_greeting"
+        | greeting_requested.to(
+            None, cond="from_agent_code", on="stop_agent_speech_before_greeting"
         )
+        | retry_awaiting_model.to(
+            None, cond="from_agent_code", on="stop_agent_speech_before_greeting"
+        )
+        | retry_requested.to(None, cond="from_agent_code", on="stop_agent_speech_before_greeting")
+        | greeting_playing.from_(greeting_awaiting_model, greeting_requested, on="lock_greeting")
+        | retry_playing.from_(retry_awaiting_model, retry_requested, on="lock_greeting")
         # any other speech (the agent's own reply after a refused greeting was said again,
         # a filler once the greeting's speech exists) plays after the greeting: noted, so the
         # conversation starts in the agent's turn
@@ -362,6 +411,10 @@ def declare_chart() -> dict[str, Any]:
         | tool_loop.to(None, on=interrupted)
     )
 
+    # The greeting did not start (its start refused or failed, before its speech exists
+    # or naming it): said once more, locked, if it has a text; a greeting turnfsm asks
+    # for (a text or instructions) that fails twice, or has no text, ends the call.
+    not_started, names_it = "greeting_start_not_done", "names_the_greeting_speech"
     effect_outcome = (
         listening.to(None, cond="held_audio_replayed", on="commit_the_replay")
         | tool_loop.to(
@@ -370,18 +423,43 @@ def declare_chart() -> dict[str, Any]:
             on="resume_tool_loop",
         )
         | conversation.to(None, cond="tool_reply_hold_not_done", on="forget_tool_reply_hold")
-        | greeting.to(
-            None,
-            cond=["greeting_start_not_done", "has_greeting_text"],
-            unless="greeting_retried",
-            on="say_greeting_locked",
+        | greeting_retry.from_(
+            greeting_awaiting_model,
+            greeting_requested,
+            cond=[not_started, "has_greeting_text"],
+            on="forget_greeting_speech",
         )
-        # a greeting turnfsm asks for (a text or instructions) failed twice: the call ends
-        | greeting.to(
-            ended, cond=["has_greeting", "greeting_start_not_done"], on="note_greeting_failed"
+        | greeting_playing.to(
+            greeting_retry,
+            cond=[not_started, names_it, "has_greeting_text"],
+            on="forget_greeting_speech",
         )
-        | greeting.to(
-            ended, cond=["has_greeting", "greeting_retry_not_done"], on="note_greeting_failed"
+        | ended.from_(
+            greeting_awaiting_model,
+            greeting_requested,
+            retry_awaiting_model,
+            retry_requested,
+            cond=["has_greeting", not_started],
+            on="note_greeting_failed",
+        )
+        | ended.from_(
+            greeting_playing,
+            retry_playing,
+            cond=["has_greeting", not_started, names_it],
+            on="note_greeting_failed",
+        )
+        # the retry's own say (a realtime model's refusal of its response.create comes
+        # after LiveKit made the speech, and the machine locked it)
+        | ended.from_(
+            retry_awaiting_model,
+            retry_requested,
+            cond=["has_greeting", "greeting_retry_not_done"],
+            on="note_greeting_failed",
+        )
+        | retry_playing.to(
+            ended,
+            cond=["has_greeting", "greeting_retry_not_done", names_it],
+            on="note_greeting_failed",
         )
     )
 
@@ -441,24 +519,24 @@ def declare_chart() -> dict[str, Any]:
     def when_model_free(
         free: str,
         note: str,
-        states: tuple[State, State] = (greeting, conversation),
+        conversation: State = conversation,
         everywhere: Callable[..., Any] = call_wide,
     ) -> Any:
-        """The greeting and the capped final reply wait until the model is free: no
-        response of it active, no cancel of it on its way (invariant I9); ``free`` tells
-        whether this event frees it, ``note`` notes the event in every state."""
-        greeting, conversation = states
-        return (
-            greeting.to(
-                None, cond=["greeting_waits_for_response_done", free], on=[note, "greet_now"]
-            )
-            | conversation.to(
-                None,
-                cond=["final_reply_waits_for_response_done", free],
-                on=[note, "ask_final_reply"],
-            )
-            | everywhere(on=note)
-        )
+        """The capped final reply waits until the model is free: no response of it
+        active, no cancel of it on its way (invariant I9); ``free`` tells whether this
+        event frees it, ``note`` notes the event in every state. (The greeting's waits
+        end by themselves, eventless, once the model is free.)"""
+        return conversation.to(
+            None,
+            cond=["final_reply_waits_for_response_done", free],
+            on=[note, "ask_final_reply"],
+        ) | everywhere(on=note)
+
+    # the greeting is asked for once the model is free: at once on a pipeline or with
+    # a free model (eventless: in the step that enters the wait), else when its response
+    # is done or its cancel answered
+    greeting_awaiting_model.to(greeting_requested, cond="model_is_free")
+    retry_awaiting_model.to(retry_requested, cond="model_is_free")
 
     model_response_done = when_model_free("no_cancel_pending", "note_model_free")
 
@@ -471,11 +549,6 @@ def declare_chart() -> dict[str, Any]:
     model_reply_started = (
         connecting.to(None, on="suppress_model_reply")
         | awaiting_user.to(None, on="suppress_model_reply")
-        | greeting.to(
-            None,
-            cond="greeting_waits_for_model_reply",
-            on=["suppress_model_reply", "greet_when_model_free"],
-        )
         | greeting.to(None, on="suppress_model_reply")
         | conversation.to(
             None,
@@ -491,17 +564,17 @@ def declare_chart() -> dict[str, Any]:
     )
 
     timer_fired |= (
-        greeting.to(
-            None,
-            cond=["timer_is_running", "is_model_reply_timer"],
-            before="note_timer_fired",
-            on="greet_when_model_free",
-        )
-        | greeting.to(
-            None,
+        # the wait for the model is over: the greeting is asked for anyway (a refusal is
+        # retried once, as any failed start)
+        greeting_requested.from_(
+            greeting_awaiting_model,
             cond=["timer_is_running", "is_response_done_timer"],
             before="note_timer_fired",
-            on="greet_now",
+        )
+        | retry_requested.from_(
+            retry_awaiting_model,
+            cond=["timer_is_running", "is_response_done_timer"],
+            before="note_timer_fired",
         )
         | conversation.to(
             None,
@@ -524,6 +597,8 @@ def declare_chart() -> dict[str, Any]:
     )
 
     del in_call, connecting, start, ringing, turn, awaiting_user, awaiting_agent, greeting
+    del greeting_awaiting_model, greeting_requested, greeting_playing, greeting_retry
+    del retry_awaiting_model, retry_requested, retry_playing, not_started, names_it
     del conversation
     del listening, speaking, tool_loop, caller_silent, caller_speaking
     del leave_greeting, speech_ended, step_started, step_finished, interrupted
@@ -651,9 +726,12 @@ def handled_events(
 
 def declared_moves(machine_class: type[TurnChart] = TurnMachine) -> set[tuple[str, str, str]]:
     """(source, event, target) for every declared transition, from every atomic state it
-    can fire in (the caller's voice too); a targetless transition stays in its state."""
+    can fire in (the caller's voice too), named as :attr:`TurnController.state` reports
+    them (a move between the greeting's phases stays in ``greeting``); a targetless
+    transition stays in its state."""
+    public = public_states(machine_class)
     return {
-        (state.id, event, (transition.target or state).id)
+        (public[state.id], event, public[(transition.target or state).id])
         for state in atomic_states(machine_class)
         for transition in leaf_transitions(state)
         for event in _names(transition)
@@ -667,7 +745,36 @@ def transition_key(transition: Transition) -> tuple[str, int]:
     return transition.source.id, next(i for i, t in enumerate(declared) if t is transition)
 
 
-STATES: tuple[str, ...] = tuple(state.id for state in leaf_states())
+PHASED_STATES: tuple[str, ...] = ("greeting",)
+"""Compound states whose sub-states are phases of one state: :attr:`TurnController.state`
+(and a trace's steps, the invariants, the outcome monitor) report the compound's id in
+each; :attr:`TurnController.configuration` names the phase."""
+
+
+@functools.cache
+def public_states(machine_class: type[TurnChart] = TurnMachine) -> Mapping[str, str]:
+    """For each state id of the chart, the state :attr:`TurnController.state` reports
+    for it: itself, or the phased state it belongs to (:data:`PHASED_STATES`)."""
+    public = {}
+    for state in walk_states(machine_class.states):
+        node: State | None = state
+        while node is not None and node.id not in PHASED_STATES:
+            node = node.parent
+        public[state.id] = state.id if node is None else node.id
+    return MappingProxyType(public)
+
+
+def public_state(state: str) -> str:
+    """The state :attr:`TurnController.state` reports for a state of the turn chart
+    (``greeting`` for ``greeting_playing``); any other id is itself."""
+    return public_states().get(state, state)
+
+
+LEAF_STATES: tuple[str, ...] = tuple(state.id for state in leaf_states())
+"""The atomic states a call can be in, as :attr:`TurnController.configuration` names
+them (the greeting's phases, not ``greeting``)."""
+
+STATES: tuple[str, ...] = tuple(dict.fromkeys(public_state(leaf) for leaf in LEAF_STATES))
 """The states a call can be in, as :attr:`TurnController.state` reports them."""
 
 VOICE_STATES: tuple[str, ...] = tuple(state.id for state in voice_states())
@@ -679,8 +786,12 @@ def _leaves_under(compound: str) -> frozenset[str]:
     return frozenset(state.id for state in walk_states([node]) if not state.states)
 
 
-LIVE_STATES: frozenset[str] = _leaves_under("turn")
-"""States of a live call: the caller's voice runs beside them."""
+GREETING_STATES: frozenset[str] = _leaves_under("greeting")
+"""The greeting's phases (atomic states)."""
+
+LIVE_STATES: frozenset[str] = _leaves_under("turn") | {"greeting"}
+"""States of a live call: the caller's voice runs beside them (atomic ones, and
+``greeting`` as :attr:`TurnController.state` reports its phases)."""
 
 
 def states_acting(event: str, action: str) -> frozenset[str]:
@@ -705,8 +816,9 @@ FIRST_WORDS_STATES: frozenset[str] = states_acting("user_turn_committed", "note_
 CONVERSATION_STATES: frozenset[str] = _leaves_under("conversation")
 """States after the greeting, where tool rounds are counted (invariant I3)."""
 
-LOCKED_STATES: frozenset[str] = frozenset({"greeting"})
-"""States drawn and checked as locked: no interrupt effect is ever emitted in them."""
+LOCKED_STATES: frozenset[str] = frozenset({"greeting"}) | GREETING_STATES
+"""States drawn and checked as locked: no interrupt effect is ever emitted in them (the
+greeting, and each of its phases)."""
 
 
 _ANSWERED = ("awaiting_user", "awaiting_agent", "greeting", "listening", "speaking", "tool_loop")

@@ -17,8 +17,12 @@ explore.
 
 >>> from turnfsm import TurnPolicy
 >>> inbound = TurnPolicy(greeting="Hi.", idle_timeout=10.0)
->>> sorted(reach(inbound).states - {"caller_silent", "caller_speaking"})  # nobody rings
+>>> from turnfsm.machine import public_state
+>>> turn = {public_state(state) for state in reach(inbound).states}
+>>> sorted(turn - {"caller_silent", "caller_speaking"})  # nobody rings
 ['ended', 'greeting', 'listening', 'speaking', 'start', 'tool_loop']
+>>> sorted(state for state in reach(inbound).states if state.startswith("retry_"))
+['retry_awaiting_model', 'retry_playing', 'retry_requested']
 >>> ends_of_its_own(inbound)
 ('greeting_failed', 'idle')
 """

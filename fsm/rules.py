@@ -132,10 +132,6 @@ class TurnRules:
     def drops_overlap(self) -> bool:
         return self.policy.greeting_overlap == "drop"
 
-    @guard("context")
-    def greeting_speech_pending(self) -> bool:
-        return self.context.greeting_speech_id is None
-
     @guard("event")
     def from_agent_code(self, ev: AgentSpeechCreated) -> bool:
         return ev.from_agent_code
@@ -221,35 +217,24 @@ class TurnRules:
 
     @guard("event")
     def greeting_start_not_done(self, ev: EffectOutcome) -> bool:
-        """The greeting did not start and no speech of it exists (or the speech taken for
-        it played something else, named by the outcome): the call would be deaf."""
-        greeting_speech = self.context.greeting_speech_id
-        return (
-            ev.effect == "start_greeting"
-            and ev.outcome != "done"
-            and (greeting_speech is None or ev.speech_id == greeting_speech)
-        )
+        """The greeting did not start: before its speech exists (or, once it exists, when
+        the outcome names it: it played something else), the call would be deaf."""
+        return ev.effect == "start_greeting" and ev.outcome != "done"
+
+    @guard("event")
+    def names_the_greeting_speech(self, ev: EffectOutcome) -> bool:
+        return ev.speech_id == self.context.greeting_speech_id
 
     @guard("event")
     def greeting_retry_not_done(self, ev: EffectOutcome) -> bool:
         """The greeting's locked retry did not start either. Its speech may exist already:
         a realtime model's refusal of the retry's ``response.create`` comes after LiveKit
         made the speech (and the machine locked it)."""
-        greeting_speech = self.context.greeting_speech_id
-        return (
-            ev.effect == "say"
-            and ev.outcome != "done"
-            and self.context.greeting_retried
-            and (greeting_speech is None or ev.speech_id == greeting_speech)
-        )
+        return ev.effect == "say" and ev.outcome != "done"
 
     @guard("policy")
     def has_greeting_text(self) -> bool:
         return self.policy.greeting is not None
-
-    @guard("context")
-    def greeting_retried(self) -> bool:
-        return self.context.greeting_retried
 
     @guard("event")
     def step_speech_interrupted(self, ev: ToolStepFinished) -> bool:
@@ -295,12 +280,10 @@ class TurnRules:
         return self.context.reprompts < self.policy.idle_max_reprompts
 
     @guard("context")
-    def greeting_waits_for_model_reply(self) -> bool:
-        return self.context.greeting_wait == "model_reply"
-
-    @guard("context")
-    def greeting_waits_for_response_done(self) -> bool:
-        return self.context.greeting_wait == "response_done"
+    def model_is_free(self) -> bool:
+        """No response of the realtime model is active and no cancel of it is on its way
+        (always, on a pipeline): a request now is neither refused nor cut."""
+        return not self._model_busy()
 
     @guard("context")
     def final_reply_waits_for_response_done(self) -> bool:
@@ -366,9 +349,20 @@ class TurnRules:
         self.emit(fx.StartTimer(timer=timer, seconds=seconds))
 
     def _cancel_timer(self, timer: fx.TimerName) -> None:
+        """Cancel a running timer; one started in this very step (a state entered and left
+        in one step, e.g. a wait that ends at once) is taken back instead, so the adapter
+        never starts it."""
         if timer in self.context.timers:
             self.context.timers = self.context.timers - {timer}
-            self.emit(fx.CancelTimer(timer=timer))
+            started = [
+                i
+                for i, effect in enumerate(self.outbox)
+                if isinstance(effect, fx.StartTimer) and effect.timer == timer
+            ]
+            if started:
+                del self.outbox[started[-1]]
+            else:
+                self.emit(fx.CancelTimer(timer=timer))
 
     def start_await_timer(self) -> None:
         self._start_timer("await_user")
@@ -431,23 +425,15 @@ class TurnRules:
         self.context.first_words_item = ev.item_id
 
     def begin_greeting(self) -> None:
+        """Lock the caller out of the greeting (muted, or turns held), and keep a realtime
+        model from answering the first words itself: the greeting replaces that reply."""
         ctx, policy = self.context, self.policy
         if policy.mutes_greeting:
             self._mute(hold_audio=policy.greeting_overlap == "answer_whole")
         else:
             self._hold_user_turns()
-        paused_before = ctx.model_replies_paused
         if ctx.model_replies_to_turns:
             self._pause_model_replies()
-        if ctx.greeting_speech_id is not None:
-            return  # the agent's own speech is the greeting: nothing to ask for
-        if ctx.model_replies_to_turns and ctx.first_words_item is not None and not paused_before:
-            # the model answers the first words itself: that reply is replaced by the greeting
-            self._greeting_waits("model_reply")
-        elif ctx.realtime_model and self._model_busy():
-            self._greeting_waits("response_done")
-        else:
-            self._start_greeting()
 
     def stop_agent_speech_before_greeting(self, ev: AgentSpeechCreated) -> None:
         """Only that speech: the greeting, created after it, must not be cut."""
@@ -460,53 +446,22 @@ class TurnRules:
         self._add_active_speech(ev.speech_id)
         self.emit(fx.LockSpeech(speech_id=ev.speech_id))
 
-    def say_greeting_locked(self) -> None:
-        """The greeting's start was refused or failed: say its text once more, locked
-        (a realtime model's active response is waited out first: it refuses another)."""
-        self.context.greeting_retried = True
-        self.context.greeting_speech_id = None  # the say's speech is the greeting's
-        self.greet_when_model_free()
+    def forget_greeting_speech(self) -> None:
+        """The greeting's start was refused or failed: the retry's speech is the greeting's."""
+        self.context.greeting_speech_id = None
 
-    # With a realtime model the greeting is asked for only when the model can take it: its
-    # own reply to the first words has started (and is suppressed) and no response of it is
-    # active. Each wait is bounded by a timer; on expiry the greeting is asked for anyway
-    # (a refusal is retried once, as any failed start).
+    # With a realtime model the greeting (and its retry) is asked for only when the model
+    # can take it: no response of it active. The wait is bounded by the ``response_done``
+    # timer; on expiry the greeting is asked for anyway (a refusal is retried once, as any
+    # failed start).
 
-    def _greeting_waits(self, wait: fx.TimerName) -> None:
-        self._end_greeting_wait()
-        self.context.greeting_wait = wait  # type: ignore[assignment]
-        self._start_timer(wait)
+    def start_response_done_timer(self) -> None:
+        self._start_timer("response_done")
 
-    def _end_greeting_wait(self) -> None:
-        wait, self.context.greeting_wait = self.context.greeting_wait, None
-        if wait is not None and wait != "tool_speech":
-            self._cancel_timer(wait)
+    def cancel_response_done_timer(self) -> None:
+        self._cancel_timer("response_done")
 
-    def greet_when_model_free(self) -> None:
-        """Ask for the greeting now, or once the model's active response is done."""
-        if self.context.realtime_model and self._model_busy():
-            self._greeting_waits("response_done")
-        else:
-            self.greet_now()
-
-    def greet_now(self) -> None:
-        """The greeting, or its locked retry once its start was refused or failed."""
-        ctx, policy = self.context, self.policy
-        self._end_greeting_wait()
-        if ctx.greeting_retried:
-            assert policy.greeting is not None  # only a fixed greeting is retried
-            self.emit(
-                fx.Say(
-                    text=policy.greeting,
-                    reason="greeting",
-                    allow_interruptions=False,
-                    in_reply_to=ctx.first_words_item,
-                )
-            )
-        else:
-            self._start_greeting()
-
-    def _start_greeting(self) -> None:
+    def request_greeting(self) -> None:
         ctx, policy = self.context, self.policy
         self.emit(
             fx.StartGreeting(
@@ -516,17 +471,29 @@ class TurnRules:
             )
         )
 
+    def say_greeting_locked(self) -> None:
+        """The greeting's retry: its text said once more, locked, answering the first words
+        (only a fixed greeting is retried)."""
+        ctx, policy = self.context, self.policy
+        assert policy.greeting is not None
+        self.emit(
+            fx.Say(
+                text=policy.greeting,
+                reason="greeting",
+                allow_interruptions=False,
+                in_reply_to=ctx.first_words_item,
+            )
+        )
+
     def note_overlap(self) -> None:
         self.context.overlapped_greeting = True
 
     def forget_greeting(self) -> None:
-        """Leaving the greeting, whatever the way: its speech, first words and retry."""
+        """Leaving the greeting, whatever the way: its speech and first words."""
         ctx = self.context
         ctx.greeting_speech_id = None
         ctx.first_words_item = None
-        ctx.greeting_retried = False
         ctx.overlapped_greeting = False
-        self._end_greeting_wait()
         self._resume_model_replies()
 
     # Leaving the greeting for the conversation: one action per lock and overlap policy

@@ -44,6 +44,7 @@ from .machine import (
     TurnChart,
     TurnMachine,
     handled_events,
+    public_state,
     transition_key,
 )
 from .policy import TurnPolicy
@@ -344,7 +345,7 @@ class ExplorationReport:
     steps: int
     """Events fed, each checked against every invariant."""
     states: frozenset[str]
-    """States reached."""
+    """States reached (as :attr:`~turnfsm.TurnController.state` reports them)."""
     transitions: frozenset[tuple[str, str, str]]
     """(source, event, target) moves taken in each region (the state's, the caller's
     voice's), self loops included."""
@@ -368,12 +369,16 @@ class ExplorationReport:
 
 
 def fresh_context(state: str, policy: TurnPolicy) -> TurnContext:
-    """The context a call under ``policy`` has just after entering ``state`` the plainest
-    way (one that :meth:`~turnfsm.TurnController.restore` takes): the timers started on
-    the way in, the input muted where the policy mutes it, turns held in a listening
-    greeting, the speech ``s1`` playing (and running a tool round in ``tool_loop``), a
-    hang-up in ``ended``."""
+    """The context a call under ``policy`` has just after entering ``state`` (an atomic
+    state: a greeting's phase, not ``greeting``) the plainest way (one that
+    :meth:`~turnfsm.TurnController.restore` takes): the timers started on the way in, the
+    input muted where the policy mutes it, turns held in a listening greeting, the speech
+    ``s1`` playing (and running a tool round in ``tool_loop``, locked as the greeting in
+    its playing phases), a hang-up in ``ended``. (The greeting's waits for a busy
+    realtime model have none: a fresh call's model is free.)"""
     timers: set[TimerName] = set()
+    greeting = public_state(state) == "greeting"
+    playing = state in ("greeting_playing", "retry_playing")
     if policy.max_call_duration is not None and state in LIVE_STATES:
         timers.add("max_duration")
     if state == "awaiting_user" and policy.await_user_timeout is not None:
@@ -381,10 +386,11 @@ def fresh_context(state: str, policy: TurnPolicy) -> TurnContext:
     if state == "listening" and policy.idle_timeout is not None:
         timers.add("idle")
     return TurnContext(
-        input_muted=(state == "greeting" and policy.mutes_greeting)
+        input_muted=(greeting and policy.mutes_greeting)
         or (state == "tool_loop" and policy.mute_input_during_tools),
-        turns_held=state == "greeting" and not policy.mutes_greeting,
-        active_speeches=frozenset({"s1"} if state in ("speaking", "tool_loop") else ()),
+        turns_held=greeting and not policy.mutes_greeting,
+        greeting_speech_id="s1" if playing else None,
+        active_speeches=frozenset({"s1"} if state in ("speaking", "tool_loop") or playing else ()),
         tool_rounds=1 if state == "tool_loop" else 0,
         tool_speech_id="s1" if state == "tool_loop" else None,
         timers=frozenset(timers),
@@ -468,7 +474,7 @@ def explore(
     origin = _key(*start)
     monitor = start[2].copy()
     effects = controller.handle(told)
-    monitor.check(start[0][0], told, controller.state, effects)
+    monitor.check(public_state(start[0][0]), told, controller.state, effects)
     linked = (controller.configuration, controller.context.copy(), monitor)
     moves.update(region_moves(start[0], told.name, linked[0], machine_class))
     seen[_key(*linked)] = (origin, told)
@@ -480,7 +486,7 @@ def explore(
     watched = 0
     while queue:
         configuration, context, monitor = queue.popleft()
-        state = configuration[0]
+        state = public_state(configuration[0])
         states.add(state)
         here = _key(configuration, context, monitor)
         handled = handled_in.get(configuration)
@@ -520,7 +526,7 @@ def explore(
                         paths.append((*_path_to(seen, here), event))
                         continue
             try:
-                shadow.check(state, event, after_configuration[0], effects)
+                shadow.check(state, event, public_state(after_configuration[0]), effects)
             except InvariantViolation as breach:
                 violations.append(f"{breach} [in {_named(configuration)} on {event!r}]")
                 paths.append((*_path_to(seen, here), event))
@@ -657,8 +663,9 @@ def region_moves(
 ) -> Iterator[tuple[str, str, str]]:
     """A step's moves: the state's, and the caller's voice's on the events its region
     handles (its eventless silencing by a mute, and its end with the call, belong to the
-    turn's step)."""
-    yield before[0], event, after[0]
+    turn's step). States are named as :attr:`~turnfsm.TurnController.state` reports
+    them, as :func:`~turnfsm.machine.declared_moves` does."""
+    yield public_state(before[0]), event, public_state(after[0])
     if len(before) > 1 and event in handled_events(machine_class)[before[1]]:
         yield before[1], event, after[-1]
 

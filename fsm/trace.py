@@ -44,7 +44,7 @@ from . import effects as fx
 from . import events as ev
 from .fields import check_fields, show, text_fields
 from .invariants import InvariantViolation
-from .machine import leaf_states
+from .machine import STATES
 from .policy import TurnPolicy
 
 FORMAT_VERSION = 2
@@ -532,7 +532,7 @@ def _problem(error: BaseException) -> str:
     return str(error)
 
 
-_STATE_IDS = frozenset(state.id for state in leaf_states())
+_STATE_IDS = frozenset(STATES)
 """The states a step may name: the ones a call can be in."""
 
 

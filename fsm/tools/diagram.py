@@ -46,7 +46,14 @@ from statemachine.contrib.diagram.renderers.mermaid import MermaidRenderer, Merm
 from statemachine.transition import Transition
 
 from ..controller import TurnController
-from ..machine import LOCKED_STATES, TurnChart, TurnMachine, atomic_states, walk_states
+from ..machine import (
+    LOCKED_STATES,
+    PHASED_STATES,
+    TurnChart,
+    TurnMachine,
+    atomic_states,
+    walk_states,
+)
 from ..policy import TurnPolicy
 from ..reach import reach
 from ..rules import TurnRules
@@ -270,9 +277,11 @@ def _overlay(diagram: Diagram, trace: Trace, machine_class: type[TurnChart]) -> 
     )
     taken: Counter[Edge] = Counter()
     warnings: list[str] = []
+    phases = {controller.configuration[0]}  # the trace names the greeting, not its phases
     for number, step in enumerate(trace, start=1):
         fired.clear()
         controller.handle(step.event)
+        phases.add(controller.configuration[0])
         taken.update(transition_edge(transition) for transition in fired)
         if controller.state != step.after:
             warnings.append(
@@ -291,6 +300,7 @@ def _overlay(diagram: Diagram, trace: Trace, machine_class: type[TurnChart]) -> 
         if edge not in drawn
     ]
     visited = frozenset(state for step in trace for state in (step.before, step.after))
+    visited |= phases
     steps = f"{len(trace)} step" + ("" if len(trace) == 1 else "s")
     return attrs.evolve(
         diagram,
@@ -400,11 +410,50 @@ def to_overview(diagram: Diagram) -> str:
     apply to the whole call: :func:`whole_call_transitions` lists them for a caption
     rather than drawing an edge around everything. So do the ways into a final state
     (:func:`ways_to_end`): drawn, an edge from nearly every state into one node made the
-    picture too wide to read on a page.
+    picture too wide to read on a page. A phased state (the greeting) is one state here
+    (:func:`collapse_phases`): the full diagrams draw its phases.
     """
+    diagram = collapse_phases(diagram)
     graph = _overview_model(diagram)
     body = _Renderer(MermaidRendererConfig(direction="TB")).render(graph)
     return _mermaid_document(diagram, f"{diagram.title} (overview)", body, omitted=False)
+
+
+def collapse_phases(diagram: Diagram) -> Diagram:
+    """The diagram with each phased state (:data:`~turnfsm.machine.PHASED_STATES`, the
+    greeting) drawn as one state, as :attr:`~turnfsm.TurnController.state` reports it:
+    edges from or into its phases start or end at it, and those between its phases stay
+    in it (drawn as lines of the state, as its bookkeeping is)."""
+    phased = set(PHASED_STATES) & set(diagram.states)
+
+    def up(state: str) -> str:
+        node = state
+        while node in diagram.parents:
+            node = diagram.parents[node]
+            if node in phased:
+                return node
+        return state
+
+    def collapsed(edge: Edge) -> Edge:
+        source, target = up(edge.source), up(edge.target)
+        internal = edge.internal or (source == target != edge.target)
+        return attrs.evolve(edge, source=source, target=target, internal=internal)
+
+    edges = {edge: collapsed(edge) for edge in diagram.edges}
+    taken: Counter[Edge] = Counter()
+    for edge, count in diagram.taken.items():
+        taken[edges.get(edge, edge)] += count
+    return attrs.evolve(
+        diagram,
+        states=tuple(state for state in diagram.states if up(state) == state),
+        parents={state: parent for state, parent in diagram.parents.items() if up(state) == state},
+        locked=frozenset(map(up, diagram.locked)),
+        entry_exit={s: lines for s, lines in diagram.entry_exit.items() if up(s) == s},
+        edges=tuple(dict.fromkeys(edges.values())),
+        omitted=tuple(dict.fromkeys(map(collapsed, diagram.omitted))),
+        visited=frozenset(map(up, diagram.visited)),
+        taken=dict(taken),
+    )
 
 
 def whole_call_transitions(diagram: Diagram) -> list[tuple[str, str]]:
@@ -422,6 +471,7 @@ def ways_to_end(diagram: Diagram) -> list[tuple[str, str, list[str]]]:
     """``(source, final state, events)`` of each edge into a final state that the overview
     leaves to its caption (those of the compound state holding the start are
     :func:`whole_call_transitions`), in declaration order."""
+    diagram = collapse_phases(diagram)
     return [
         (source, target, events)
         for (source, target), events in _overview_edges(diagram).items()
@@ -433,6 +483,7 @@ def parallel_regions(diagram: Diagram) -> list[tuple[str, list[tuple[str, list[s
     """Each drawn parallel state, with its regions and their leaf states, in declaration
     order: the overview draws the regions' states without boxes, a caption says which
     run side by side."""
+    diagram = collapse_phases(diagram)
     leaves = _leaves(diagram)
 
     def leaves_under(state: DiagramState) -> list[str]:
@@ -578,7 +629,7 @@ def _model(
             if state.id not in drawn:
                 continue
             children = rebuild(state.children)
-            if state.children and boxes is not None and state.id not in boxes:
+            if state.children and children and boxes is not None and state.id not in boxes:
                 rebuilt += children  # not a box here: its children stand in its place
                 continue
             lines = state_notes(diagram, state.id) if with_actions and state.id in leaves else []

@@ -54,7 +54,7 @@ from .. import events as ev
 from ..machine import LIVE_STATES, LOCKED_STATES, VOICE_STATES
 from ..policy import TurnPolicy
 from ..trace import Trace, TraceStep
-from .diagram import Diagram, build_diagram, edge_groups
+from .diagram import Diagram, build_diagram, collapse_phases, edge_groups
 from .escape import xml_text
 from .metrics import CallMetrics, call_metrics
 from .timeline import OTHER_STATE, STATE_COLOURS
@@ -425,9 +425,10 @@ class CallReport:
         return sum(times.total for times in self.state_times.values())
 
     def diagram(self) -> Diagram:
-        """The machine drawn under the calls' policy when they share one, else whole."""
+        """The machine drawn under the calls' policy when they share one, else whole; the
+        greeting as one state, as the traces name it (:func:`collapse_phases`)."""
         (policy,) = self.policies.values() if len(self.policies) == 1 else (None,)
-        return build_diagram(policy=policy)
+        return collapse_phases(build_diagram(policy=policy))
 
     def groups(self, key: Callable[[CallRow], str]) -> dict[str, list[CallRow]]:
         """The rows by ``key`` (``lambda row: row.agent``), keys sorted."""

@@ -64,11 +64,11 @@ def test_muting_the_input_silences_the_voice_and_speech_it_cannot_hear_is_not_st
     effects = controller.handle(ev.UserTurnCommitted(at=1.6, text="Hello?", item_id="u1"))
     assert any(isinstance(effect, fx.MuteInput) for effect in effects)
     # no end of speech comes through a muted input: the voice is silent with the mute
-    assert controller.configuration == ("greeting", "caller_silent")
+    assert controller.configuration == ("greeting_requested", "caller_silent")
     # a speech start the muted input reports late is not the caller's voice; the turn
     # still notes that the greeting was overlapped
     controller.handle(ev.UserSpeechStarted(at=1.8))
-    assert controller.configuration == ("greeting", "caller_silent")
+    assert controller.configuration == ("greeting_requested", "caller_silent")
     assert controller.context.overlapped_greeting
 
 
@@ -79,7 +79,7 @@ def test_the_greeting_ends_by_the_callers_voice() -> None:
     for speaking, expected in ((True, ()), (False, (fx.ClearUserTurn(),))):
         controller = TurnController(policy, strict=True)
         controller.restore(
-            ("greeting", "caller_speaking" if speaking else "caller_silent"),
+            ("greeting_playing", "caller_speaking" if speaking else "caller_silent"),
             TurnContext(turns_held=True, greeting_speech_id="g", active_speeches=frozenset({"g"})),
         )
         effects = controller.handle(ev.AgentSpeechEnded(at=3.0, speech_id="g"))

@@ -29,6 +29,7 @@ from turnfsm.machine import (
     atomic_states,
     declared_moves,
     leaf_transitions,
+    public_state,
     transition_key,
 )
 from turnfsm.reach import reach
@@ -243,7 +244,7 @@ def reachable_moves(policy: TurnPolicy) -> set[tuple[str, str, str]]:
     reached = reach(policy)
     fires = {id(transition) for transition in reached.transitions}
     return {
-        (state.id, str(event), (transition.target or state).id)
+        (public_state(state.id), str(event), public_state((transition.target or state).id))
         for state in atomic_states()
         if state.id in reached.states
         for transition in leaf_transitions(state)

@@ -147,8 +147,9 @@ class GreetingAskedOfABusyModel(TurnRules):
     """I9: the greeting is asked for again while the model's suppressed reply is still
     active (the real service refuses it: the greeting would be lost)."""
 
-    def greet_when_model_free(self) -> None:
-        self.greet_now()
+    @guard("context")
+    def model_is_free(self) -> bool:
+        return True
 
 
 class GreetingAskedUnderAPendingCancel(TurnRules):

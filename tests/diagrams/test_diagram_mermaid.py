@@ -8,12 +8,13 @@ import re
 import subprocess
 import sys
 
-from turnfsm.machine import LOCKED_STATES, TurnMachine, declared_moves
+from turnfsm.machine import GREETING_STATES, LOCKED_STATES, TurnMachine, declared_moves
 from turnfsm.policy import TurnPolicy
 from turnfsm.rules import POLICY_GUARDS, TurnRules
 from turnfsm.tools.cli import PRESETS
 from turnfsm.tools.diagram import (
     build_diagram,
+    collapse_phases,
     machine_edges,
     parallel_regions,
     to_dot,
@@ -60,16 +61,19 @@ def test_every_declared_event_is_drawn() -> None:
 
 
 def test_locked_state_is_marked() -> None:
-    assert LOCKED_STATES == {"greeting"}
+    assert LOCKED_STATES == {"greeting"} | GREETING_STATES
     diagram = build_diagram(policy=PRESETS["outbound"])
     text = to_mermaid(diagram)
-    assert '    state "greeting 🔒 locked" as greeting' in text
-    assert "    class greeting locked" in text
+    assert '    state "greeting 🔒 locked" as greeting {' in text
+    assert '    state "greeting_playing 🔒 locked" as greeting_playing' in text
+    assert re.search(r"    class (\w+,)*greeting_playing(,\w+)* locked", text)
     assert "classDef locked " in text
     greeting = next(
-        line for line in to_dot(diagram).splitlines() if line.strip().startswith("greeting [")
+        line
+        for line in to_dot(diagram).splitlines()
+        if line.strip().startswith("greeting_playing [")
     )
-    assert "greeting [locked]" in greeting
+    assert "greeting_playing [locked]" in greeting
     assert 'color="#c62828"' in greeting
     assert "penwidth=3" in greeting
 
@@ -86,10 +90,14 @@ def test_edges_show_guards_and_actions() -> None:
         "    call --> ended : session_error [!error_is_recoverable] / note_session_error" in text
     )
     assert "listening --> ended : session_error" not in text
-    # transitions that stay in a leaf keep their guards, listed in the state
+    # transitions that stay in a leaf keep their guards, listed in the state; a box's in
+    # the note beside it
     assert (
-        "        greeting : user_turn_committed [drops_overlap, !is_first_words] / "
-        "reject_user_turn\n" in text
+        "                    greeting_requested : agent_speech_created [from_agent_code] / "
+        "stop_agent_speech_before_greeting\n" in text
+    )
+    assert (
+        "        user_turn_committed [drops_overlap, !is_first_words] / reject_user_turn\n" in text
     )
     assert "entry / begin_greeting" in text
     assert "exit / forget_greeting" in text
@@ -151,7 +159,7 @@ def test_dot_text_is_valid_graphviz() -> None:
 def test_overview_draws_states_and_state_changes_by_event_only() -> None:
     diagram = build_diagram()
     text = to_overview(diagram)
-    for state in set(diagram.states) - set(diagram.parents.values()):  # every leaf
+    for state in set(collapse_phases(diagram).states) - set(diagram.parents.values()):
         assert re.search(rf"\b{state}\b", text), state
     labels = [
         line.split(" : ", 1)[1] for line in text.splitlines() if " --> " in line and " : " in line
@@ -174,7 +182,7 @@ def test_overview_draws_states_and_state_changes_by_event_only() -> None:
     # the ways into the final state are a caption's, not edges from nearly every state
     assert " --> ended :" not in text
     assert ("conversation", "ended", ["timer_fired"]) in ways_to_end(diagram)
-    assert ("greeting", "ended", ["effect_outcome", "timer_fired"]) in ways_to_end(diagram)
+    assert ("greeting", "ended", ["timer_fired", "effect_outcome"]) in ways_to_end(diagram)
     # the greeting's end leads into two of its states (listening, speaking): one edge to it
     assert "    greeting --> conversation : agent_speech_ended\n" in text
     assert "greeting --> listening" not in text

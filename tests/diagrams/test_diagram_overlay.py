@@ -8,10 +8,7 @@ from turnfsm import Trace, TurnController, TurnPolicy
 from turnfsm import events as ev
 from turnfsm.tools.diagram import build_diagram, to_dot, to_mermaid
 
-LOCKED_ONCE = (
-    "greeting : agent_speech_created ×1 [greeting_speech_pending, !from_agent_code]"
-    " / lock_greeting\n"
-)
+LOCKED_ONCE = "greeting_requested --> greeting_playing : agent_speech_created ×1 / lock_greeting\n"
 """The greeting's speech, locked once (the label of the overlay)."""
 
 
@@ -38,13 +35,24 @@ def test_overlay_counts_each_transition_taken() -> None:
     assert taken == {
         ("ringing", "awaiting_user", "call_answered"): 1,
         ("awaiting_user", "greeting", "user_turn_committed"): 1,
-        ("greeting", "greeting", "agent_speech_created"): 1,
+        # the greeting asked for at once (the wait for a busy model ends in the same step),
+        # then its speech locked
+        ("greeting_awaiting_model", "greeting_requested", ""): 1,
+        ("greeting_requested", "greeting_playing", "agent_speech_created"): 1,
         ("greeting", "listening", "agent_speech_ended"): 1,
         # taken from listening, declared once on a compound state holding it
         ("conversation", "conversation", "user_turn_committed"): 2,
         ("call", "ended", "call_ended"): 1,
     }
-    assert diagram.visited == {"ringing", "awaiting_user", "greeting", "listening", "ended"}
+    assert diagram.visited == {
+        "ringing",
+        "awaiting_user",
+        "greeting",
+        "greeting_requested",
+        "greeting_playing",
+        "listening",
+        "ended",
+    }
     assert diagram.warnings == ()
 
 
@@ -89,7 +97,7 @@ def test_overlay_labels_and_highlights_in_mermaid() -> None:
     # edges never taken stay as they are
     assert "    listening --> speaking : agent_speech_created / note_speech\n" in text
     assert "    class ringing,awaiting_user,listening,ended visited\n" in text
-    assert "    class greeting lockedVisited\n" in text
+    assert "    class greeting_requested,greeting_playing lockedVisited\n" in text
     assert "trace of 7 steps" in text.splitlines()[1]
 
 
