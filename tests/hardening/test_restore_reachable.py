@@ -28,7 +28,7 @@ from turnfsm.context import TurnContext
 from turnfsm.context_rules import SCOPED, reachable_states
 from turnfsm.machine import LEAF_STATES, LIVE_STATES, VOICE_STATES, public_state
 from turnfsm.rules import TIMER_POLICY_FIELDS
-from turnfsm.testing import explore
+from turnfsm.testing import INTERRUPTION_SETTINGS, explore
 
 POLICY = TurnPolicy(
     greeting="Hi", greeting_lock="mute_input", mute_input_during_tools=True, max_tool_steps=1
@@ -101,6 +101,8 @@ def random_pair(rng: random.Random, policy: TurnPolicy) -> tuple[tuple[str, ...]
         reprompts=rng.randint(0, policy.idle_max_reprompts if policy.idle_timeout else 0),
         timers=frozenset(t for t in started if rng.random() < 0.3),
         end_reason=maybe("hangup"),  # type: ignore[arg-type]
+        # a fact of the session, the same in every state: the one the explorer is told
+        min_words=INTERRUPTION_SETTINGS.min_words,
     )
     return (state, *voice), context
 

@@ -201,7 +201,11 @@ async def test_inbound_assistant_greets_in_console_and_writes_its_trace(
     assert usage.startswith("usage: AgentSessionUsage(model_usage=[TTSModelUsage(")
     assert "provider='turnfsm.sim', model='scripted', characters_count=" in usage
     path = [(step.before, step.event.name, step.after) for step in trace]
-    assert path[0] == ("start", "session_started", "greeting")  # greets at once
+    # told LiveKit's interruption settings, then greets at once
+    assert path[:2] == [
+        ("start", "interruption_settings", "start"),
+        ("start", "session_started", "greeting"),
+    ]
     assert [step for step in path if step[1:] == ("call_ended", "ended")]
     assert trace.policy.max_tool_steps == 2
     assert call.audio_output.segments  # the greeting's audio reached the caller

@@ -62,6 +62,9 @@ async def _real_turn_sends_no_tool_reply() -> None:
     call, context = tc.call, tc.describe()
     tool_speech = tc.events("tool_step_started")[0].event.speech_id
     assert tool_speech in [s.event.speech_id for s in tc.events("agent_speech_interrupted")]
+    # told once, as the session started: LiveKit's min_words, with an STT
+    told = [s.event for s in tc.events("interruption_settings")]
+    assert [(e.min_words, e.stt, e.manual_turns) for e in told] == [(3, True, False)], context
     # LiveKit's end of the turn: three words, a turn; the machine lets LiveKit commit it
     ended = tc.events("user_turn_ended")
     assert [s.event.words for s in ended] == [3], context
