@@ -68,13 +68,17 @@ class StartGreeting(Effect):
     """Say the greeting: a fixed ``text`` or a reply generated from ``instructions``.
 
     ``in_reply_to`` names the callee's committed turn when the greeting answers it, so
-    the callee's first words stay in the history, before the greeting.
+    the callee's first words stay in the history, before the greeting. ``first_words``
+    are the callee's first words as their final transcript gave them, when the greeting
+    answers them before LiveKit committed them (``greet_on="final_transcript"``): the
+    greeting commits them, before it, and LiveKit's pending turn of them is dropped.
     """
 
     name: ClassVar[str] = "start_greeting"
     text: Text | None = None
     instructions: Text | None = None
     in_reply_to: Label | None = None
+    first_words: Text | None = None
 
 
 @attrs.frozen

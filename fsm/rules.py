@@ -33,6 +33,7 @@ from .events import (
     TimerFired,
     ToolStepFinished,
     ToolStepStarted,
+    UserTranscript,
     UserTurnCommitted,
     UserTurnDeclined,
 )
@@ -124,6 +125,18 @@ class TurnRules:
     @guard("event")
     def is_first_words(self, ev: UserTurnCommitted) -> bool:
         return ev.item_id == self.context.first_words_item
+
+    @guard("policy")
+    def greets_on_final_transcript(self) -> bool:
+        return self.policy.greet_on == "final_transcript"
+
+    @guard("event")
+    def has_final_words(self, ev: UserTranscript) -> bool:
+        return ev.is_final and bool(ev.text.strip())
+
+    @guard("context")
+    def runs_realtime_model(self) -> bool:
+        return self.context.realtime_model
 
     @guard("policy")
     def drops_overlap(self) -> bool:
@@ -414,7 +427,14 @@ class TurnRules:
     def note_first_words(self, ev: UserTurnCommitted) -> None:
         self.context.first_words_item = ev.item_id
 
-    def begin_greeting(self) -> None:
+    def note_overlap_if_the_caller_speaks(self, machine: StateChart) -> None:
+        """The greeting starts on the callee's final transcript, before their voice has
+        ended (the VAD's end of speech is still to come): what they say on is speech over
+        the greeting, answered or dropped as such."""
+        if _caller_speaks(machine):
+            self.context.overlapped_greeting = True
+
+    def begin_greeting(self, ev: Event) -> None:
         ctx, policy = self.context, self.policy
         if policy.mutes_greeting:
             self._mute(hold_audio=policy.greeting_overlap == "answer_whole")
@@ -431,7 +451,10 @@ class TurnRules:
         elif ctx.realtime_model and self._model_busy():
             self._greeting_waits("response_done")
         else:
-            self._start_greeting()
+            # the callee's first words heard in a final transcript (greet_on) are not
+            # committed yet: the greeting carries them, before it, in the history
+            heard = ev.text if isinstance(ev, UserTranscript) else None
+            self._start_greeting(first_words=heard)
 
     def stop_agent_speech_before_greeting(self, ev: AgentSpeechCreated) -> None:
         """Only that speech: the greeting, created after it, must not be cut."""
@@ -490,13 +513,14 @@ class TurnRules:
         else:
             self._start_greeting()
 
-    def _start_greeting(self) -> None:
+    def _start_greeting(self, first_words: str | None = None) -> None:
         ctx, policy = self.context, self.policy
         self.emit(
             fx.StartGreeting(
                 text=policy.greeting,
                 instructions=policy.greeting_instructions,
                 in_reply_to=ctx.first_words_item,
+                first_words=first_words,
             )
         )
 
