@@ -38,6 +38,7 @@ SCOPED: Mapping[str, frozenset[str]] = {
         (
             "overlapped_greeting",
             "first_words_item",
+            "first_words_heard",
             "greeting_speech_id",
             "greeting_retried",
             "greeting_wait",

@@ -204,7 +204,8 @@ class Say(Effect):
 
     ``allow_interruptions=False`` (the retried greeting) makes the speech locked from
     its creation, as ``StartGreeting`` does; its ``in_reply_to`` names the callee's turn
-    it answers, as ``StartGreeting``'s does.
+    it answers, and its ``first_words`` carries the words it answers, as
+    ``StartGreeting``'s do.
     """
 
     name: ClassVar[str] = "say"
@@ -212,6 +213,7 @@ class Say(Effect):
     reason: SayReason
     allow_interruptions: bool = True
     in_reply_to: Label | None = None
+    first_words: Text | None = None
 
 
 @attrs.frozen

@@ -235,7 +235,7 @@ def declare_chart() -> dict[str, Any]:
         greeting,
         cond=["greets_on_final_transcript", "has_final_words"],
         unless="runs_realtime_model",
-        on=["note_user_turn", "note_overlap_if_the_caller_speaks"],
+        on=["note_first_words_heard", "note_user_turn", "note_overlap_if_the_caller_speaks"],
     )
 
     agent_speech_created = (

@@ -434,7 +434,10 @@ class TurnRules:
         if _caller_speaks(machine):
             self.context.overlapped_greeting = True
 
-    def begin_greeting(self, ev: Event) -> None:
+    def note_first_words_heard(self, ev: UserTranscript) -> None:
+        self.context.first_words_heard = ev.text
+
+    def begin_greeting(self) -> None:
         ctx, policy = self.context, self.policy
         if policy.mutes_greeting:
             self._mute(hold_audio=policy.greeting_overlap == "answer_whole")
@@ -451,10 +454,7 @@ class TurnRules:
         elif ctx.realtime_model and self._model_busy():
             self._greeting_waits("response_done")
         else:
-            # the callee's first words heard in a final transcript (greet_on) are not
-            # committed yet: the greeting carries them, before it, in the history
-            heard = ev.text if isinstance(ev, UserTranscript) else None
-            self._start_greeting(first_words=heard)
+            self._start_greeting()
 
     def stop_agent_speech_before_greeting(self, ev: AgentSpeechCreated) -> None:
         """Only that speech: the greeting, created after it, must not be cut."""
@@ -508,19 +508,20 @@ class TurnRules:
                     reason="greeting",
                     allow_interruptions=False,
                     in_reply_to=ctx.first_words_item,
+                    first_words=ctx.first_words_heard,
                 )
             )
         else:
             self._start_greeting()
 
-    def _start_greeting(self, first_words: str | None = None) -> None:
+    def _start_greeting(self) -> None:
         ctx, policy = self.context, self.policy
         self.emit(
             fx.StartGreeting(
                 text=policy.greeting,
                 instructions=policy.greeting_instructions,
                 in_reply_to=ctx.first_words_item,
-                first_words=first_words,
+                first_words=ctx.first_words_heard,
             )
         )
 
@@ -532,6 +533,7 @@ class TurnRules:
         ctx = self.context
         ctx.greeting_speech_id = None
         ctx.first_words_item = None
+        ctx.first_words_heard = None
         ctx.greeting_retried = False
         ctx.overlapped_greeting = False
         self._end_greeting_wait()

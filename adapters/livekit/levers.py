@@ -208,15 +208,15 @@ def greet_first_words(adapter: TurnAdapter, words: str, form: GreetingForm, text
     """
     session = adapter.session
     discard_preemptive_reply(adapter)
+    # made first: LiveKit inserts it by its creation time, and the request follows the
+    # words it answers, as in a committed turn's context
+    message = llm.ChatMessage(role="user", content=[words])
     turn_ctx = session.current_agent.chat_ctx.copy()
     ask_greeting(turn_ctx, form, text)
     if form == "text":
         adapter.note_outcome_detail(adapter.prerendered.expect(text))
     type(session).generate_reply(
-        session,
-        user_input=llm.ChatMessage(role="user", content=[words]),
-        chat_ctx=turn_ctx,
-        allow_interruptions=False,
+        session, user_input=message, chat_ctx=turn_ctx, allow_interruptions=False
     )
     # LiveKit 1.8.9 adds a final transcript to its pending user turn, and prepares a reply
     # to it (preemptive generation: a model request), only once user_input_transcribed's
@@ -450,6 +450,10 @@ def say(adapter: TurnAdapter, effect: fx.Say) -> None:
         # the greeting said again within the hook of the turn it answers (its first start
         # failed there): the reply to that turn still carries it
         _greet_in_reply(adapter, hook, "text", effect.text)
+        return
+    if effect.first_words is not None and isinstance(reply_model(adapter.session), llm.LLM):
+        # the greeting said again, answering the words its first start was to carry
+        greet_first_words(adapter, effect.first_words, "text", effect.text)
         return
     # only a locked say (the retried greeting) overrides the session's interruption default
     say_text(

@@ -94,7 +94,7 @@ def test_the_text_fields_are_the_words_people_say() -> None:
         "StartGreeting": ("text", "instructions", "first_words"),
         "DropUnspokenText": ("played_text",),
         "FinalReplyWithoutTools": ("fallback_text",),
-        "Say": ("text",),
+        "Say": ("text", "first_words"),
     }
     assert text_fields(TurnPolicy) == (
         "greeting",

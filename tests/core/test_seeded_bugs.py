@@ -183,8 +183,8 @@ class RepromptNotTimed(TurnRules):
 class MaxDurationLostInTheGreeting(TurnRules):
     """W1: the greeting stops the call's maximum-duration timer."""
 
-    def begin_greeting(self, ev: Event) -> None:
-        super().begin_greeting(ev)
+    def begin_greeting(self) -> None:
+        super().begin_greeting()
         self._cancel_timer("max_duration")
 
 

@@ -130,3 +130,32 @@ async def test_greet_on_end_of_turn_waits_for_livekits_committed_turn(settings: 
         await tc.segment_played(0, timeout=8)
         messages = [(m.role, m.text_content) for m in tc.call.messages()]
         assert messages == [("user", "Hello?"), ("assistant", GREETING)], context
+
+
+INSTRUCTIONS = "Greet the callee: you are Ada from Acme Dental."
+GENERATED = "Hi, Ada from Acme Dental here."
+
+
+@pytest.mark.parametrize("settings", SETTINGS)
+async def test_a_generated_greeting_is_asked_with_the_first_words_before_its_instructions(
+    settings: str,
+) -> None:
+    """The model reads "Hello?", then the greeting's instructions (as in a committed
+    turn's context), once, without tools; the history keeps the words and the greeting."""
+    policy = TurnPolicy(direction="outbound", greeting_instructions=INSTRUCTIONS)
+    llm = ScriptedLLM([GENERATED])
+    script = CallScript([UserLine(HELLO_AT, "hello")])
+    async with turn_call(policy, script, llm=llm, settings=settings) as tc:
+        await tc.segment_played(0, timeout=HELLO_AT + 8)
+        await tc.call.sleep_until(tc.now() + 2.0)
+        context = tc.describe()
+        (request,) = llm.requests
+        texts = [
+            (item.role, item.text_content)
+            for item in request.chat_ctx.items
+            if item.type == "message"
+        ]
+        assert texts[-2:] == [("user", "Hello?"), ("system", INSTRUCTIONS)], context
+        assert not request.tool_names, context
+        messages = [(m.role, m.text_content) for m in tc.call.messages()]
+        assert messages == [("user", "Hello?"), ("assistant", GENERATED)], context
