@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
+from .fields import Text
+
 if TYPE_CHECKING:
     from .effects import TimerName
 
@@ -49,6 +51,11 @@ class TurnContext:
     first_words_item: str | None = None
     """The callee's first committed turn, until the greeting is over: the greeting
     answers it and it is never rejected (invariant I7)."""
+
+    first_words_heard: Text | None = None
+    """The callee's first words as their final transcript gave them, when the greeting
+    started on it (``greet_on="final_transcript"``), until the greeting is over: LiveKit
+    has not committed them, the greeting's start (or its retry) carries them."""
 
     greeting_speech_id: str | None = None
     """The locked greeting's speech (set once the greeting is ``greeting_playing`` or

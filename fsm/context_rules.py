@@ -45,6 +45,7 @@ SCOPED: Mapping[str, frozenset[str]] = {
         (
             "overlapped_greeting",
             "first_words_item",
+            "first_words_heard",
             "greeting_speech_id",
         ),
         frozenset({"greeting"}),

@@ -69,13 +69,17 @@ class StartGreeting(Effect):
     """Say the greeting: a fixed ``text`` or a reply generated from ``instructions``.
 
     ``in_reply_to`` names the callee's committed turn when the greeting answers it, so
-    the callee's first words stay in the history, before the greeting.
+    the callee's first words stay in the history, before the greeting. ``first_words``
+    are the callee's first words as their final transcript gave them, when the greeting
+    answers them before LiveKit committed them (``greet_on="final_transcript"``): the
+    greeting commits them, before it, and LiveKit's pending turn of them is dropped.
     """
 
     name: ClassVar[str] = "start_greeting"
     text: Text | None = None
     instructions: Text | None = None
     in_reply_to: Label | None = None
+    first_words: Text | None = None
 
 
 @attrs.frozen
@@ -201,7 +205,8 @@ class Say(Effect):
 
     ``allow_interruptions=False`` (the retried greeting) makes the speech locked from
     its creation, as ``StartGreeting`` does; its ``in_reply_to`` names the callee's turn
-    it answers, as ``StartGreeting``'s does.
+    it answers, and its ``first_words`` carries the words it answers, as
+    ``StartGreeting``'s do.
     """
 
     name: ClassVar[str] = "say"
@@ -209,6 +214,7 @@ class Say(Effect):
     reason: SayReason
     allow_interruptions: bool = True
     in_reply_to: Label | None = None
+    first_words: Text | None = None
 
 
 @attrs.frozen

@@ -35,7 +35,8 @@ I5      quiet_after_end         entering ``ended`` emits clean-up only, with one
 I6      timers_balanced         a timer is started only when not running, cancelled only
                                 when running, and none runs after the end
 I7      first_words_kept        the callee's first committed words are never rejected
-                                nor cleared (the greeting answers them)
+                                nor cleared (the greeting answers them); a greeting
+                                started on their final transcript carries them
 I8      silent_until_callee     an agent speech created before the greeting is stopped
                                 (in ``greeting``: one the agent's own code asked for
                                 while the greeting's speech is still to come)
@@ -140,7 +141,7 @@ class SafetyMonitor:
             _require(not effects, "I5", f"{event.name} after the end emitted {effects}")
             return
         self._check_timers(event, effects)
-        self._check_first_words(before, event, effects)
+        self._check_first_words(before, event, after, effects)
         self._check_greeting(before, event, after, effects)
         self._check_tools(before, event, effects)
         self._check_interrupted_text(event, effects)
@@ -166,7 +167,7 @@ class SafetyMonitor:
                 self.timers.discard(effect.timer)
 
     def _check_first_words(
-        self, before: str, event: ev.Event, effects: tuple[fx.Effect, ...]
+        self, before: str, event: ev.Event, after: str, effects: tuple[fx.Effect, ...]
     ) -> None:
         if (
             isinstance(event, ev.UserTurnCommitted)
@@ -178,6 +179,18 @@ class SafetyMonitor:
                 not _has(effects, fx.RejectUserTurn, fx.ClearUserTurn),
                 "I7",
                 f"first words {event.item_id!r} cleared: {effects}",
+            )
+        if (
+            isinstance(event, ev.UserTranscript)
+            and before in FIRST_WORDS_STATES
+            and after == "greeting"
+        ):
+            # the greeting starts on the words' final transcript: it carries them
+            starts = [effect for effect in effects if isinstance(effect, fx.StartGreeting)]
+            _require(
+                [effect.first_words for effect in starts] == [event.text],
+                "I7",
+                f"greeting started on first words it does not carry: {effects}",
             )
         for effect in effects:
             if isinstance(effect, fx.RejectUserTurn) and self.first_words is not None:

@@ -280,6 +280,16 @@ def declare_chart() -> dict[str, Any]:
         None, cond=["holds_tool_reply", "is_backchannel"], on="decline_backchannel"
     )
 
+    # greet_on="final_transcript": the callee's first words start the greeting as soon as
+    # the STT has them, about 0.5 s before LiveKit's end of turn would commit them (the
+    # greeting's reply commits them; a realtime model's server commits them itself)
+    user_transcript = awaiting_user.to(
+        greeting,
+        cond=["greets_on_final_transcript", "has_final_words"],
+        unless="runs_realtime_model",
+        on=["note_first_words_heard", "note_user_turn", "note_overlap_if_the_caller_speaks"],
+    )
+
     agent_speech_created = (
         connecting.to(None, on="stop_early_speech")
         | awaiting_user.to(None, on="stop_early_speech")
@@ -825,12 +835,16 @@ _ANSWERED = ("awaiting_user", "awaiting_agent", "greeting", "listening", "speaki
 """The states of an answered call."""
 
 
-def _everywhere(event: str, reason: str) -> dict[tuple[str, str], str]:
-    return {(state, event): reason for state in STATES if state != "ended"}
+def _everywhere(event: str, reason: str, *, but: str = "ended") -> dict[tuple[str, str], str]:
+    return {(state, event): reason for state in STATES if state not in (but, "ended")}
 
 
 IGNORED: dict[tuple[str, str], str] = {
-    **_everywhere("user_transcript", "transcripts are traced only; turns are decided on commit"),
+    **_everywhere(
+        "user_transcript",
+        "transcripts are traced only; turns are decided on commit",
+        but="awaiting_user",  # where the callee's first words may start the greeting
+    ),
     **{
         key: "playback is traced only; the state follows creation"
         for key in _everywhere("agent_speech_started", "")

@@ -29,6 +29,7 @@ Speaker = Literal["user", "agent"]
 AwaitUserTimeoutAction = Literal["greet", "hang_up"]
 GreetingLock = Literal["mute_input", "keep_listening"]
 GreetingOverlap = Literal["drop", "answer_whole"]
+GreetOn = Literal["final_transcript", "end_of_turn"]
 InterruptedText = Literal["spoken", "drop", "keep"]
 AnsweringMachineAction = Literal["hang_up", "continue"]
 
@@ -150,6 +151,14 @@ class TurnPolicy:
     )
     """Speech overlapping the greeting: ``drop`` it, or answer it as one whole turn after
     the greeting (never a tail fragment)."""
+
+    greet_on: GreetOn = attrs.field(default="final_transcript", validator=_one_of(GreetOn))
+    """When the callee's first words start the greeting: on their first non-empty
+    ``final_transcript`` (the STT's final, about 0.5 s before LiveKit ends the turn; the
+    words are committed with the greeting's reply, before it, and the rest of the
+    callee's speech overlaps the greeting), or at LiveKit's ``end_of_turn`` (its
+    endpointing and turn detector judge the words, and the agent's
+    ``on_user_turn_completed`` runs on them, as on every turn)."""
 
     spill_over_window: float = attrs.field(default=0.5, validator=_seconds(optional=False))
     """With ``greeting_lock="mute_input"`` and ``greeting_overlap="drop"``: speech heard

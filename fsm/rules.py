@@ -35,6 +35,7 @@ from .events import (
     TimerFired,
     ToolStepFinished,
     ToolStepStarted,
+    UserTranscript,
     UserTurnCommitted,
     UserTurnDeclined,
     UserTurnEnded,
@@ -127,6 +128,18 @@ class TurnRules:
     @guard("event")
     def is_first_words(self, ev: UserTurnCommitted) -> bool:
         return ev.item_id == self.context.first_words_item
+
+    @guard("policy")
+    def greets_on_final_transcript(self) -> bool:
+        return self.policy.greet_on == "final_transcript"
+
+    @guard("event")
+    def has_final_words(self, ev: UserTranscript) -> bool:
+        return ev.is_final and bool(ev.text.strip())
+
+    @guard("context")
+    def runs_realtime_model(self) -> bool:
+        return self.context.realtime_model
 
     @guard("policy")
     def drops_overlap(self) -> bool:
@@ -424,6 +437,16 @@ class TurnRules:
     def note_first_words(self, ev: UserTurnCommitted) -> None:
         self.context.first_words_item = ev.item_id
 
+    def note_overlap_if_the_caller_speaks(self, machine: StateChart) -> None:
+        """The greeting starts on the callee's final transcript, before their voice has
+        ended (the VAD's end of speech is still to come): what they say on is speech over
+        the greeting, answered or dropped as such."""
+        if _caller_speaks(machine):
+            self.context.overlapped_greeting = True
+
+    def note_first_words_heard(self, ev: UserTranscript) -> None:
+        self.context.first_words_heard = ev.text
+
     def begin_greeting(self) -> None:
         """Lock the caller out of the greeting (muted, or turns held), and keep a realtime
         model from answering the first words itself: the greeting replaces that reply."""
@@ -468,6 +491,7 @@ class TurnRules:
                 text=policy.greeting,
                 instructions=policy.greeting_instructions,
                 in_reply_to=ctx.first_words_item,
+                first_words=ctx.first_words_heard,
             )
         )
 
@@ -482,6 +506,7 @@ class TurnRules:
                 reason="greeting",
                 allow_interruptions=False,
                 in_reply_to=ctx.first_words_item,
+                first_words=ctx.first_words_heard,
             )
         )
 
@@ -493,6 +518,7 @@ class TurnRules:
         ctx = self.context
         ctx.greeting_speech_id = None
         ctx.first_words_item = None
+        ctx.first_words_heard = None
         ctx.overlapped_greeting = False
         self._resume_model_replies()
 

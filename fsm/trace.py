@@ -557,6 +557,8 @@ def _parse_header(record: dict[str, Any]) -> dict[str, Any]:
     dropped = record.get("dropped_steps", 0)
     if isinstance(dropped, bool) or not isinstance(dropped, int) or dropped < 0:
         raise ValueError(f"header: dropped_steps must be an integer >= 0, got {show(dropped)}")
+    # a trace written before greet_on existed greeted on LiveKit's end of turn
+    policy = {"greet_on": "end_of_turn", **policy}
     fields: dict[str, Any] = {"policy": TurnPolicy(**policy), "dropped": dropped}
     if version >= 2:
         fields["call"] = _call(record["call"])

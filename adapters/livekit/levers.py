@@ -23,7 +23,10 @@ StartGreeting            the reply to the callee's turn becomes the greeting: wr
                          the ``turn_ctx`` of the ``on_user_turn_completed`` hook that
                          committed it, which ``TurnAgent.llm_node`` reads (done when the
                          hook lets LiveKit reply, refused when it stops the reply; a
-                         preemptive reply is dropped with ``session.interrupt()``), else
+                         preemptive reply is dropped with ``session.interrupt()``); with
+                         ``first_words`` (not committed yet), a locked
+                         ``generate_reply(user_input=first_words)`` whose context asks
+                         for the greeting, then ``session.clear_user_turn()``; else
                          ``session.say(..., allow_interruptions=False)`` /
                          ``generate_reply(instructions=)``. A text greeting plays its
                          pre-rendered audio (``TurnAgent.tts_node``, ``say(audio=)``)
@@ -116,7 +119,7 @@ from .effect_outcomes import EffectRefused
 from .interruption import TurnEnd
 from .prerender import played
 from .text import audio_seconds, spoken_prefix_timed
-from .turn_hook import GreetingForm, UserTurnHook, reply_model
+from .turn_hook import GreetingForm, UserTurnHook, ask_greeting, reply_model
 
 if TYPE_CHECKING:
     from .adapter import TurnAdapter
@@ -148,11 +151,13 @@ def lock_speech(adapter: TurnAdapter, effect: fx.LockSpeech) -> None:
 
 
 def start_greeting(adapter: TurnAdapter, effect: fx.StartGreeting) -> None:
+    form: GreetingForm = "text" if effect.text is not None else "instructions"
+    text = effect.text if effect.text is not None else effect.instructions or ""
     if (hook := _hook_of(adapter, effect.in_reply_to)) is not None:
-        if effect.text is not None:
-            _greet_in_reply(adapter, hook, "text", effect.text)
-        else:
-            _greet_in_reply(adapter, hook, "instructions", effect.instructions or "")
+        _greet_in_reply(adapter, hook, form, text)
+        return
+    if effect.first_words is not None and isinstance(reply_model(adapter.session), llm.LLM):
+        greet_first_words(adapter, effect.first_words, form, text)
         return
     if effect.text is not None:
         say_text(adapter, effect.text, allow_interruptions=False)
@@ -189,6 +194,57 @@ def _greet_in_reply(
     if form == "text":
         adapter.note_outcome_detail(adapter.prerendered.expect(text))
     hook.ask_greeting(form, text, adapter.defer_outcome())
+
+
+def greet_first_words(adapter: TurnAdapter, words: str, form: GreetingForm, text: str) -> None:
+    """The greeting answers the callee's first words as soon as their final transcript
+    is in (``greet_on="final_transcript"``), before LiveKit's end of turn commits them.
+
+    The reply LiveKit generates to ``generate_reply(user_input=words)`` is the greeting
+    (written into its chat context, as :func:`_greet_in_reply` writes it into a turn's):
+    LiveKit puts the words into the history as the reply starts, before the greeting, as
+    it does for a committed turn; ``TurnAgent.tts_node`` plays the pre-rendered audio.
+    Called on the session's own method: the machine already took the words as the
+    callee's first, and :mod:`.text_turns` would report them again as a typed turn.
+    LiveKit's pending user turn of the words is then dropped
+    (:func:`take_first_words_from_livekit`), so that it never answers them again.
+    """
+    session = adapter.session
+    discard_preemptive_reply(adapter)
+    # made first: LiveKit inserts it by its creation time, and the request follows the
+    # words it answers, as in a committed turn's context
+    message = llm.ChatMessage(role="user", content=[words])
+    turn_ctx = session.current_agent.chat_ctx.copy()
+    ask_greeting(turn_ctx, form, text)
+    if form == "text":
+        adapter.note_outcome_detail(adapter.prerendered.expect(text))
+    type(session).generate_reply(
+        session, user_input=message, chat_ctx=turn_ctx, allow_interruptions=False
+    )
+    # LiveKit 1.8.9 adds a final transcript to its pending user turn, and prepares a reply
+    # to it (preemptive generation: a model request), only once user_input_transcribed's
+    # handlers have returned (AudioRecognition._process_stt_event): the words are taken
+    # from it after this step, and no reply is prepared meanwhile (user turns are not held
+    # under greeting_lock="mute_input"; the option is read when LiveKit prepares one)
+    preemptive = session.options.preemptive_generation
+    enabled = preemptive["enabled"]
+    preemptive["enabled"] = False
+    taken = asyncio.ensure_future(take_first_words_from_livekit(adapter))
+    taken.add_done_callback(lambda _: preemptive.__setitem__("enabled", enabled))
+    adapter.track(taken, "the first words taken from LiveKit's pending user turn")
+
+
+async def take_first_words_from_livekit(adapter: TurnAdapter) -> None:
+    """Drop LiveKit's pending user turn of the words the greeting answers: it would
+    commit them again at the end of the callee's turn (``clear_user_turn()``). A reply
+    LiveKit prepared for them all the same (an agent whose own ``turn_handling`` turns
+    preemptive generation on) is stopped by its handle, the one speech LiveKit did not
+    schedule: ``session.interrupt()``, which cancels it, would also try the locked
+    greeting, queued by now."""
+    adapter.session.clear_user_turn()
+    for handle in list(adapter.speeches.values()):
+        if not handle.done() and not handle.scheduled:
+            handle.interrupt(force=True)
 
 
 def discard_preemptive_reply(adapter: TurnAdapter) -> None:
@@ -401,6 +457,10 @@ def say(adapter: TurnAdapter, effect: fx.Say) -> None:
         # the greeting said again within the hook of the turn it answers (its first start
         # failed there): the reply to that turn still carries it
         _greet_in_reply(adapter, hook, "text", effect.text)
+        return
+    if effect.first_words is not None and isinstance(reply_model(adapter.session), llm.LLM):
+        # the greeting said again, answering the words its first start was to carry
+        greet_first_words(adapter, effect.first_words, "text", effect.text)
         return
     # only a locked say (the retried greeting) overrides the session's interruption default
     say_text(

@@ -328,6 +328,12 @@ class OutcomeMonitor:
             # it answers is committed (and replies to fragments are discarded unplayed)
             self._judge_reply(self._judged_turn, answer_whole)
             self._judged_turn = None
+        if isinstance(event, ev.UserTranscript) and before != after == "greeting":
+            # the greeting starts on the first words' transcript: it answers them, and
+            # the caller's voice still going on is speech over the greeting
+            self._fresh_texts = []
+            self._hearing_overlap = self._in_overlap = self._user_speaking
+            self._overlap_texts = []
 
     def _in_spill_over_window(self, at: float) -> bool:
         ended = self._greeting_ended_at

@@ -56,6 +56,11 @@ def requested_greeting(chat_ctx: llm.ChatContext) -> tuple[GreetingForm, str] | 
     return None
 
 
+def ask_greeting(chat_ctx: llm.ChatContext, form: GreetingForm, text: str) -> None:
+    """Make the reply generated from ``chat_ctx`` the greeting (:data:`GREETING_REQUEST`)."""
+    chat_ctx.add_message(role="system", content=text, extra={GREETING_REQUEST: form})
+
+
 def asks_no_reply(chat_ctx: llm.ChatContext) -> bool:
     """Whether a reply's context asks for no reply (:data:`NO_REPLY`)."""
     return any(item.type == "message" and NO_REPLY in item.extra for item in chat_ctx.items)
@@ -76,7 +81,7 @@ class UserTurnHook:
 
     def ask_greeting(self, form: GreetingForm, text: str, outcome: PendingOutcome) -> None:
         """Make the reply to this turn the greeting; its outcome waits for the hook's end."""
-        self.turn_ctx.add_message(role="system", content=text, extra={GREETING_REQUEST: form})
+        ask_greeting(self.turn_ctx, form, text)
         self.greeting = outcome
 
     def ended(self, error: BaseException | None) -> None:

@@ -278,7 +278,8 @@ class SimulatedTurnCall:
 
     @property
     def tool_rounds(self) -> list[int]:
-        """Tool rounds LiveKit ran after each user turn, one count per committed turn."""
+        """Tool rounds LiveKit ran after each user turn, one count per committed turn (the
+        first words the greeting started on, from their final transcript, count as one)."""
         return [len(turn.tool_rounds) for turn in _user_turns(self)]
 
     @property
@@ -323,7 +324,8 @@ def _user_turns(turn_call: SimulatedTurnCall) -> list[_UserTurn]:
     turns: list[_UserTurn] = []
     for step in turn_call.steps:
         at = step.at + turn_call.offset
-        if isinstance(step.event, ev.UserTurnCommitted):
+        taken = isinstance(step.event, ev.UserTranscript) and step.before != step.after
+        if isinstance(step.event, ev.UserTurnCommitted) or taken:
             turns.append(_UserTurn(at))
         elif isinstance(step.event, ev.ToolStepFinished) and turns:
             turns[-1].tool_rounds.append(at)

@@ -21,6 +21,7 @@ BAD_VALUES: dict[str, list[object]] = {
     "on_await_user_timeout": ["wait", None],
     "greeting_lock": ["mute", None],
     "greeting_overlap": ["keep", None],
+    "greet_on": ["vad", None],
     "spill_over_window": [0, -0.5, None, "0.5", False],
     "model_reply_wait": [0, -2, None, "2", True],
     "response_done_wait": [0, -5, None, "5", False],

@@ -61,7 +61,7 @@ def test_policy_guards_read_the_policy_only(guard: str) -> None:
 def test_policy_choices_are_validated_from_their_literal_types() -> None:
     hints = get_type_hints(TurnPolicy)
     choices = {name: get_args(hint) for name, hint in hints.items() if get_origin(hint) is Literal}
-    assert len(choices) == 7  # direction, first_speaker and the five other choices
+    assert len(choices) == 8  # direction, first_speaker and the six other choices
     for name, values in choices.items():
         for value in values:
             TurnPolicy(greeting="Hi", **{name: value})  # every choice of the type is accepted
@@ -91,10 +91,10 @@ def test_the_text_fields_are_the_words_people_say() -> None:
         "UserTurnCommitted": ("text",),
         "AgentSpeechEnded": ("played_text",),
         "AssistantMessageCommitted": ("text",),
-        "StartGreeting": ("text", "instructions"),
+        "StartGreeting": ("text", "instructions", "first_words"),
         "DropUnspokenText": ("played_text",),
         "FinalReplyWithoutTools": ("fallback_text",),
-        "Say": ("text",),
+        "Say": ("text", "first_words"),
     }
     assert text_fields(TurnPolicy) == (
         "greeting",

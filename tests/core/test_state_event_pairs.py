@@ -34,7 +34,6 @@ def test_machine_events_are_event_types() -> None:
     assert machine_events <= set(EVENTS_BY_NAME)
     # events no state handles are traced only, and say so
     assert set(EVENTS_BY_NAME) - machine_events == {
-        "user_transcript",
         "call_ringing",
         "outcome_breached",
     }

@@ -83,6 +83,8 @@ def test_edges_show_guards_and_actions() -> None:
     lines = _edge_lines(text, "awaiting_user", "greeting").splitlines()
     assert lines == [
         "user_turn_committed / note_first_words, note_user_turn",
+        "user_transcript [greets_on_final_transcript, has_final_words, !runs_realtime_model] / "
+        "note_first_words_heard, note_user_turn, note_overlap_if_the_caller_speaks",
         "timer_fired [timer_is_running, is_await_timer, greets_silent_callee] / note_timer_fired",
     ]
     # a compound state's transition is drawn once, from its box; unless-guards are negated
@@ -169,7 +171,10 @@ def test_overview_draws_states_and_state_changes_by_event_only() -> None:
         for name in label.split("<br/>"):
             assert re.fullmatch(r"[a-z_]+", name), label  # an event or a policy guard
     # one edge per pair of states, its events merged
-    assert "    awaiting_user --> greeting : user_turn_committed<br/>timer_fired\n" in text
+    assert (
+        "    awaiting_user --> greeting : "
+        "user_turn_committed<br/>user_transcript<br/>timer_fired\n" in text
+    )
     # the compound state holding the start is no box: its moves are left to a caption
     assert "state call {" not in text
     assert whole_call_transitions(diagram) == [

@@ -104,8 +104,15 @@ async def test_traces_and_logs_carry_text_only_with_keep_text(
         for s in Trace.parse(redacted_file.splitlines())
         if isinstance(s.event, ev.UserTurnCommitted)
     ]
-    assert len(committed) == 2
+    assert len(committed) == 1  # "Hello?" started the greeting from its final transcript
     assert all(c.text == REDACTED for c in committed)
+    started = [
+        s.effects
+        for s in Trace.parse(redacted_file.splitlines())
+        if s.event.name == "user_transcript" and s.after == "greeting"
+    ]
+    firsts = [e.first_words for e in started[0] if isinstance(e, fx.StartGreeting)]
+    assert firsts == [REDACTED]
     drops = redacted.effects(fx.DropUnspokenText)
     assert [getattr(e, "played_text", None) for e in drops] == [REDACTED]
     assert [getattr(e, "played_text", None) for e in kept.effects(fx.DropUnspokenText)] == [HEARD]

@@ -56,7 +56,7 @@ def everything_written(keep_text: bool, tmp_path: Path) -> str:
     # the effects the adapter executes carry the texts: redaction is for what is kept
     said = {e.text for e in effects if isinstance(e, fx.Say)}
     assert said == {IDLE, FALLBACK}
-    assert fx.StartGreeting(text=GREETING, in_reply_to="u0") in effects
+    assert fx.StartGreeting(text=GREETING, first_words="Hello?") in effects
     trace = controller.trace
     assert trace is not None
     trace.write(tmp_path / f"call-{keep_text}.jsonl")

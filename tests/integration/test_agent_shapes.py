@@ -242,8 +242,9 @@ async def test_agent_shapes(caplog: pytest.LogCaptureFixture) -> None:
 async def test_a_filler_in_the_turn_hook_is_not_taken_for_the_greeting() -> None:
     script = CallScript([UserLine(HELLO_AT, "hello")])
     agent = SaysAFiller(instructions="You are on a call.")
+    policy = _outbound(greet_on="end_of_turn")  # the turn hook runs on "Hello?"
     async with turn_call(
-        _outbound(), script, agent=agent, llm=ScriptedLLM(_model), settings="livekit-defaults"
+        policy, script, agent=agent, llm=ScriptedLLM(_model), settings="livekit-defaults"
     ) as tc:
         call = tc.call
         greeting = await wait_segment(call, 0, timeout=HELLO_AT + 6)

@@ -97,7 +97,9 @@ async def test_the_greeting_travels_in_the_reply_to_the_first_words(
     neither the request nor a reply to "Hello?" reaches the history. The prepared reply
     is dropped before LiveKit would find it invalidated (and warn about it on every
     call)."""
-    policy = TurnPolicy(direction="outbound", greeting_instructions=INSTRUCTIONS)
+    policy = TurnPolicy(
+        direction="outbound", greeting_instructions=INSTRUCTIONS, greet_on="end_of_turn"
+    )
     model = ScriptedLLM(_greets_when_asked)
     script = CallScript([UserLine(2.0, "hello")])
     async with turn_call(policy, script, llm=model, settings="livekit-defaults") as tc:

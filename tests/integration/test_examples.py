@@ -175,7 +175,7 @@ async def test_outbound_caller_answers_in_console_and_writes_its_trace(
     assert "provider='turnfsm.sim', model='scripted', characters_count=" in usage
     path = [(step.before, step.event.name, step.after) for step in trace]
     assert ("ringing", "call_answered", "awaiting_user") in path  # the console's answer
-    assert ("awaiting_user", "user_turn_committed", "greeting") in path
+    assert ("awaiting_user", "user_transcript", "greeting") in path
     ends = [step for step in path if step[1:] == ("call_ended", "ended")]
     assert len(ends) == 1  # written up to the session's close
     assert path[-1][2] == "ended"

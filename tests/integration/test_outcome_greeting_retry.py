@@ -80,7 +80,7 @@ async def test_a_refused_greeting_is_said_again_locked(
     agent_class: type[TurnAgent], detail: str
 ) -> None:
     settings = "livekit-defaults"  # the retry is a plain session.say: no setting in play
-    policy = TurnPolicy(direction="outbound", greeting=GREETING)
+    policy = TurnPolicy(direction="outbound", greeting=GREETING, greet_on="end_of_turn")
     script = CallScript([UserLine(2.0, "hello"), UserLine(QUESTION_AT, "question")])
     agent = agent_class(instructions="You are on a call.")
     async with turn_call(
@@ -117,7 +117,7 @@ async def test_a_refused_greeting_is_said_again_locked(
 async def test_a_greeting_dropped_from_turn_ctx_is_said_locked_first() -> None:
     """The hook let LiveKit reply, but from a context without the greeting's request:
     that reply is the agent's own, so the greeting is refused and said first, locked."""
-    policy = TurnPolicy(direction="outbound", greeting=GREETING)
+    policy = TurnPolicy(direction="outbound", greeting=GREETING, greet_on="end_of_turn")
     script = CallScript([UserLine(2.0, "hello")])
     agent = ReplacesSystemMessages(instructions="You are on a call.")
     llm_ = ScriptedLLM(["Hello there."])
@@ -144,7 +144,7 @@ async def test_a_greeting_whose_start_fails_in_the_turn_hook_still_answers_hello
     raises): the retry, in the same hook, makes the reply to "Hello?" the greeting, so
     "Hello?" stays in the history before it (a plain ``session.say`` there left LiveKit's
     reply empty and "Hello?" out of the history: fuzz seed 564)."""
-    policy = TurnPolicy(direction="outbound", greeting=GREETING)
+    policy = TurnPolicy(direction="outbound", greeting=GREETING, greet_on="end_of_turn")
     script = CallScript([UserLine(2.0, "hello")])
     async with turn_call(policy, script, settings=settings) as tc:
 

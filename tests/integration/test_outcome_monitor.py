@@ -128,7 +128,9 @@ async def _o1_audio_before_greeting() -> dict[str, int]:
 
 async def _o2_greeting_cut() -> dict[str, int]:
     script = CallScript([UserLine(HELLO_AT, "hello")])
-    policy = _outbound(greeting_lock="keep_listening")
+    # on the turn hook's reply (greet_on="end_of_turn"), locked by LockSpeech: a greeting
+    # started on the final transcript is created locked
+    policy = _outbound(greeting_lock="keep_listening", greet_on="end_of_turn")
     async with turn_call(policy, script, **LIVEKIT_DEFAULTS) as tc:
         _break(tc, {fx.LockSpeech: _does_nothing, fx.HoldUserTurns: _does_nothing})
         await _greeting_then_overlap(tc, overlap_after=1.0)

@@ -64,7 +64,8 @@ async def _greeted(
     async with turn_call(policy, script, settings=settings, tts=tts, agent=agent) as tc:
         greeting = await wait_segment(tc.call, 0, timeout=hello_at + 12, finished=True)
         context = tc.describe()
-        (committed,) = tc.events("user_turn_committed")
+        # the step that took the callee's first words (their final transcript)
+        (committed,) = [step for step in tc.steps if step.before != step.after == "greeting"]
         assert greeting.interrupted is False, context
         assert greeting.played == greeting.pushed, context
         assert greeting.pushed == pytest.approx(tts.duration_of(GREETING), abs=0.05), context

@@ -87,12 +87,12 @@ def test_the_plugin_in_a_users_suite(tmp_path: Path) -> None:
     # the failing test's report shows its call, and where its trace and timeline are
     section = out.split("turnfsm call 0", 1)[1]
     assert "caller   0.5" in section
-    assert "awaiting_user->greeting UserTurnCommitted" in section
+    assert "awaiting_user->greeting UserTranscript" in section
     assert "history: user: 'Hello?'" in section
     timeline = Path(section.split("timeline: ", 1)[1].split()[0])
     trace = Path(section.split("trace: ", 1)[1].split()[0])
     assert timeline.read_text(encoding="utf-8").startswith("<svg")
     steps = list(Trace.read(trace))
-    assert ("awaiting_user", "user_turn_committed", "greeting") in [
+    assert ("awaiting_user", "user_transcript", "greeting") in [
         (step.before, step.event.name, step.after) for step in steps
     ]

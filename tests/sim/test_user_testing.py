@@ -91,8 +91,10 @@ async def test_the_greeting_check_passes_on_a_locked_greeting_and_fails_on_a_cut
         greeting = call.expect.greeting_played_whole()
         assert greeting.text == GREETING
         call.expect.no_breach()
-    # the seeded bug: the greeting is never locked, so the overlap cuts it
-    policy = outbound(greeting_overlap="drop")
+    # the seeded bug: the greeting is never locked, so the overlap cuts it (the turn
+    # hook's reply, which LockSpeech locks: one started on the final transcript is
+    # created locked)
+    policy = outbound(greeting_overlap="drop", greet_on="end_of_turn")
     async with simulate_call(
         TurnAgent(instructions="x"), policy, caller=[HELLO, OVERLAP], livekit_defaults=False
     ) as call:

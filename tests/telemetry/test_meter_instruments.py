@@ -65,7 +65,8 @@ def hang_up(tc: TurnCall) -> None:
 
 async def _interrupt(calls: dict[str, TurnCall]) -> None:
     script = CallScript([UserLine(1.0, "hello"), UserLine(8.0, "question")])
-    policy = TurnPolicy(direction="outbound", greeting=GREETING)
+    # greeted on the committed turn: LiveKit prepares an early reply to "Hello?" (discarded)
+    policy = TurnPolicy(direction="outbound", greeting=GREETING, greet_on="end_of_turn")
     llm = ScriptedLLM([LONG_ANSWER, "Sure, go ahead."])
     async with turn_call(policy, script, llm=llm, settings="livekit-defaults") as tc:
         calls["interrupt"] = tc
@@ -107,7 +108,11 @@ def _does_nothing(adapter: TurnAdapter, effect: fx.Effect) -> None:
 
 async def _breach(calls: dict[str, TurnCall]) -> None:
     script = CallScript([UserLine(1.0, "hello")])
-    policy = TurnPolicy(direction="outbound", greeting=GREETING, greeting_overlap="drop")
+    # on the turn hook's reply, locked by LockSpeech (one started on the final transcript
+    # is created locked)
+    policy = TurnPolicy(
+        direction="outbound", greeting=GREETING, greeting_overlap="drop", greet_on="end_of_turn"
+    )
     async with turn_call(policy, script, settings="livekit-defaults") as tc:
         calls["breach"] = tc
         tc.adapter.outcomes.strict = False
