@@ -123,7 +123,7 @@ def scripted_call() -> list[ev.Event]:
     )
 
     # The caller goes quiet: the idle timer re-prompts.
-    script.append(ev.TimerFired(at=t(8.0), timer="idle"))
+    script.append(ev.IdleTimerExpired(at=t(8.0)))
     reply("s8", "Are you still there?", source="say")
 
     # A barge-in: the caller talks over a long reply, which ends interrupted.

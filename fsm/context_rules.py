@@ -30,13 +30,15 @@ from .fields import check_fields
 from .machine import (
     CONVERSATION_STATES,
     LIVE_STATES,
+    TIMER_STATES,
+    TIMERS,
     VOICE_STATES,
     TurnChart,
     TurnMachine,
     public_state,
 )
 from .policy import TurnPolicy
-from .rules import TIMER_POLICY_FIELDS, TurnRules
+from .rules import TurnRules
 
 _CONVERSATION_AND_END = CONVERSATION_STATES | {"ended"}
 
@@ -88,15 +90,13 @@ AWAITING_MODEL = frozenset({"greeting_awaiting_model", "retry_awaiting_model"})
 PLAYING = frozenset({"greeting_playing", "retry_playing"})
 """The greeting's phases once its speech exists."""
 
-TIMER_STATES: Mapping[str, frozenset[str]] = {
-    "await_user": frozenset({"awaiting_user"}),
-    "idle": frozenset({"listening"}),
-    "max_duration": LIVE_STATES,
-    "model_reply": CONVERSATION_STATES,
-    "response_done": AWAITING_MODEL | CONVERSATION_STATES,
+RUNS_IN: Mapping[str, frozenset[str]] = {
+    **TIMER_STATES,
+    # held only while a tool step's speech plays (its end releases the hold)
     "tool_reply_hold": frozenset({"speaking", "tool_loop"}),
 }
-"""The states each timer can run in: started on the way in, cancelled on the way out."""
+"""The atomic states each timer can run in: inside the state that declares it
+(:data:`turnfsm.machine.TIMER_STATES`), narrower where its rules say so."""
 
 AT_THE_CAP: tuple[str, ...] = ("final_reply_pending", "final_wait", "final_after_speech")
 """Fields set only when the tool rounds reached the cap (``capped``)."""
@@ -146,7 +146,7 @@ def check_context(
                 f"TurnContext.{name} must be <= {limit} under this policy, "
                 f"got {getattr(context, name)}"
             )
-    timer_seconds = {timer: getattr(policy, field) for timer, field in TIMER_POLICY_FIELDS.items()}
+    timer_seconds = {name: getattr(policy, timer.seconds) for name, timer in TIMERS.items()}
     if never := sorted(t for t in context.timers if timer_seconds.get(t) is None):
         raise ValueError(f"TurnContext.timers has timers this policy never starts: {never}")
     if stray := sorted(context.dropped_speeches - context.active_speeches):
@@ -288,10 +288,10 @@ def _check_state(context: TurnContext, policy: TurnPolicy, configuration: tuple[
     if state == "greeting":
         _check_greeting_phase(context, policy, phase)
     for timer in context.timers:
-        if phase not in TIMER_STATES[timer]:
+        if phase not in RUNS_IN[timer]:
             raise ValueError(
                 f"TurnContext.timers: {timer!r} does not run in {phase!r} "
-                f"(only in {sorted(TIMER_STATES[timer])})"
+                f"(only in {sorted(RUNS_IN[timer])})"
             )
     if state in LIVE_STATES and policy.max_call_duration is not None:
         if "max_duration" not in context.timers:

@@ -42,7 +42,7 @@ from . import effects as fx
 from .context import TurnContext
 from .context_rules import check_context, state_rules_apply
 from .engine import ENGINES, CompiledEngine, EngineName, compiled_chart
-from .events import Event
+from .events import Event, TimerExpired
 from .invariants import SafetyMonitor
 from .machine import (
     TurnChart,
@@ -308,7 +308,12 @@ class TurnController:
     def _step(self, event: Event) -> tuple[fx.Effect, ...]:
         public = self._public
         before = public[self._configuration[0]]
-        if event.name in self._handled:
+        # a timer's expiry is taken only while it runs: a stale one (cancelled as its
+        # state was left, its expiry already on its way) is ignored, as XState's ``after``
+        # never delivers a cancelled one
+        if event.name in self._handled and (
+            not isinstance(event, TimerExpired) or self._rules.take_expiry(event)
+        ):
             outbox = self._rules.outbox
             try:
                 if self._engine is not None:

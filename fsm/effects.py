@@ -16,7 +16,8 @@ from .fields import Label, Text
 TimerName = Literal[
     "await_user", "idle", "max_duration", "model_reply", "response_done", "tool_reply_hold"
 ]
-"""The timers the machine uses; their expiry comes back as ``TimerFired``. With a realtime
+"""The timers the machine uses; each one's expiry comes back as its own event
+(``idle_timer_expired``: :data:`turnfsm.events.TIMER_EVENTS`). With a realtime
 model, ``model_reply`` bounds the wait for the model's own reply and ``response_done`` the
 wait for its active response to finish (the greeting's ``greeting_awaiting_model`` and
 ``retry_awaiting_model``, ``TurnContext.final_wait``). ``tool_reply_hold`` bounds a
@@ -179,7 +180,8 @@ class FinalReplyWithoutTools(Effect):
 
 @attrs.frozen
 class StartTimer(Effect):
-    """Start a named timer; its expiry must come back as ``TimerFired``."""
+    """Start a named timer; its expiry must come back as its own event
+    (:func:`turnfsm.events.timer_expired`)."""
 
     name: ClassVar[str] = "start_timer"
     timer: TimerName

@@ -27,7 +27,7 @@ from typing import ClassVar, Literal
 
 import attrs
 
-from .effects import EFFECTS_BY_NAME
+from .effects import EFFECTS_BY_NAME, TimerName
 from .fields import Label, Text, check_fields, show
 
 SpeechSource = Literal["say", "reply", "tool_reply"]
@@ -219,11 +219,89 @@ class ToolStepFinished(Event):
 
 
 @attrs.frozen
-class TimerFired(Event):
-    """A timer started by a :class:`~turnfsm.effects.StartTimer` effect expired."""
+class TimerExpired(Event):
+    """A timer started by a :class:`~turnfsm.effects.StartTimer` effect expired: one
+    event per timer (XState's ``after``), named ``<timer>_timer_expired``. A timer runs in
+    the state that declares it (:func:`turnfsm.machine.after`); an expiry of a timer that
+    no longer runs (cancelled, or already expired) is stale, and the controller ignores
+    it."""
 
-    name: ClassVar[str] = "timer_fired"
-    timer: Label = ""
+    timer: ClassVar[TimerName]
+
+
+@attrs.frozen
+class AwaitUserTimerExpired(TimerExpired):
+    """Nobody spoke for ``await_user_timeout`` after the answer."""
+
+    name: ClassVar[str] = "await_user_timer_expired"
+    timer: ClassVar[TimerName] = "await_user"
+
+
+@attrs.frozen
+class IdleTimerExpired(TimerExpired):
+    """The caller was silent for ``idle_timeout`` in their turn."""
+
+    name: ClassVar[str] = "idle_timer_expired"
+    timer: ClassVar[TimerName] = "idle"
+
+
+@attrs.frozen
+class MaxDurationTimerExpired(TimerExpired):
+    """The call lasted ``max_call_duration``."""
+
+    name: ClassVar[str] = "max_duration_timer_expired"
+    timer: ClassVar[TimerName] = "max_duration"
+
+
+@attrs.frozen
+class ModelReplyTimerExpired(TimerExpired):
+    """A realtime model's own answer to the capped tool step did not start within
+    ``model_reply_wait``."""
+
+    name: ClassVar[str] = "model_reply_timer_expired"
+    timer: ClassVar[TimerName] = "model_reply"
+
+
+@attrs.frozen
+class ResponseDoneTimerExpired(TimerExpired):
+    """A realtime model was not free within ``response_done_wait``."""
+
+    name: ClassVar[str] = "response_done_timer_expired"
+    timer: ClassVar[TimerName] = "response_done"
+
+
+@attrs.frozen
+class ToolReplyHoldTimerExpired(TimerExpired):
+    """LiveKit did not interrupt a held tool step's speech within ``tool_reply_hold``."""
+
+    name: ClassVar[str] = "tool_reply_hold_timer_expired"
+    timer: ClassVar[TimerName] = "tool_reply_hold"
+
+
+TIMER_EVENTS: tuple[type[TimerExpired], ...] = (
+    AwaitUserTimerExpired,
+    IdleTimerExpired,
+    MaxDurationTimerExpired,
+    ModelReplyTimerExpired,
+    ResponseDoneTimerExpired,
+    ToolReplyHoldTimerExpired,
+)
+"""Each timer's expiry (a test checks there is one per :data:`~turnfsm.effects.TIMER_NAMES`)."""
+
+EXPIRY_OF: dict[str, type[TimerExpired]] = {kind.timer: kind for kind in TIMER_EVENTS}
+"""Each timer's expiry event class, by timer name."""
+
+
+def timer_expired(timer: str, *, at: float) -> TimerExpired:
+    """The expiry event of ``timer`` (what the adapter posts when a timer runs out).
+
+    Raises:
+        ValueError: no such timer.
+    """
+    kind = EXPIRY_OF.get(timer)
+    if kind is None:
+        raise ValueError(f"timer must be one of {sorted(EXPIRY_OF)}, got {show(timer)}")
+    return kind(at=at)
 
 
 @attrs.frozen
@@ -392,7 +470,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     AssistantMessageCommitted,
     ToolStepStarted,
     ToolStepFinished,
-    TimerFired,
+    *TIMER_EVENTS,
     AnsweringMachineDetected,
     SessionError,
     AgentSpeechInterrupted,

@@ -153,7 +153,7 @@ class SafetyMonitor:
             self._check_clean_end(effects)
 
     def _check_timers(self, event: ev.Event, effects: tuple[fx.Effect, ...]) -> None:
-        if isinstance(event, ev.TimerFired):
+        if isinstance(event, ev.TimerExpired):
             if event.timer in self.timers:
                 self.timers.discard(event.timer)
             else:
@@ -343,7 +343,7 @@ class SafetyMonitor:
             if isinstance(effect, fx.StartGreeting | fx.FinalReplyWithoutTools)
             or (isinstance(effect, fx.Say) and effect.reason == "greeting")
         ]
-        waited_out = isinstance(event, ev.TimerFired) and event.timer == "response_done"
+        waited_out = isinstance(event, ev.ResponseDoneTimerExpired)
         busy = self.model_responding or self.cancels_pending
         _require(
             not (asks and self.realtime and busy) or waited_out,

@@ -50,10 +50,13 @@ from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, cast
 
+import attrs
 from statemachine import State, StateChart
+from statemachine.callbacks import CallbackPriority
 from statemachine.transition import Transition
 
-from .events import EVENTS_BY_NAME
+from .effects import TimerName
+from .events import EVENTS_BY_NAME, EXPIRY_OF
 
 
 class TurnChart(StateChart):
@@ -70,6 +73,48 @@ class TurnChart(StateChart):
 
     atomic_configuration_update = True
     """The state changes once per step, after exit and before enter actions."""
+
+
+@attrs.frozen
+class After:
+    """A timer a state declares (XState's ``after``): see :func:`after`."""
+
+    timer: TimerName
+    seconds: str
+    """The policy field that gives its seconds; unset (``None``), the timer never starts."""
+    on_entry: bool = True
+    """Started as the state is entered; else only by the state's own actions."""
+    while_silent: bool = False
+    """Runs only while the caller is silent (stopped and started again by the voice)."""
+
+    @property
+    def event(self) -> str:
+        """The event of its expiry."""
+        return EXPIRY_OF[self.timer].name
+
+
+def after(
+    state: State,
+    timer: TimerName,
+    *,
+    seconds: str,
+    on_entry: bool = True,
+    while_silent: bool = False,
+) -> None:
+    """Declare that ``timer`` runs in ``state``: the rules' ``start_timers`` starts it as
+    the state is entered (unless ``on_entry=False``: its actions start it), their
+    ``cancel_timers`` cancels it as the state is left, first of its exit actions; its
+    expiry is the event ``<timer>_timer_expired`` (:data:`~turnfsm.events.TIMER_EVENTS`)."""
+    declared = (*timers_declared(state), After(timer, seconds, on_entry, while_silent))
+    state.timers = declared  # type: ignore[attr-defined]
+    if len(declared) == 1:
+        state.enter.add("start_timers", priority=CallbackPriority.AFTER)
+        state.exit.add("cancel_timers", priority=CallbackPriority.GENERIC)
+
+
+def timers_declared(state: State) -> tuple[After, ...]:
+    """The timers ``state`` declares (:func:`after`), in declaration order."""
+    return getattr(state, "timers", ())
 
 
 def declare_chart() -> dict[str, Any]:
@@ -101,7 +146,7 @@ def declare_chart() -> dict[str, Any]:
             class turn(State.Compound):  # noqa: N801
                 """Whose turn it is, from the answer to the hang-up."""
 
-                awaiting_user = State(enter="start_await_timer", exit="cancel_await_timer")
+                awaiting_user = State()
                 """Answered; waiting for the callee's first words before greeting (the agent
                 must not talk: invariant I8)."""
 
@@ -119,11 +164,7 @@ def declare_chart() -> dict[str, Any]:
                     are sub-states; :attr:`TurnController.state` reports ``greeting`` in
                     each (:func:`public_state`)."""
 
-                    greeting_awaiting_model = State(
-                        initial=True,
-                        enter="start_response_done_timer",
-                        exit="cancel_response_done_timer",
-                    )
+                    greeting_awaiting_model = State(initial=True)
                     """A realtime model's active response (or a cancel on its way) must end
                     before the greeting is asked for (invariant I9); a free model (and
                     every pipeline) leaves at once, in the same step."""
@@ -138,11 +179,7 @@ def declare_chart() -> dict[str, Any]:
                         """The greeting's start was refused or failed: its text is said once
                         more, locked; a second failure ends the call."""
 
-                        retry_awaiting_model = State(
-                            initial=True,
-                            enter="start_response_done_timer",
-                            exit="cancel_response_done_timer",
-                        )
+                        retry_awaiting_model = State(initial=True)
                         retry_requested = State(enter="say_greeting_locked")
                         retry_playing = State()
 
@@ -151,9 +188,7 @@ def declare_chart() -> dict[str, Any]:
 
                     listening = State(
                         initial=True,
-                        enter="start_idle_timer_unless_the_caller_speaks",
                         exit=[
-                            "cancel_idle_timer",
                             "close_spill_over_window",
                             "stop_discarding_overlap",
                             "stop_holding_for_the_replay",
@@ -206,20 +241,33 @@ def declare_chart() -> dict[str, Any]:
         call.live.caller_voice.caller_speaking,
     )
 
+    # Timers, declared per state (XState's ``after``): started as the state is entered
+    # (one ``while_silent`` only while the caller is silent: stopped when they speak,
+    # started again when they stop), cancelled as it is left; each expires as an event of
+    # its own, ``<timer>_timer_expired``, taken only while the timer runs. One started by
+    # the state's actions (``on_entry=False``) is cancelled with the state too.
+    after(turn, "max_duration", seconds="max_call_duration")
+    after(awaiting_user, "await_user", seconds="await_user_timeout", while_silent=True)
+    after(listening, "idle", seconds="idle_timeout", while_silent=True)
+    after(greeting_awaiting_model, "response_done", seconds="response_done_wait")
+    after(retry_awaiting_model, "response_done", seconds="response_done_wait")
+    # the capped final reply's waits for a realtime model, and the hold of a tool step's reply
+    after(conversation, "model_reply", seconds="model_reply_wait", on_entry=False)
+    after(conversation, "response_done", seconds="response_done_wait", on_entry=False)
+    after(conversation, "tool_reply_hold", seconds="tool_reply_hold", on_entry=False)
+
     # outbound calls ring at once (eventless); inbound ones go live with their session,
     # in the state the policy picks (first match wins)
     start.to(ringing, cond="is_outbound")
 
     session_started = (
-        start.to(awaiting_agent, cond="greets_in_own_words", on="begin_call")
-        | start.to(greeting, cond="agent_speaks_first", on="begin_call")
-        | start.to(awaiting_user, cond="has_greeting", on="begin_call")
-        | start.to(listening, on="begin_call")
+        start.to(awaiting_agent, cond="greets_in_own_words")
+        | start.to(greeting, cond="agent_speaks_first")
+        | start.to(awaiting_user, cond="has_greeting")
+        | start.to(listening)
     )
 
-    call_answered = ringing.to(greeting, cond="agent_speaks_first", on="begin_call") | ringing.to(
-        awaiting_user, on="begin_call"
-    )
+    call_answered = ringing.to(greeting, cond="agent_speaks_first") | ringing.to(awaiting_user)
 
     def call_wide(on: str | list[str], regions: tuple[State, State] = (connecting, turn)) -> Any:
         """Bookkeeping in every state of the call: targetless, on the call's regions but
@@ -238,32 +286,32 @@ def declare_chart() -> dict[str, Any]:
 
     # what the turn makes of it
     user_speech_started |= (
-        awaiting_user.to(None, on="cancel_await_timer")
+        awaiting_user.to(None, on="stop_silence_timers")
         | greeting.to(None, on="note_overlap")
         | listening.to(
             None,
             cond="in_spill_over_window",
-            on=["cancel_idle_timer", "hold_spill_over"],
+            on=["stop_silence_timers", "hold_spill_over"],
         )
-        | listening.to(None, on=["cancel_idle_timer", "note_caller_in_replay"])
+        | listening.to(None, on=["stop_silence_timers", "note_caller_in_replay"])
         # a barge-in into a tool step: its reply waits for LiveKit's decision
         | tool_loop.to(None, unless="input_is_muted", on="hold_tool_reply")
         | conversation.to(None, cond="holds_tool_reply", on="hold_tool_reply")
     )
 
     user_speech_ended |= (
-        awaiting_user.to(None, on="start_await_timer")
+        awaiting_user.to(None, on="start_silence_timers")
         | listening.to(
             None,
             cond="discarding_overlap",
-            on=["discard_overlap", "start_idle_timer"],
+            on=["discard_overlap", "start_silence_timers"],
         )
-        | listening.to(None, on="start_idle_timer")
+        | listening.to(None, on="start_silence_timers")
         | conversation.to(None, cond="holds_tool_reply", on="time_the_tool_reply_hold")
     )
 
     user_turn_committed = (
-        ringing.to(greeting, on=["begin_call", "note_first_words", "note_user_turn"])
+        ringing.to(greeting, on=["note_first_words", "note_user_turn"])
         | awaiting_user.to(greeting, on=["note_first_words", "note_user_turn"])
         # the caller spoke before the agent greeted: the call goes on without a greeting
         | awaiting_agent.to(listening, on="note_user_turn")
@@ -473,40 +521,18 @@ def declare_chart() -> dict[str, Any]:
         )
     )
 
-    timer_fired = (
-        awaiting_user.to(
-            greeting,
-            cond=["timer_is_running", "is_await_timer", "greets_silent_callee"],
-            before="note_timer_fired",
-        )
-        | awaiting_user.to(
-            ended,
-            cond=["timer_is_running", "is_await_timer"],
-            before="note_timer_fired",
-            on="note_no_answer",
-        )
-        | listening.to(
-            None,
-            cond=["timer_is_running", "is_idle_timer", "can_reprompt"],
-            before="note_timer_fired",
-            on="reprompt",
-        )
-        | listening.to(
-            ended,
-            cond=["timer_is_running", "is_idle_timer"],
-            before="note_timer_fired",
-            on="note_idle_hang_up",
-        )
-        # from the answer on (the timer starts there); ringing has no timer to fire
-        | ended.from_(
-            awaiting_user,
-            awaiting_agent,
-            greeting,
-            conversation,
-            cond=["timer_is_running", "is_max_duration_timer"],
-            before="note_timer_fired",
-            on="note_max_duration",
-        )
+    await_user_timer_expired = awaiting_user.to(greeting, cond="greets_silent_callee") | (
+        awaiting_user.to(ended, on="note_no_answer")
+    )
+
+    idle_timer_expired = listening.to(None, cond="can_reprompt", on="reprompt") | listening.to(
+        ended, on="note_idle_hang_up"
+    )
+
+    # from every state of the turn (declared on each part of it, not on ``turn``: the
+    # overview then draws the turn without a box around it)
+    max_duration_timer_expired = ended.from_(
+        awaiting_user, awaiting_agent, greeting, conversation, on="note_max_duration"
     )
 
     # answering-machine detection runs on the calls the agent places
@@ -573,38 +599,17 @@ def declare_chart() -> dict[str, Any]:
         | conversation.to(None, cond="is_tool_reply", on="note_model_replies_to_tools")
     )
 
-    timer_fired |= (
-        # the wait for the model is over: the greeting is asked for anyway (a refusal is
-        # retried once, as any failed start)
-        greeting_requested.from_(
-            greeting_awaiting_model,
-            cond=["timer_is_running", "is_response_done_timer"],
-            before="note_timer_fired",
-        )
-        | retry_requested.from_(
-            retry_awaiting_model,
-            cond=["timer_is_running", "is_response_done_timer"],
-            before="note_timer_fired",
-        )
-        | conversation.to(
-            None,
-            cond=["timer_is_running", "is_model_reply_timer"],
-            before="note_timer_fired",
-            on="ask_final_reply_when_model_free",
-        )
-        | conversation.to(
-            None,
-            cond=["timer_is_running", "is_response_done_timer"],
-            before="note_timer_fired",
-            on="ask_final_reply",
-        )
-        | conversation.to(
-            None,
-            cond=["timer_is_running", "is_tool_reply_hold_timer"],
-            before="note_timer_fired",
-            on="send_held_tool_reply",
-        )
+    # the wait for the model is over: the greeting is asked for anyway (a refusal is
+    # retried once, as any failed start), or the final reply
+    response_done_timer_expired = (
+        greeting_awaiting_model.to(greeting_requested)
+        | retry_awaiting_model.to(retry_requested)
+        | conversation.to(None, on="ask_final_reply")
     )
+
+    model_reply_timer_expired = conversation.to(None, on="ask_final_reply_when_model_free")
+
+    tool_reply_hold_timer_expired = conversation.to(None, on="send_held_tool_reply")
 
     del in_call, connecting, start, ringing, turn, awaiting_user, awaiting_agent, greeting
     del greeting_awaiting_model, greeting_requested, greeting_playing, greeting_retry
@@ -791,15 +796,16 @@ VOICE_STATES: tuple[str, ...] = tuple(state.id for state in voice_states())
 """The caller's voice while the call is live (``TurnController.configuration``)."""
 
 
-def _leaves_under(compound: str) -> frozenset[str]:
+def leaves_under(compound: str) -> frozenset[str]:
+    """The atomic states inside ``compound`` (itself, if atomic) in the turn chart."""
     (node,) = (state for state in walk_states(TurnMachine.states) if state.id == compound)
     return frozenset(state.id for state in walk_states([node]) if not state.states)
 
 
-GREETING_STATES: frozenset[str] = _leaves_under("greeting")
+GREETING_STATES: frozenset[str] = leaves_under("greeting")
 """The greeting's phases (atomic states)."""
 
-LIVE_STATES: frozenset[str] = _leaves_under("turn") | {"greeting"}
+LIVE_STATES: frozenset[str] = leaves_under("turn") | {"greeting"}
 """States of a live call: the caller's voice runs beside them (atomic ones, and
 ``greeting`` as :attr:`TurnController.state` reports its phases)."""
 
@@ -823,12 +829,49 @@ stopped as it is created (invariant I8)."""
 FIRST_WORDS_STATES: frozenset[str] = states_acting("user_turn_committed", "note_first_words")
 """Where the callee's first committed words are noted: the greeting answers them."""
 
-CONVERSATION_STATES: frozenset[str] = _leaves_under("conversation")
+CONVERSATION_STATES: frozenset[str] = leaves_under("conversation")
 """States after the greeting, where tool rounds are counted (invariant I3)."""
 
 LOCKED_STATES: frozenset[str] = frozenset({"greeting"}) | GREETING_STATES
 """States drawn and checked as locked: no interrupt effect is ever emitted in them (the
 greeting, and each of its phases)."""
+
+
+def chart_timers(machine_class: type[TurnChart] = TurnMachine) -> dict[str, tuple[After, ...]]:
+    """The timers each state of a chart declares (:func:`after`), by state id."""
+    return {
+        state.id: timers_declared(state)
+        for state in walk_states(machine_class.states)
+        if timers_declared(state)
+    }
+
+
+def _timers_by_name() -> dict[str, After]:
+    by_name: dict[str, After] = {}
+    for declared in chart_timers().values():
+        for timer in declared:
+            first = by_name.setdefault(timer.timer, timer)
+            if first.seconds != timer.seconds:
+                raise ValueError(f"timer {timer.timer!r} has two policy fields")
+    return by_name
+
+
+TIMERS: Mapping[str, After] = MappingProxyType(_timers_by_name())
+"""Each timer of the turn chart, by name, with the policy field of its seconds."""
+
+TIMER_STATES: Mapping[str, frozenset[str]] = MappingProxyType(
+    {
+        name: frozenset().union(
+            *(
+                leaves_under(state)
+                for state, timers in chart_timers().items()
+                if any(timer.timer == name for timer in timers)
+            )
+        )
+        for name in TIMERS
+    }
+)
+"""The atomic states each timer can run in: those inside a state that declares it."""
 
 
 _ANSWERED = ("awaiting_user", "awaiting_agent", "greeting", "listening", "speaking", "tool_loop")
@@ -909,8 +952,13 @@ IGNORED: dict[tuple[str, str], str] = {
             ),
         )
     },
-    ("ringing", "timer_fired"): "timers start with the answer: a late or stale expiry",
-    ("start", "timer_fired"): "timers start with the call: a stale expiry",
+    **{
+        (state, timer.event): f"the {timer.timer} timer runs only in"
+        f" {', '.join(sorted(TIMER_STATES[timer.timer]))}: an expiry here is stale"
+        for timer in TIMERS.values()
+        for state in STATES
+        if not any(public_state(leaf) == state for leaf in TIMER_STATES[timer.timer])
+    },
     **{
         (state, "assistant_message_committed"): "an early speech is stopped before it says"
         " anything the history keeps"

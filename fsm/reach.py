@@ -36,9 +36,9 @@ import attrs
 from statemachine import State
 from statemachine.transition import Transition
 
-from .machine import TurnChart, TurnMachine, atomic_states, leaf_transitions, walk_states
+from .machine import TIMERS, TurnChart, TurnMachine, atomic_states, leaf_transitions, walk_states
 from .policy import TurnPolicy
-from .rules import POLICY_GUARDS, TIMER_GUARDS, TurnRules
+from .rules import POLICY_GUARDS, TurnRules
 
 NOT_OF_ITS_OWN = frozenset({"call_ended", "session_error"})
 """Events that end a call without the machine deciding it: the caller's hang-up (or the
@@ -73,12 +73,16 @@ def reach(policy: TurnPolicy, machine_class: type[TurnChart] = TurnMachine) -> R
     start = initial_state(policy, machine_class)
     rules = TurnRules(policy=policy)
     decided = {name: bool(getattr(rules, name)()) for name in POLICY_GUARDS}
-    unset_timers = {
-        guard for guard, field in TIMER_GUARDS.items() if getattr(policy, field) is None
+    # the expiries of timers the policy never starts (their seconds unset)
+    never_expire = {
+        timer.event for timer in TIMERS.values() if getattr(policy, timer.seconds) is None
     }
 
     def open_guards(transition: Transition) -> frozenset[str] | None:
         """The guards left to check at run time; ``None`` if the policy rules it out."""
+        events = {str(event) for event in transition.events}
+        if events and events <= never_expire:
+            return None
         left = set()
         for spec in transition.cond:
             if spec.is_convention:
@@ -88,8 +92,6 @@ def reach(policy: TurnPolicy, machine_class: type[TurnChart] = TurnMachine) -> R
             if name in decided:
                 if decided[name] != wanted:
                     return None
-            elif wanted and name in unset_timers:
-                return None
             else:
                 left.add(guard)
         return frozenset(left)

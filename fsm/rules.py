@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Literal, TypeVar
 
 import attrs
-from statemachine import StateChart
+from statemachine import State, StateChart
 
 from . import effects as fx
 from .context import TurnContext
@@ -32,7 +32,7 @@ from .events import (
     ModelReplyStarted,
     RealtimeModelLinked,
     SessionError,
-    TimerFired,
+    TimerExpired,
     ToolStepFinished,
     ToolStepStarted,
     UserTranscript,
@@ -40,32 +40,22 @@ from .events import (
     UserTurnDeclined,
     UserTurnEnded,
 )
+from .machine import TIMERS, timers_declared
 from .policy import TurnPolicy
 
-TIMER_POLICY_FIELDS: dict[fx.TimerName, str] = {
-    "await_user": "await_user_timeout",
-    "idle": "idle_timeout",
-    "max_duration": "max_call_duration",
-    "model_reply": "model_reply_wait",
-    "response_done": "response_done_wait",
-    "tool_reply_hold": "tool_reply_hold",
-}
-"""Each timer's policy field: the timer is started only when the field is set."""
-
-GuardKind = Literal["policy", "timer", "event", "context", "voice"]
+GuardKind = Literal["policy", "event", "context", "voice"]
 """What a guard reads: the policy only (decided once per call, so diagrams prune by it),
-a timer's expiry (``timer_fired`` of one timer), the event, the call's context, or the
-caller's voice (the state of the region beside the turn)."""
+the event, the call's context, or the caller's voice (the state of the region beside
+the turn)."""
 
 _Guard = TypeVar("_Guard", bound=Callable[..., bool])
 
 
-def guard(kind: GuardKind, *, timer: fx.TimerName | None = None) -> Callable[[_Guard], _Guard]:
-    """Declare a rule method as a guard of ``kind``; a timer guard names its timer."""
+def guard(kind: GuardKind) -> Callable[[_Guard], _Guard]:
+    """Declare a rule method as a guard of ``kind``."""
 
     def mark(method: _Guard) -> _Guard:
         method.guard_kind = kind  # type: ignore[attr-defined]
-        method.guard_timer = timer  # type: ignore[attr-defined]
         return method
 
     return mark
@@ -264,26 +254,6 @@ class TurnRules:
         ctx = self.context
         return ctx.tool_loop_stopped or ctx.capped or ctx.tool_rounds >= self.policy.max_tool_steps
 
-    @guard("event")
-    def timer_is_running(self, ev: TimerFired) -> bool:
-        return ev.timer in self.context.timers
-
-    @guard("timer", timer="max_duration")
-    def is_max_duration_timer(self, ev: TimerFired) -> bool:
-        return ev.timer == "max_duration"
-
-    @guard("timer", timer="await_user")
-    def is_await_timer(self, ev: TimerFired) -> bool:
-        return ev.timer == "await_user"
-
-    @guard("timer", timer="idle")
-    def is_idle_timer(self, ev: TimerFired) -> bool:
-        return ev.timer == "idle"
-
-    @guard("timer", timer="tool_reply_hold")
-    def is_tool_reply_hold_timer(self, ev: TimerFired) -> bool:
-        return ev.timer == "tool_reply_hold"
-
     @guard("policy")
     def greets_silent_callee(self) -> bool:
         return self.policy.on_await_user_timeout == "greet"
@@ -331,14 +301,6 @@ class TurnRules:
     def is_tool_reply(self, ev: ModelReplyStarted) -> bool:
         return ev.after_tool_output
 
-    @guard("timer", timer="model_reply")
-    def is_model_reply_timer(self, ev: TimerFired) -> bool:
-        return ev.timer == "model_reply"
-
-    @guard("timer", timer="response_done")
-    def is_response_done_timer(self, ev: TimerFired) -> bool:
-        return ev.timer == "response_done"
-
     @guard("event")
     def machine_answered(self, ev: AnsweringMachineDetected) -> bool:
         return ev.result == "machine"
@@ -354,7 +316,7 @@ class TurnRules:
     # -- timers -------------------------------------------------------------------------
 
     def _start_timer(self, timer: fx.TimerName) -> None:
-        seconds = getattr(self.policy, TIMER_POLICY_FIELDS[timer])
+        seconds = getattr(self.policy, TIMERS[timer].seconds)
         if seconds is None:
             return
         self._cancel_timer(timer)
@@ -377,29 +339,40 @@ class TurnRules:
             else:
                 self.emit(fx.CancelTimer(timer=timer))
 
-    def start_await_timer(self) -> None:
-        self._start_timer("await_user")
+    def start_timers(self, state: State, machine: StateChart) -> None:
+        """Entering ``state``: start the timers it declares (:func:`~turnfsm.machine.after`)
+        to run from its entry (one that runs while the caller is silent, if they are)."""
+        speaking = _caller_speaks(machine)
+        for timer in timers_declared(state):
+            if timer.on_entry and not (timer.while_silent and speaking):
+                self._start_timer(timer.timer)
 
-    def cancel_await_timer(self) -> None:
-        self._cancel_timer("await_user")
+    def cancel_timers(self, state: State) -> None:
+        """Leaving ``state``: its timers stop."""
+        for timer in timers_declared(state):
+            self._cancel_timer(timer.timer)
 
-    def start_idle_timer(self) -> None:
-        self._start_timer("idle")
+    def stop_silence_timers(self, state: State) -> None:
+        """The caller speaks: the timers of ``state`` that time their silence stop."""
+        for timer in timers_declared(state):
+            if timer.while_silent:
+                self._cancel_timer(timer.timer)
 
-    def start_idle_timer_unless_the_caller_speaks(self, machine: StateChart) -> None:
-        if not _caller_speaks(machine):
-            self._start_timer("idle")
+    def start_silence_timers(self, state: State) -> None:
+        """The caller stopped: the timers of ``state`` that time their silence start."""
+        for timer in timers_declared(state):
+            if timer.while_silent:
+                self._start_timer(timer.timer)
 
-    def cancel_idle_timer(self) -> None:
-        self._cancel_timer("idle")
-
-    def note_timer_fired(self, ev: TimerFired) -> None:
+    def take_expiry(self, ev: TimerExpired) -> bool:
+        """Whether ``ev`` expires a running timer (which then no longer runs); else it is
+        stale (cancelled, its expiry already on its way), and the controller ignores it."""
+        if ev.timer not in self.context.timers:
+            return False
         self.context.timers = self.context.timers - {ev.timer}
+        return True
 
     # -- call lifecycle -----------------------------------------------------------------
-
-    def begin_call(self) -> None:
-        self._start_timer("max_duration")
 
     def note_end_reason(self, ev: CallEnded) -> None:
         self.context.end_reason = ev.reason
@@ -477,12 +450,6 @@ class TurnRules:
     # can take it: no response of it active. The wait is bounded by the ``response_done``
     # timer; on expiry the greeting is asked for anyway (a refusal is retried once, as any
     # failed start).
-
-    def start_response_done_timer(self) -> None:
-        self._start_timer("response_done")
-
-    def cancel_response_done_timer(self) -> None:
-        self._cancel_timer("response_done")
 
     def request_greeting(self) -> None:
         ctx, policy = self.context, self.policy
@@ -1006,22 +973,7 @@ def guards_of(rules_class: type[TurnRules] = TurnRules) -> dict[str, GuardKind]:
     return {name: kind for name, kind in kinds.items() if kind is not None}
 
 
-def timer_guards(rules_class: type[TurnRules] = TurnRules) -> dict[str, fx.TimerName]:
-    """The guards matching one timer's expiry, and that timer."""
-    return {
-        name: getattr(rules_class, name).guard_timer
-        for name, kind in guards_of(rules_class).items()
-        if kind == "timer"
-    }
-
-
 POLICY_GUARDS: tuple[str, ...] = tuple(
     name for name, kind in guards_of().items() if kind == "policy"
 )
 """Guards that read the policy only: a policy decides them once for the whole call."""
-
-TIMER_GUARDS: dict[str, str] = {
-    name: TIMER_POLICY_FIELDS[timer] for name, timer in timer_guards().items()
-}
-"""Guards matching a timer's expiry, and the policy field that must be set for the
-timer to be started at all."""

@@ -35,7 +35,7 @@ from . import events as ev
 from .context import TurnContext
 from .context_rules import check_context, state_rules_apply
 from .controller import TurnController
-from .effects import REALTIME_TIMERS, TIMER_NAMES, TimerName
+from .effects import REALTIME_TIMERS
 from .engine import Decision, UnsupportedChart
 from .invariants import InvariantViolation, SafetyMonitor
 from .machine import (
@@ -43,7 +43,9 @@ from .machine import (
     LIVE_STATES,
     TurnChart,
     TurnMachine,
+    chart_timers,
     handled_events,
+    leaves_under,
     public_state,
     transition_key,
 )
@@ -162,11 +164,12 @@ def pipeline_samples() -> Samples:
             ev.SessionError(at=EARLY, message="boom", recoverable=False),
         ),
         # the realtime waits' timers start only once a realtime model is linked
-        ev.TimerFired: tuple(
-            ev.TimerFired(at=EARLY, timer=name)
-            for name in TIMER_NAMES
-            if name not in REALTIME_TIMERS
-        ),
+        **{
+            kind: "its timer starts only once a realtime model is linked"
+            if kind.timer in REALTIME_TIMERS
+            else (kind(at=EARLY),)
+            for kind in ev.TIMER_EVENTS
+        },
         ev.AgentSpeechStarted: (ev.AgentSpeechStarted(at=EARLY, speech_id="s1"),),
         ev.AssistantMessageCommitted: (
             ev.AssistantMessageCommitted(at=EARLY, speech_id="s1", text="hi"),
@@ -253,7 +256,7 @@ def realtime_samples() -> Samples:
         ev.UserTurnDeclined: same_rule,
         ev.AnsweringMachineDetected: same_rule,
         ev.SessionError: same_rule,
-        ev.TimerFired: tuple(ev.TimerFired(at=EARLY, timer=name) for name in TIMER_NAMES),
+        **{kind: (kind(at=EARLY),) for kind in ev.TIMER_EVENTS},
         ev.AgentSpeechStarted: traced_only,
         ev.AssistantMessageCommitted: same_rule,
         ev.ToolStepStarted: tuple(
@@ -380,15 +383,16 @@ def fresh_context(state: str, policy: TurnPolicy) -> TurnContext:
     ``s1`` playing (and running a tool round in ``tool_loop``, locked as the greeting in
     its playing phases), a hang-up in ``ended``. (The greeting's waits for a busy
     realtime model have none: a fresh call's model is free.)"""
-    timers: set[TimerName] = set()
     greeting = public_state(state) == "greeting"
     playing = state in ("greeting_playing", "retry_playing")
-    if policy.max_call_duration is not None and state in LIVE_STATES:
-        timers.add("max_duration")
-    if state == "awaiting_user" and policy.await_user_timeout is not None:
-        timers.add("await_user")
-    if state == "listening" and policy.idle_timeout is not None:
-        timers.add("idle")
+    # the timers its state and the states around it start on entry (the caller silent)
+    timers = {
+        timer.timer
+        for around, declared in chart_timers().items()
+        if state in leaves_under(around)
+        for timer in declared
+        if timer.on_entry and getattr(policy, timer.seconds) is not None
+    }
     return TurnContext(
         input_muted=(greeting and policy.mutes_greeting)
         or (state == "tool_loop" and policy.mute_input_during_tools),
@@ -615,14 +619,14 @@ def watchdog_problem(
         if "max_duration" not in context.timers:
             return f"W1 max_duration_fires: the timer is not running in {where}"
         controller._resume(configuration, context.copy())
-        controller.handle(ev.TimerFired(at=LATE, timer="max_duration"))
+        controller.handle(ev.MaxDurationTimerExpired(at=LATE))
         if controller.state != "ended":
             return f"W1 max_duration_fires: its expiry leaves {where} in {controller.state}"
     if policy.idle_timeout is None or state not in CONVERSATION_STATES:
         return None
     controller._resume(configuration, context.copy())
     if "idle" in context.timers:
-        effects = controller.handle(ev.TimerFired(at=LATE, timer="idle"))
+        effects = controller.handle(ev.IdleTimerExpired(at=LATE))
         reprompted = any(isinstance(e, fx.Say) and e.reason == "reprompt" for e in effects)
         if reprompted or controller.state == "ended":
             return None

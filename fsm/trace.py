@@ -47,11 +47,13 @@ from .invariants import InvariantViolation
 from .machine import STATES
 from .policy import TurnPolicy
 
-FORMAT_VERSION = 2
-"""The format written: 2 names the call and the turnfsm version in the header."""
+FORMAT_VERSION = 3
+"""The format written: 2 names the call and the turnfsm version in the header; 3 names
+each timer's expiry as an event of its own (``idle_timer_expired``)."""
 
-READ_VERSIONS: tuple[int, ...] = (1, 2)
-"""The formats read: 1 is a header with the policy alone."""
+READ_VERSIONS: tuple[int, ...] = (1, 2, 3)
+"""The formats read: 1 is a header with the policy alone; before 3, a timer's expiry is
+``{"name": "timer_fired", "timer": ...}``, read as that timer's own event."""
 
 MAX_LINE_BYTES = 1_000_000
 """The longest line read, in bytes, its newline aside (a step is a few hundred bytes): a
@@ -256,6 +258,7 @@ class Trace:
         last) is skipped as torn when it does not read."""
         trace: Trace | None = None
         states = _STATE_IDS
+        version = FORMAT_VERSION
         for number, (line, whole) in enumerate(lines, start=1):
             try:
                 text = _text(line)
@@ -264,8 +267,9 @@ class Trace:
                 record = _json(text)
                 if trace is None:
                     trace = cls(**_parse_header(record))
+                    version = record["turnfsm_trace"]
                 else:
-                    trace.steps.append(_step_from_dict(record, states))
+                    trace.steps.append(_step_from_dict(record, states, version))
             except (ValueError, TypeError, KeyError, RecursionError) as error:
                 if whole:
                     raise TraceFormatError(f"line {number}: {_problem(error)}") from None
@@ -539,6 +543,7 @@ _STATE_IDS = frozenset(STATES)
 _HEADER_KEYS: dict[int, frozenset[str]] = {
     1: frozenset({"turnfsm_trace", "policy", "dropped_steps"}),
     2: frozenset({"turnfsm_trace", "turnfsm_version", "call", "policy", "dropped_steps"}),
+    3: frozenset({"turnfsm_trace", "turnfsm_version", "call", "policy", "dropped_steps"}),
 }
 """The keys a header of each format may hold."""
 
@@ -600,7 +605,20 @@ def _build(kinds: dict[str, type], data: Any, what: str) -> Any:
 STEP_KEYS = frozenset({"at", "event", "before", "after", "effects"})
 
 
-def _step_from_dict(record: dict[str, Any], states: frozenset[str]) -> TraceStep:
+def _timer_fired(data: Any) -> Any:
+    """A format 1 or 2 timer expiry, ``{"name": "timer_fired", "timer": "idle", ...}``,
+    as that timer's own event (format 3); anything else as it is."""
+    if not isinstance(data, dict) or data.get("name") != "timer_fired":
+        return data
+    fields = dict(data)
+    timer = fields.pop("timer", None)
+    kind = ev.EXPIRY_OF.get(timer) if isinstance(timer, str) else None
+    if kind is None:
+        raise ValueError(f"event 'timer_fired' names an unknown timer {show(timer)}")
+    return {**fields, "name": kind.name}
+
+
+def _step_from_dict(record: dict[str, Any], states: frozenset[str], version: int) -> TraceStep:
     if missing := sorted(STEP_KEYS - set(record)):
         raise ValueError(f"step is missing {missing}")
     if unknown := sorted(set(record) - STEP_KEYS):
@@ -613,7 +631,8 @@ def _step_from_dict(record: dict[str, Any], states: frozenset[str]) -> TraceStep
             raise ValueError(f"{key} must be a state id string, got {show(record[key])}")
         if record[key] not in states:
             raise ValueError(f"{key}: unknown state {show(record[key])}")
-    event = _build(ev.EVENTS_BY_NAME, record["event"], "event")
+    event_data = record["event"] if version >= 3 else _timer_fired(record["event"])
+    event = _build(ev.EVENTS_BY_NAME, event_data, "event")
     at = record["at"]
     if isinstance(at, bool) or not isinstance(at, int | float) or at != event.at:
         raise ValueError(f"at must be the event's time {event.at}, got {show(at)}")

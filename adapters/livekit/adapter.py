@@ -85,7 +85,7 @@ speech handle done                               ``AgentSpeechEnded`` (played se
                                                  then; calls tracked by id)
 ``function_tools_executed``                      ``ToolStepFinished`` (of its calls' speech;
                                                  ``hands_over``: ``has_agent_handoff``)
-timer expiry (``loop.call_later``)               ``TimerFired``
+timer expiry (``loop.call_later``)               the timer's ``*TimerExpired``
 ``error``                                        ``SessionError`` (``recoverable`` as given)
 ``close``                                        ``CallEnded``
 every lever (and the futures it started)         ``EffectOutcome``
@@ -711,7 +711,7 @@ class TurnAdapter:
     def timer_expired(self, timer: fx.TimerName) -> None:
         """A ``loop.call_later`` timer expired: hand it to the machine."""
         self.timers.pop(timer, None)
-        self._guarded("timer", self.dispatch)(ev.TimerFired(at=self.now(), timer=timer))
+        self._guarded("timer", self.dispatch)(ev.timer_expired(timer, at=self.now()))
 
     # -- session events -----------------------------------------------------------------
 

@@ -362,7 +362,7 @@ class _Timeline:
         running: dict[str, _Span] = {}
         rows = {name: index for index, name in enumerate(lane.rows)}
         for step, at in self.timed:
-            if isinstance(step.event, ev.TimerFired) and step.event.timer in running:
+            if isinstance(step.event, ev.TimerExpired) and step.event.timer in running:
                 self._timer_end(lane, rows, step.event.timer, running.pop(step.event.timer), at)
                 y = lane.row_y(rows[step.event.timer])
                 self._mark("star", FIRED, self.x(at), y, f"{step.event.timer} timer fired")

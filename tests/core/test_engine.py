@@ -177,13 +177,13 @@ def test_the_explorer_catches_a_compiled_engine_that_differs_from_the_reference(
 
 
 class _AsksForTheModel(TurnRules):
-    def begin_call(self, model: object) -> None:  # type: ignore[override]
-        super().begin_call()
+    def note_first_words(self, ev: ev.UserTurnCommitted, model: object) -> None:  # type: ignore[override]
+        super().note_first_words(ev)
 
 
 def test_what_the_compiled_engine_cannot_run_exactly_is_refused_by_name() -> None:
     policy = TurnPolicy(direction="outbound", greeting="Hi")
-    with pytest.raises(UnsupportedChart, match=r"begin_call asks for 'model'"):
+    with pytest.raises(UnsupportedChart, match=r"note_first_words asks for 'model'"):
         TurnController(policy, rules_class=_AsksForTheModel)
     # the reference engine runs it
     reference = TurnController(policy, rules_class=_AsksForTheModel, engine="reference")

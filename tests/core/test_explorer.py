@@ -227,7 +227,7 @@ def test_explore_takes_every_realtime_wait(quick_reports: dict[str, ExplorationR
         "model_cancel_answered",
     ):
         assert {(event, "greeting"), (event, "speaking")} <= moves, event
-    assert ("timer_fired", "greeting") in moves
+    assert ("response_done_timer_expired", "greeting") in moves
 
 
 NO_POLICY_REACHES = {

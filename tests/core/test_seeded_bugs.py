@@ -15,6 +15,7 @@ from concurrent.futures import ProcessPoolExecutor
 import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
+from statemachine import State
 
 from turnfsm import INVARIANTS, InvariantViolation, TurnController, TurnPolicy
 from turnfsm import effects as fx
@@ -92,7 +93,11 @@ class GoodbyeOnTheWayOut(TurnRules):
 
 
 class TimersLeftRunning(TurnRules):
-    """I6: ending the call leaves its timers running."""
+    """I6: ending the call leaves its timers running (neither the states it leaves nor
+    its clean-up cancel them)."""
+
+    def cancel_timers(self, state: State) -> None:
+        return
 
     def clean_up_call(self) -> None:
         self.context.timers = frozenset()
@@ -369,7 +374,7 @@ def test_hypothesis_state_machine_catches_the_tool_cap_bug() -> None:
 TIMED = TurnPolicy(
     direction="outbound", greeting="Hi", idle_timeout=5, idle_max_reprompts=1, max_call_duration=60
 )
-REPROMPTED = [*GREETED, ev.TimerFired(at=7.0, timer="idle")]
+REPROMPTED = [*GREETED, ev.IdleTimerExpired(at=7.0)]
 """The greeting is over and the caller stayed silent: the idle timer re-prompts."""
 
 WATCHDOG_SCENARIOS: list[tuple[type[TurnRules], list[Event], str]] = [
@@ -416,6 +421,6 @@ def test_explorer_finds_the_untimed_reprompt() -> None:
     assert report.paths[0] == (
         INTERRUPTION_SETTINGS,
         ev.SessionStarted(at=1.0),
-        ev.TimerFired(at=1.0, timer="idle"),
+        ev.IdleTimerExpired(at=1.0),
     )
     assert explore(policy).violations == []

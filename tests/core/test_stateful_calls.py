@@ -2,7 +2,7 @@
 
 The test keeps a timer wheel from the ``StartTimer``/``CancelTimer`` effects and a
 simulated clock; one rule advances the clock to the next due timer and delivers its
-``TimerFired``. About 80 % of the events are drawn among those the current state handles
+a timer's expiry. About 80 % of the events are drawn among those the current state handles
 (the controller's pre-filter, built by introspection), the rest from the whole alphabet.
 
 Every controller is strict: the safety monitor raises on any breach of I1–I8. On top,
@@ -32,7 +32,6 @@ from hypothesis.stateful import (
 from turnfsm import Trace, TurnController, TurnPolicy, replay
 from turnfsm import effects as fx
 from turnfsm import events as ev
-from turnfsm.effects import TIMER_NAMES
 from turnfsm.events import EVENT_TYPES
 from turnfsm.machine import STATES, VOICE_STATES, declared_moves
 from turnfsm.rules import TurnRules
@@ -143,7 +142,7 @@ VARIANTS: dict[str, tuple[dict[str, object], ...]] = {
     ),
     "tool_step_started": _variants(**SPEECH, calls=(1, 3)),
     "tool_step_finished": _variants(**SPEECH, calls=(1, 3)),
-    "timer_fired": _variants(timer=TIMER_NAMES),
+    **{kind.name: _variants() for kind in ev.TIMER_EVENTS},
     "answering_machine_detected": _variants(result=("human", "machine")),
     "session_error": _variants(message=("boom",), recoverable=(True, False)),
     "outcome_breached": _variants(check=("O2", "O6", "O7")),
@@ -267,7 +266,8 @@ class TurnCalls(RuleBasedStateMachine):
             fields = {**fields, named: active[which % len(active)]}
         # time passes, but never beyond the next due timer: that would fire first
         self.now = max(self.now, min(self.now + elapsed, self.due()))
-        if name == "timer_fired" and fields["timer"] in self.wheel:
+        expires = ev.EVENTS_BY_NAME[name]
+        if issubclass(expires, ev.TimerExpired) and expires.timer in self.wheel:
             self.fire_next_timer()  # timers expire in order, when due
             return
         self.deliver(ev.EVENTS_BY_NAME[name](at=self.now, **fields))
@@ -281,13 +281,13 @@ class TurnCalls(RuleBasedStateMachine):
         if not self.wheel:
             if self.cancelled is not None:
                 Totals.stale_timers += 1
-                self.deliver(ev.TimerFired(at=self.now, timer=self.cancelled))
+                self.deliver(ev.timer_expired(self.cancelled, at=self.now))
             return
         timer, due = min(self.wheel.items(), key=lambda item: item[1])
         self.now = max(self.now, due)
         del self.wheel[timer]
         Totals.timers_fired += 1
-        self.deliver(ev.TimerFired(at=self.now, timer=timer))
+        self.deliver(ev.timer_expired(timer, at=self.now))
 
     def teardown(self) -> None:
         if self.controller is None:

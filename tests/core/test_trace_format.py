@@ -218,9 +218,9 @@ def header(**changes: object) -> str:
 @pytest.mark.parametrize(
     ("first", "message"),
     [
-        (None, "line 1: header: turnfsm_trace must be 1 or 2, got None"),  # a step first
-        (header(turnfsm_trace=3), "line 1: header: turnfsm_trace must be 1 or 2, got 3"),
-        (header(turnfsm_trace="1"), "line 1: header: turnfsm_trace must be 1 or 2, got '1'"),
+        (None, "line 1: header: turnfsm_trace must be 1 or 2 or 3, got None"),  # a step first
+        (header(turnfsm_trace=4), "line 1: header: turnfsm_trace must be 1 or 2 or 3, got 4"),
+        (header(turnfsm_trace="1"), "line 1: header: turnfsm_trace must be 1 or 2 or 3, got '1'"),
         (header(policy="outbound"), "line 1: header: policy must be an object"),
         (
             header(policy={**POLICY.to_dict(), "direction": "sideways"}),

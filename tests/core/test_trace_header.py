@@ -35,7 +35,7 @@ def test_the_header_names_the_call_and_the_turnfsm_that_wrote_it(tmp_path: Path)
     path = tmp_path / "call.jsonl"
     controller = _recorded(path)
     header = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
-    assert header["turnfsm_trace"] == FORMAT_VERSION == 2
+    assert header["turnfsm_trace"] == FORMAT_VERSION == 3
     assert header["call"] == {
         "call_id": "call-_+15550100_Xk2p",
         "started_at": "2025-06-02T09:30:12.5Z",
@@ -85,7 +85,7 @@ def test_call_details_are_checked_at_the_door(field: str, value: object, message
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"turnfsm_trace": 3}, "header: turnfsm_trace must be 1 or 2, got 3"),
+        ({"turnfsm_trace": 4}, "header: turnfsm_trace must be 1 or 2 or 3, got 4"),
         ({"call": "room-1"}, "header: call must be an object"),
         ({"call": {"call_id": "x", "room": "y"}}, "header: call has unknown keys ['room']"),
         ({"call": {"started_at": "noon"}}, "CallInfo.started_at must be an ISO 8601 time"),

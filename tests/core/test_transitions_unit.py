@@ -417,7 +417,7 @@ def test_no_idle_reprompt_while_the_caller_speaks_the_spill_over() -> None:
     controller.handle(ev.AgentSpeechEnded(at=5.0, speech_id="g1", played_seconds=3))
     controller.handle(ev.UserSpeechStarted(at=5.2))
     assert "idle" not in controller.context.timers
-    assert controller.handle(ev.TimerFired(at=11.0, timer="idle")) == ()
+    assert controller.handle(ev.IdleTimerExpired(at=11.0)) == ()
 
 
 def test_mute_input_drop_speech_after_the_window_is_a_turn() -> None:
@@ -473,7 +473,7 @@ def test_the_agent_speaking_during_the_replay_ends_the_hold() -> None:
         outbound(greeting_lock="mute_input", greeting_overlap="answer_whole", idle_timeout=1.0)
     )
     controller.handle(ev.AgentSpeechEnded(at=5.0, speech_id="g1", played_seconds=3))
-    controller.handle(ev.TimerFired(at=6.0, timer="idle"))  # a re-prompt, said
+    controller.handle(ev.IdleTimerExpired(at=6.0))  # a re-prompt, said
     effects = controller.handle(ev.AgentSpeechCreated(at=6.0, speech_id="r1", source="say"))
     assert fx.ResumeUserTurns(commit_pending=False) in effects
     assert controller.state == "speaking"
@@ -559,7 +559,7 @@ def test_every_effect_has_a_decided_outcome() -> None:
 def test_await_timeout_greets_a_silent_callee() -> None:
     controller = outbound()
     controller.handle(ev.CallAnswered(at=0.0))
-    assert controller.handle(ev.TimerFired(at=8.0, timer="await_user")) == (
+    assert controller.handle(ev.AwaitUserTimerExpired(at=8.0)) == (
         fx.HoldUserTurns(),
         fx.StartGreeting(text=GREETING),
     )
@@ -569,7 +569,7 @@ def test_await_timeout_greets_a_silent_callee() -> None:
 def test_await_timeout_hangs_up_on_a_silent_callee() -> None:
     controller = outbound(on_await_user_timeout="hang_up", max_call_duration=60)
     controller.handle(ev.CallAnswered(at=0.0))
-    assert controller.handle(ev.TimerFired(at=8.0, timer="await_user")) == (
+    assert controller.handle(ev.AwaitUserTimerExpired(at=8.0)) == (
         fx.CancelTimer(timer="max_duration"),
         fx.EndCall(reason="no_answer"),
     )
@@ -581,21 +581,21 @@ def test_stale_timer_after_cancel_is_ignored() -> None:
     controller = outbound()
     controller.handle(ev.CallAnswered(at=0.0))
     controller.handle(ev.UserSpeechStarted(at=1.0))  # cancels the await timer
-    assert controller.handle(ev.TimerFired(at=8.0, timer="await_user")) == ()
+    assert controller.handle(ev.AwaitUserTimerExpired(at=8.0)) == ()
     assert controller.state == "awaiting_user"
 
 
 def test_timer_of_another_state_is_ignored() -> None:
     controller = listening(idle_timeout=5)
-    assert controller.handle(ev.TimerFired(at=1.0, timer="await_user")) == ()
-    assert controller.handle(ev.TimerFired(at=1.0, timer="max_duration")) == ()
+    assert controller.handle(ev.AwaitUserTimerExpired(at=1.0)) == ()
+    assert controller.handle(ev.MaxDurationTimerExpired(at=1.0)) == ()
     assert controller.state == "listening"
 
 
 def test_no_await_timer_when_disabled() -> None:
     controller = outbound(await_user_timeout=None)
     assert controller.handle(ev.CallAnswered(at=0.0)) == ()
-    assert controller.handle(ev.TimerFired(at=8.0, timer="await_user")) == ()
+    assert controller.handle(ev.AwaitUserTimerExpired(at=8.0)) == ()
 
 
 # -- inbound starts ------------------------------------------------------------------------
@@ -1000,7 +1000,7 @@ def test_raw_voice_during_tools_does_not_stop_the_loop() -> None:
     assert controller.handle(ev.UserSpeechEnded(at=3.4)) == (HOLD_TIMER,)
     assert controller.handle(ev.ToolStepFinished(at=3.5, speech_id="s1")) == ()
     assert controller.state == "speaking"
-    assert controller.handle(ev.TimerFired(at=6.4, timer="tool_reply_hold")) == (
+    assert controller.handle(ev.ToolReplyHoldTimerExpired(at=6.4)) == (
         fx.ReleaseToolReply(speech_id="s1", send=True),
     )
     assert controller.context.held_tool_reply is None
@@ -1174,7 +1174,7 @@ def test_idle_reprompts_then_hangs_up() -> None:
     at = 0.0
     for number in (1, 2):
         at += 5
-        assert controller.handle(ev.TimerFired(at=at, timer="idle")) == (
+        assert controller.handle(ev.IdleTimerExpired(at=at)) == (
             fx.Say(text="Still there?", reason="reprompt"),
             fx.StartTimer(timer="idle", seconds=5),  # should no speech come of the say
         )
@@ -1185,22 +1185,20 @@ def test_idle_reprompts_then_hangs_up() -> None:
         assert controller.handle(
             ev.AgentSpeechEnded(at=at + 1, speech_id=f"r{number}", played_seconds=1)
         ) == (fx.StartTimer(timer="idle", seconds=5),)
-    assert controller.handle(ev.TimerFired(at=at + 6, timer="idle")) == (
-        fx.EndCall(reason="idle"),
-    )
+    assert controller.handle(ev.IdleTimerExpired(at=at + 6)) == (fx.EndCall(reason="idle"),)
     assert controller.state == "ended"
 
 
 def test_idle_reprompts_reset_when_the_caller_speaks() -> None:
     controller = listening(idle_timeout=5, idle_max_reprompts=1)
-    controller.handle(ev.TimerFired(at=5, timer="idle"))
+    controller.handle(ev.IdleTimerExpired(at=5))
     controller.handle(ev.UserTurnCommitted(at=6, text="yes", item_id="u1"))
     assert controller.context.reprompts == 0
 
 
 def test_no_reprompt_allowed_hangs_up_at_the_first_idle_timeout() -> None:
     controller = listening(idle_timeout=5, idle_max_reprompts=0, max_call_duration=60)
-    assert controller.handle(ev.TimerFired(at=5, timer="idle")) == (
+    assert controller.handle(ev.IdleTimerExpired(at=5)) == (
         fx.CancelTimer(timer="max_duration"),
         fx.EndCall(reason="idle"),
     )
@@ -1214,7 +1212,7 @@ def test_max_call_duration_ends_the_call(where: str) -> None:
     elif where == "listening":
         controller.handle(ev.AgentSpeechEnded(at=2, speech_id="s1", played_seconds=1))
     assert controller.state == where
-    effects = controller.handle(ev.TimerFired(at=60, timer="max_duration"))
+    effects = controller.handle(ev.MaxDurationTimerExpired(at=60))
     expected: tuple[fx.Effect, ...] = (fx.EndCall(reason="max_duration"),)
     if where == "listening":
         expected = (fx.CancelTimer(timer="idle"), *expected)
@@ -1226,7 +1224,7 @@ def test_max_call_duration_ends_the_call(where: str) -> None:
 
 def test_max_call_duration_in_the_greeting_releases_the_lock() -> None:
     controller = greeted(outbound(max_call_duration=30, greeting_lock="mute_input"))
-    assert controller.handle(ev.TimerFired(at=30, timer="max_duration")) == (
+    assert controller.handle(ev.MaxDurationTimerExpired(at=30)) == (
         fx.UnmuteInput(replay_held_audio=False),
         fx.EndCall(reason="max_duration"),
     )

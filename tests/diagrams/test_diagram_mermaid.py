@@ -85,7 +85,7 @@ def test_edges_show_guards_and_actions() -> None:
         "user_turn_committed / note_first_words, note_user_turn",
         "user_transcript [greets_on_final_transcript, has_final_words, !runs_realtime_model] / "
         "note_first_words_heard, note_user_turn, note_overlap_if_the_caller_speaks",
-        "timer_fired [timer_is_running, is_await_timer, greets_silent_callee] / note_timer_fired",
+        "await_user_timer_expired [greets_silent_callee]",
     ]
     # a compound state's transition is drawn once, from its box; unless-guards are negated
     assert (
@@ -121,7 +121,7 @@ def test_policy_sets_the_start_and_omits_what_cannot_fire() -> None:
     inbound = to_mermaid(build_diagram(policy=PRESETS["inbound"]))
     assert "        [*] --> connecting\n" in inbound
     assert "            [*] --> start\n" in inbound
-    assert "start --> greeting : session_started [agent_speaks_first] / begin_call" in inbound
+    assert "start --> greeting : session_started [agent_speaks_first]\n" in inbound
     assert "ringing" not in inbound.split("%% never fires")[0]
     assert "never fires under this policy: start --session_started--> listening" in inbound
 
@@ -130,15 +130,15 @@ def test_policy_sets_the_start_and_omits_what_cannot_fire() -> None:
     whole = to_mermaid(build_diagram())
     assert "<<choice>>" not in whole
     assert "            start --> ringing : [is_outbound]\n" in whole
-    assert "        start --> listening : session_started / begin_call\n" in whole
+    assert "        start --> listening : session_started\n" in whole
     # beside the live states, the caller's voice: its own region, with its own moves
     assert "        --\n            state caller_voice {\n" in whole
     assert "caller_speaking --> caller_silent : [input_is_muted]\n" in whole
 
     agent_first = TurnPolicy(direction="outbound", first_speaker="agent", greeting="Hi")
     text = to_mermaid(build_diagram(policy=agent_first))
-    assert "call_answered [agent_speaks_first] / begin_call" in text
-    assert "is_idle_timer" not in text.split("%% never fires")[0]  # no idle_timeout
+    assert "call_answered [agent_speaks_first]\n" in text
+    assert "idle_timer_expired" not in text.split("%% never fires")[0]  # no idle_timeout
 
 
 def test_policy_guards_read_the_policy_only() -> None:
@@ -173,7 +173,7 @@ def test_overview_draws_states_and_state_changes_by_event_only() -> None:
     # one edge per pair of states, its events merged
     assert (
         "    awaiting_user --> greeting : "
-        "user_turn_committed<br/>user_transcript<br/>timer_fired\n" in text
+        "user_turn_committed<br/>user_transcript<br/>await_user_timer_expired\n" in text
     )
     # the compound state holding the start is no box: its moves are left to a caption
     assert "state call {" not in text
@@ -186,8 +186,10 @@ def test_overview_draws_states_and_state_changes_by_event_only() -> None:
     assert "    state conversation {\n" in text
     # the ways into the final state are a caption's, not edges from nearly every state
     assert " --> ended :" not in text
-    assert ("conversation", "ended", ["timer_fired"]) in ways_to_end(diagram)
-    assert ("greeting", "ended", ["timer_fired", "effect_outcome"]) in ways_to_end(diagram)
+    assert ("conversation", "ended", ["max_duration_timer_expired"]) in ways_to_end(diagram)
+    assert ("greeting", "ended", ["max_duration_timer_expired", "effect_outcome"]) in ways_to_end(
+        diagram
+    )
     # the greeting's end leads into two of its states (listening, speaking): one edge to it
     assert "    greeting --> conversation : agent_speech_ended\n" in text
     assert "greeting --> listening" not in text

@@ -75,14 +75,14 @@ def test_overlay_tells_alternatives_and_ignored_events_apart() -> None:
     # two transitions of user_speech_started stay in listening; only the unguarded one fired
     assert "listening : user_speech_started [in_spill_over_window] / " in text
     assert (
-        "listening : user_speech_started ×1 / cancel_idle_timer, note_caller_in_replay\n" in text
+        "listening : user_speech_started ×1 / stop_silence_timers, note_caller_in_replay\n" in text
     )
 
 
 def test_overlay_labels_and_highlights_in_mermaid() -> None:
     trace = _short_call()
     text = to_mermaid(build_diagram(policy=trace.policy, trace=trace))
-    assert "    ringing --> awaiting_user : call_answered ×1 / begin_call\n" in text
+    assert "    ringing --> awaiting_user : call_answered ×1\n" in text
     assert "awaiting_user --> greeting : user_turn_committed ×1 / note_first_words" in text
     assert (
         "greeting --> listening : agent_speech_ended ×1 "
@@ -115,7 +115,7 @@ def test_disagreements_with_the_drawing_are_reported() -> None:
     trace = _short_call()
     inbound = TurnPolicy(direction="inbound", greeting="Hi")
     diagram = build_diagram(policy=inbound, trace=trace)  # ringing is unreachable inbound
-    warning = "taken 1x but not drawn: ringing --call_answered--> awaiting_user / begin_call"
+    warning = "taken 1x but not drawn: ringing --call_answered--> awaiting_user"
     assert warning in diagram.warnings
     assert f"    %% trace overlay: {warning}\n" in to_mermaid(diagram)
 

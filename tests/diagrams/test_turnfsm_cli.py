@@ -47,7 +47,7 @@ def test_trace_overlay_uses_the_traces_policy(
 ) -> None:
     assert main(["diagram", "--trace", str(call_file)]) == 0
     out = capsys.readouterr().out
-    assert "ringing --> awaiting_user : call_answered ×1 / begin_call" in out
+    assert "ringing --> awaiting_user : call_answered ×1\n" in out
     assert "outbound call, user speaks first, trace of 3 steps" in out
 
 

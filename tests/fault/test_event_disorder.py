@@ -238,7 +238,7 @@ async def test_events_after_close_are_ignored(
     assert len(fc.steps) == steps
     debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
     assert "turnfsm: agent_speech_ended after detach ignored" in debug
-    assert "turnfsm: timer_fired after detach ignored" in debug
+    assert "turnfsm: idle_timer_expired after detach ignored" in debug
     assert warnings(caplog) == []
 
 

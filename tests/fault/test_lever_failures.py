@@ -245,7 +245,7 @@ async def tool_cap_then_probe(fc: FaultCall) -> None:
 
 async def idle_then_probe(fc: FaultCall) -> None:
     fc.call.audio_input.say_now("hello")
-    await fc.wait_step(lambda s: s.event.name == "timer_fired", timeout=12)
+    await fc.wait_step(lambda s: s.event.name == "idle_timer_expired", timeout=12)
     await asyncio.sleep(0.2)
     await ask_probe(fc)
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 import pytest
 from hardening_calls import POLICY, call_events
 from livekit.agents import AgentSession
+from statemachine import State, StateChart
 
 from turnfsm import ConcurrentUseError, TurnController
 from turnfsm import events as ev
@@ -88,8 +89,8 @@ def test_a_step_re_entered_from_its_own_action_raises() -> None:
     holder: list[TurnController] = []
 
     class ReEntering(TurnRules):
-        def begin_call(self) -> None:
-            super().begin_call()
+        def start_timers(self, state: State, machine: StateChart) -> None:
+            super().start_timers(state, machine)
             holder[0].handle(ev.CallRinging(at=1.0))
 
     controller = TurnController(POLICY, rules_class=ReEntering)

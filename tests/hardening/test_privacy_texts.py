@@ -34,7 +34,7 @@ def idle_and_capped_call() -> list[ev.Event]:
     events = list(call_events(3))[:-1]
     end = events[-1].at
     events += [
-        ev.TimerFired(at=end + 20, timer="idle"),  # re-prompt: Say(IDLE)
+        ev.IdleTimerExpired(at=end + 20),  # re-prompt: Say(IDLE)
         ev.UserTurnCommitted(at=end + 22, text=SAID, item_id="ux"),
         ev.AgentSpeechCreated(at=end + 23, speech_id="t1"),
         ev.ToolStepStarted(at=end + 24, speech_id="t1"),

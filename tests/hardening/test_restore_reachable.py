@@ -26,8 +26,7 @@ from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.context import TurnContext
 from turnfsm.context_rules import SCOPED, reachable_states
-from turnfsm.machine import LEAF_STATES, LIVE_STATES, VOICE_STATES, public_state
-from turnfsm.rules import TIMER_POLICY_FIELDS
+from turnfsm.machine import LEAF_STATES, LIVE_STATES, TIMERS, VOICE_STATES, public_state
 from turnfsm.testing import INTERRUPTION_SETTINGS, explore
 
 POLICY = TurnPolicy(
@@ -74,7 +73,7 @@ def random_pair(rng: random.Random, policy: TurnPolicy) -> tuple[tuple[str, ...]
     state = rng.choice(LEAF_STATES)
     voice = (rng.choice(VOICE_STATES),) if state in LIVE_STATES else ()
     active = frozenset(rng.sample(IDS[:2], rng.randint(0, 2)))
-    started = [t for t, f in TIMER_POLICY_FIELDS.items() if getattr(policy, f) is not None]
+    started = [t for t, timer in TIMERS.items() if getattr(policy, timer.seconds) is not None]
 
     def an_active_id() -> str | None:
         return rng.choice(sorted(active)) if active and rng.random() < 0.3 else None

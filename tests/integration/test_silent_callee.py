@@ -23,7 +23,7 @@ async def _greets_anyway(settings: str) -> None:
         call = tc.call
         greeting = await wait_segment(call, 0, timeout=AWAIT_USER + 8, finished=True)
         context = tc.describe()
-        (fired,) = tc.events("timer_fired")
+        (fired,) = tc.events("await_user_timer_expired")
         answered = tc.at(tc.events("call_answered")[0])
         assert fired.event.timer == "await_user", context
         assert (fired.before, fired.after) == ("awaiting_user", "greeting"), context
@@ -48,7 +48,7 @@ async def _hangs_up(settings: str) -> None:
         call = tc.call
         closed = await call.wait_for_event("close", timeout=AWAIT_USER + 3)
         context = tc.describe()
-        (fired,) = tc.events("timer_fired")
+        (fired,) = tc.events("await_user_timer_expired")
         assert (fired.before, fired.after) == ("awaiting_user", "ended"), context
         assert [e.reason for e in tc.effects(fx.EndCall)] == ["no_answer"], context
         assert closed.at - tc.at(fired) < 1.5, context

@@ -108,7 +108,7 @@ async def test_a_declined_backchannel_leaves_no_phantom_speaking(settings: str) 
             s for s in tc.events("agent_speech_ended") if s.event.speech_id == tool_speech
         ]
         assert (reply_ended.before, reply_ended.after) == ("speaking", "listening"), context
-        idle = [s for s in tc.events("timer_fired") if s.event.timer == "idle"]
+        idle = tc.events("idle_timer_expired")
         assert [s.before for s in idle] == ["listening"], context
         assert tc.adapter.outcomes.agreement_breaches == [], context
 
@@ -156,7 +156,7 @@ async def test_a_backchannel_the_agent_stops_leaves_no_phantom_speaking(settings
                 "speaking",
                 fx.Interrupt(force=True, speech_id=prepared),
             ), context
-        idle = [s for s in tc.events("timer_fired") if s.event.timer == "idle"]
+        idle = tc.events("idle_timer_expired")
         assert [s.before for s in idle] == ["listening"], context
         assert tc.adapter.outcomes.agreement_breaches == [], context
 

@@ -92,7 +92,7 @@ class Driver:
             timer, due = min(self.timers.items(), key=lambda item: item[1])
             del self.timers[timer]
             self.t = max(self.t, due)
-            self.send(ev.TimerFired(at=self.t, timer=timer))
+            self.send(ev.timer_expired(timer, at=self.t))
             self.serve()
             target = max(target, self.t)
         self.t = max(self.t, target)
