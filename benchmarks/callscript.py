@@ -164,7 +164,8 @@ class _TransitionRecorder:
         self.taken: object | None = None
 
     def on_transition(self, transition: Any) -> None:
-        if transition.source.id not in VOICE_STATES:
+        # the event's own move, not the eventless ones that follow it in the same step
+        if transition.source.id not in VOICE_STATES and self.taken is None:
             self.taken = transition
 
 
@@ -183,7 +184,8 @@ def dispatch_steps(policy: TurnPolicy = POLICY) -> list[Step]:
     handled = handled_events()
     steps: list[Step] = []
     for event in scripted_call():
-        before, handles = controller.state, event.name in controller.handled_events
+        # the leaf (a greeting's phase, not the public ``state``): what the rebuilds model
+        before, handles = controller.configuration[0], event.name in controller.handled_events
         controller.handle(event)
         if not handles:
             continue
@@ -192,7 +194,7 @@ def dispatch_steps(policy: TurnPolicy = POLICY) -> list[Step]:
         # branch -1: the state stays (the caller's voice alone may have moved)
         candidates = transitions_on(before, event.name) if event.name in handled[before] else []
         branch = -1 if recorder.taken is None else candidates.index(recorder.taken)
-        steps.append(Step(event, before, controller.state, branch))
+        steps.append(Step(event, before, controller.configuration[0], branch))
     if not controller.is_ended:
         raise AssertionError(f"the scripted call must hang up, it is {controller.state}")
     return steps

@@ -31,6 +31,16 @@ from turnfsm.machine import (
 from .callscript import Step, transitions_on
 
 
+def settled(target: Any) -> str:
+    """Where a move into ``target`` comes to rest in the scripted (pipeline) call: a
+    compound state's initial leaf, then that leaf's eventless moves (the greeting's wait
+    for a free model ends in the step that enters it: a pipeline's model is always free)."""
+    while target.states:
+        target = next(state for state in target.states if state.initial)
+    eventless = [t for t in target.transitions if t.is_eventless]
+    return settled(eventless[0].target) if eventless else target.id
+
+
 def _names(callbacks: Any) -> list[str]:
     """The callbacks a declaration names (python-statemachine's conventions left out)."""
     return [str(spec.func) for spec in callbacks if not spec.is_convention]
@@ -97,7 +107,7 @@ def transitions_spec(machine_class: type[TurnChart] = TurnMachine) -> dict[str, 
                 # dest=None is an internal transition: no exit or enter, like internal=True
                 "dest": None
                 if transition.internal or not transition.target
-                else transition.target.id,
+                else settled(transition.target),
                 "conditions": [_Oracle(branch)] if guarded else [],
                 "before": _names(transition.before),
                 "after": _names(transition.on) + _names(transition.after),
@@ -125,7 +135,7 @@ def dict_table(machine_class: type[TurnChart] = TurnMachine) -> dict[tuple[str, 
     (also for the events only the caller's voice beside a live state takes)."""
     table: dict[tuple[str, str, int], str] = {}
     for source, event, branch, transition in moves(machine_class):
-        table[source, event, branch] = transition.target.id if transition.target else source
+        table[source, event, branch] = settled(transition.target) if transition.target else source
         table[source, event, -1] = source
     handled = handled_events(machine_class)
     voice_events = frozenset().union(*(handled[voice.id] for voice in voice_states(machine_class)))
