@@ -77,7 +77,8 @@ class TurnContext:
 
     interrupted_speeches: frozenset[str] = frozenset()
     """Active speeches LiveKit interrupted while the agent was speaking or running tools:
-    the reply to a tool step of theirs is never played."""
+    the reply to a tool step of theirs is never played. Kept on a realtime model only,
+    the one path whose decisions read it."""
 
     tool_replies_due: frozenset[str] = frozenset()
     """Speeches whose tool step finished uncancelled and whose next step has not started:

@@ -705,7 +705,10 @@ class TurnRules:
 
     def note_speech_interrupted(self, ev: AgentSpeechInterrupted) -> None:
         ctx = self.context
-        if ev.speech_id in ctx.active_speeches:
+        # only a realtime model asks for a tool reply of an interrupted speech
+        # (step_speech_interrupted): kept elsewhere, the fact would only multiply the
+        # configurations the explorer walks (a subset of the active speeches each)
+        if ctx.realtime_model and ev.speech_id in ctx.active_speeches:
             ctx.interrupted_speeches = ctx.interrupted_speeches | {ev.speech_id}
 
     def cancel_unheard_tool_reply(self, ev: ToolStepFinished) -> None:
