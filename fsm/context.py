@@ -26,9 +26,6 @@ class TurnContext:
     field, never change it in place, so a shallow :meth:`copy` shares nothing mutable.
     """
 
-    input_muted: bool = False
-    """A ``MuteInput`` is in force."""
-
     turns_held: bool = False
     """A ``HoldUserTurns`` is in force."""
 

@@ -9,10 +9,10 @@ A context is refused, naming the field, when no call under the policy can hold i
   rules' actions never leave in that state. Each field of :data:`SCOPED` belongs to part
   of the call and is reset on leaving it (the greeting's ids and flags when the greeting
   ends, the overlap's window when listening ends, the tool loop's speech when its speech
-  ends, the user turn's counts with the next turn); the input is muted exactly where the
-  policy mutes it, and a muted caller is silent; timers run where they are started; the
-  final reply's flags and waits exist only once the tool rounds reached the cap; the
-  realtime flags only once a realtime model is linked.
+  ends, the user turn's counts with the next turn); a caller the state mutes is
+  silent; timers run where they are started; the final reply's flags and waits exist
+  only once the tool rounds reached the cap; the realtime flags only once a realtime
+  model is linked.
 
 :func:`turnfsm.testing.explore` checks every context it reaches against these rules, so a
 rule that refused a context some call reaches fails the exploration tests. The rules are
@@ -38,7 +38,7 @@ from .machine import (
     public_state,
 )
 from .policy import TurnPolicy
-from .rules import TurnRules
+from .rules import TurnRules, input_muted
 
 _CONVERSATION_AND_END = CONVERSATION_STATES | {"ended"}
 
@@ -59,7 +59,6 @@ SCOPED: Mapping[str, frozenset[str]] = {
     "replay_heard_caller": frozenset({"listening"}),
     "spill_over_until": frozenset({"listening"}),
     "turns_held": frozenset({"greeting", "listening"}),
-    "input_muted": frozenset({"greeting", "tool_loop"}),
     **dict.fromkeys(
         ("tool_speech_id", "final_speech_id", "final_after_speech", "held_tool_reply"),
         frozenset({"speaking", "tool_loop", "ended"}),
@@ -246,12 +245,7 @@ def _check_state(context: TurnContext, policy: TurnPolicy, configuration: tuple[
                 f"TurnContext.{name} is {getattr(context, name)!r} in {state!r}: it is set "
                 f"only in {sorted(states)}"
             )
-    muted = (state == "greeting" and policy.mutes_greeting) or (
-        state == "tool_loop" and policy.mute_input_during_tools
-    )
-    if context.input_muted != muted:
-        raise ValueError(f"TurnContext.input_muted must be {muted} in {state!r} under this policy")
-    if muted and configuration[1:] != VOICE_STATES[:1]:
+    if input_muted(policy, {state}) and configuration[1:] != VOICE_STATES[:1]:
         raise ValueError(f"a muted caller is {VOICE_STATES[0]}, not {configuration[1:]}")
     if state == "greeting" and context.turns_held == policy.mutes_greeting:
         raise ValueError(

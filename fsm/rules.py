@@ -8,7 +8,7 @@ never perform I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Literal, TypeVar
 
 import attrs
@@ -43,10 +43,10 @@ from .events import (
 from .machine import TIMERS, timers_declared
 from .policy import TurnPolicy
 
-GuardKind = Literal["policy", "event", "context", "voice"]
+GuardKind = Literal["policy", "event", "context", "voice", "state"]
 """What a guard reads: the policy only (decided once per call, so diagrams prune by it),
-the event, the call's context, or the caller's voice (the state of the region beside
-the turn)."""
+the event, the call's context, the caller's voice (the state of the region beside
+the turn), or the turn's state with the policy."""
 
 _Guard = TypeVar("_Guard", bound=Callable[..., bool])
 
@@ -94,9 +94,9 @@ class TurnRules:
     def caller_is_speaking(self, machine: StateChart) -> bool:
         return _caller_speaks(machine)
 
-    @guard("context")
-    def input_is_muted(self) -> bool:
-        return self.context.input_muted
+    @guard("state")
+    def input_is_muted(self, machine: StateChart) -> bool:
+        return input_muted(self.policy, machine.configuration_values)
 
     @guard("policy")
     def agent_speaks_first(self) -> bool:
@@ -399,7 +399,6 @@ class TurnRules:
         ctx = self.context
         for timer in sorted(ctx.timers):
             self._cancel_timer(timer)
-        self._unmute(replay_held_audio=False)
         self._resume_user_turns(commit_pending=False)
         self._resume_model_replies()
         self._allow_tools()
@@ -492,9 +491,13 @@ class TurnRules:
     # Leaving the greeting for the conversation: one action per lock and overlap policy
     # (on a hang-up, clean_up_call releases everything without replaying or committing).
 
-    def unmute_replaying_held_audio(self) -> None:
-        """``mute_input`` + ``answer_whole``: the caller's held speech is heard whole."""
-        self._unmute(replay_held_audio=True)
+    def unmute_after_greeting(self, target: object) -> None:
+        """Leaving the greeting that muted the input (its entry did): ``answer_whole``
+        replays the caller's held speech, heard whole; ``drop`` (or a hang-up) drops it."""
+        policy = self.policy
+        if policy.mutes_greeting:
+            replay = policy.greeting_overlap == "answer_whole" and not _is_end(target)
+            self._unmute(replay_held_audio=replay)
 
     def hold_user_turns_through_the_replay(self) -> None:
         """...as one turn: LiveKit would commit each utterance of the replay on its own, and
@@ -526,10 +529,6 @@ class TurnRules:
             ctx.replaying_held_audio = ctx.replay_heard_caller = False
             if not _is_end(target):
                 self._resume_user_turns(commit_pending=False)
-
-    def unmute_dropping_held_audio(self) -> None:
-        """``mute_input`` + ``drop``."""
-        self._unmute(replay_held_audio=False)
 
     def open_spill_over_window(self, ev: Event) -> None:
         """Speech starting right after the unmute is the tail of a missed overlap."""
@@ -573,15 +572,14 @@ class TurnRules:
 
     # -- input --------------------------------------------------------------------------
 
+    # The input is muted exactly in the states that mute it (:func:`input_muted`): by
+    # their enter actions, unmuted by their exit actions, whatever the way out.
+
     def _mute(self, *, hold_audio: bool) -> None:
-        if not self.context.input_muted:
-            self.context.input_muted = True
-            self.emit(fx.MuteInput(hold_audio=hold_audio))
+        self.emit(fx.MuteInput(hold_audio=hold_audio))
 
     def _unmute(self, *, replay_held_audio: bool) -> None:
-        if self.context.input_muted:
-            self.context.input_muted = False
-            self.emit(fx.UnmuteInput(replay_held_audio=replay_held_audio))
+        self.emit(fx.UnmuteInput(replay_held_audio=replay_held_audio))
 
     def _hold_user_turns(self) -> None:
         if not self.context.turns_held:
@@ -954,6 +952,14 @@ class TurnRules:
     def unmute_after_tools(self) -> None:
         if self.policy.mute_input_during_tools:
             self._unmute(replay_held_audio=False)
+
+
+def input_muted(policy: TurnPolicy, active: Collection[object]) -> bool:
+    """Whether the input is muted with these states active (a configuration's states,
+    compound ones included): in the greeting that mutes it, in the tool loop that does."""
+    return ("greeting" in active and policy.mutes_greeting) or (
+        "tool_loop" in active and policy.mute_input_during_tools
+    )
 
 
 def _caller_speaks(machine: StateChart) -> bool:

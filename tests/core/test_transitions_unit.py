@@ -14,6 +14,7 @@ from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.effects import CLEANUP_EFFECTS
 from turnfsm.machine import OUTCOME_DECISIONS
+from turnfsm.rules import input_muted
 from turnfsm.testing import event_alphabet
 
 GREETING = "Hi, this is Ada from Acme."
@@ -219,7 +220,8 @@ def test_a_speech_made_in_the_greeting_is_the_agents_turn_after_it(
     assert controller.context.active_speeches == {"r1"}
     # the input is released, user turns resumed: nothing held into the agent's turn (I2)
     ctx = controller.context
-    assert (ctx.input_muted, ctx.turns_held, ctx.discarding_overlap) == (False, False, False)
+    assert (ctx.turns_held, ctx.discarding_overlap) == (False, False)
+    assert any(isinstance(e, fx.UnmuteInput) for e in effects) == (lock == "mute_input")
     assert not any(isinstance(e, fx.StartTimer) for e in effects)  # no idle: the agent talks
     controller.handle(ev.UserSpeechEnded(at=7.0))
     assert controller.handle(ev.AgentSpeechEnded(at=8.0, speech_id="r1", played_seconds=2)) == (
@@ -1308,7 +1310,7 @@ def test_hang_up_from_every_state_only_cleans_up(state: str, lock: str, overlap:
     if state == "listening" and lock == "keep_listening" and overlap == "drop":
         assert controller.context.discarding_overlap  # an overlap still being discarded
     running = controller.context.timers
-    held = controller.context.input_muted, controller.context.turns_held
+    held = input_muted(controller.policy, {controller.state}), controller.context.turns_held
     effects = controller.handle(ev.CallEnded(at=9.0, reason="hangup"))
     assert controller.state == "ended"
     assert all(isinstance(effect, CLEANUP_EFFECTS) for effect in effects), effects
@@ -1316,17 +1318,18 @@ def test_hang_up_from_every_state_only_cleans_up(state: str, lock: str, overlap:
     assert {e.timer for e in effects if isinstance(e, fx.CancelTimer)} == running
     assert (fx.UnmuteInput() in effects, fx.ResumeUserTurns() in effects) == held
     context = controller.context
-    assert not context.input_muted
     assert not context.turns_held
     assert not context.timers
     assert not context.discarding_overlap
 
 
 def test_hang_up_inside_a_muted_greeting_releases_without_replay() -> None:
+    """The greeting's exit unmutes (its way out is the hang-up: no replay), before the
+    turn's exit cancels the call's timer."""
     controller = to_state("greeting", greeting_lock="mute_input", greeting_overlap="answer_whole")
     assert controller.handle(ev.CallEnded(at=9.0, reason="room_closed")) == (
-        fx.CancelTimer(timer="max_duration"),
         fx.UnmuteInput(replay_held_audio=False),
+        fx.CancelTimer(timer="max_duration"),
         fx.EndCall(reason="room_closed"),
     )
 
