@@ -58,7 +58,6 @@ SCOPED: Mapping[str, frozenset[str]] = {
     "replaying_held_audio": frozenset({"listening"}),
     "replay_heard_caller": frozenset({"listening"}),
     "spill_over_until": frozenset({"listening"}),
-    "turns_held": frozenset({"greeting", "listening"}),
     **dict.fromkeys(
         ("tool_speech_id", "final_speech_id", "final_after_speech", "held_tool_reply"),
         frozenset({"speaking", "tool_loop", "ended"}),
@@ -247,20 +246,6 @@ def _check_state(context: TurnContext, policy: TurnPolicy, configuration: tuple[
             )
     if input_muted(policy, {state}) and configuration[1:] != VOICE_STATES[:1]:
         raise ValueError(f"a muted caller is {VOICE_STATES[0]}, not {configuration[1:]}")
-    if state == "greeting" and context.turns_held == policy.mutes_greeting:
-        raise ValueError(
-            f"TurnContext.turns_held must be {not policy.mutes_greeting} in the greeting "
-            f"(greeting_lock={policy.greeting_lock!r})"
-        )
-    held_for = context.discarding_overlap or context.replaying_held_audio
-    if state == "listening" and context.turns_held and not held_for:
-        raise ValueError(
-            "TurnContext.turns_held is set in 'listening' only while an overlap is "
-            "discarded or the greeting's held audio replays (discarding_overlap=False, "
-            "replaying_held_audio=False)"
-        )
-    if context.replaying_held_audio and not context.turns_held:
-        raise ValueError("TurnContext.replaying_held_audio holds user turns (turns_held=False)")
     if context.replay_heard_caller and not context.replaying_held_audio:
         raise ValueError("TurnContext.replay_heard_caller is set only while a replay runs")
     if state == "ended" and context.end_reason is None:

@@ -160,7 +160,11 @@ def declare_chart() -> dict[str, Any]:
                 class greeting(  # noqa: N801
                     State.Compound,
                     enter="begin_greeting",
-                    exit=["unmute_after_greeting", "forget_greeting"],
+                    exit=[
+                        "unmute_after_greeting",
+                        "resume_user_turns_on_hang_up",
+                        "forget_greeting",
+                    ],
                 ):
                     """The locked greeting: nothing the caller says interrupts it. Its phases
                     are sub-states; :attr:`TurnController.state` reports ``greeting`` in

@@ -198,11 +198,12 @@ class TurnRules:
         return self.context.held_tool_reply is not None
 
     @guard("event")
-    def is_backchannel(self, ev: UserTurnEnded) -> bool:
+    def is_backchannel(self, ev: UserTurnEnded, machine: StateChart) -> bool:
         """Too short to interrupt a playing reply, as LiveKit judges a turn at its end
         (``min_words``; not while the machine holds user turns: LiveKit's turn detection
         is manual then, and it counts no words)."""
-        return not self.context.turns_held and ev.words < self.context.min_words
+        held = turns_held(self.policy, machine.configuration_values, self.context)
+        return not held and ev.words < self.context.min_words
 
     @guard("event")
     def interrupt_not_done(self, ev: EffectOutcome) -> bool:
@@ -399,7 +400,6 @@ class TurnRules:
         ctx = self.context
         for timer in sorted(ctx.timers):
             self._cancel_timer(timer)
-        self._resume_user_turns(commit_pending=False)
         self._resume_model_replies()
         self._allow_tools()
         self.emit(fx.EndCall(reason=ctx.end_reason or "hangup"))
@@ -491,6 +491,12 @@ class TurnRules:
     # Leaving the greeting for the conversation: one action per lock and overlap policy
     # (on a hang-up, clean_up_call releases everything without replaying or committing).
 
+    def resume_user_turns_on_hang_up(self, target: object) -> None:
+        """The greeting that keeps listening hangs up: its held turns are released (each
+        other way out of it resumes or discards them in its own way)."""
+        if not self.policy.mutes_greeting and _is_end(target):
+            self._resume_user_turns(commit_pending=False)
+
     def unmute_after_greeting(self, target: object) -> None:
         """Leaving the greeting that muted the input (its entry did): ``answer_whole``
         replays the caller's held speech, heard whole; ``drop`` (or a hang-up) drops it."""
@@ -521,14 +527,13 @@ class TurnRules:
         ctx.replaying_held_audio = ctx.replay_heard_caller = False
         self._resume_user_turns(commit_pending=finished)
 
-    def stop_holding_for_the_replay(self, target: object) -> None:
-        """Leaving ``listening`` (the agent speaks first) ends the wait for the replay: the
-        rest of it comes as turns of their own; on hang-up clean-up releases the turns."""
+    def stop_holding_for_the_replay(self) -> None:
+        """Leaving ``listening`` (the agent speaks first, or the call ends) ends the wait
+        for the replay: the rest of it comes as turns of their own."""
         ctx = self.context
         if ctx.replaying_held_audio:
             ctx.replaying_held_audio = ctx.replay_heard_caller = False
-            if not _is_end(target):
-                self._resume_user_turns(commit_pending=False)
+            self._resume_user_turns(commit_pending=False)
 
     def open_spill_over_window(self, ev: Event) -> None:
         """Speech starting right after the unmute is the tail of a missed overlap."""
@@ -558,10 +563,11 @@ class TurnRules:
         self._hold_user_turns()
 
     def stop_discarding_overlap(self, target: object) -> None:
-        """Leaving ``listening`` ends the overlap too; on hang-up clean-up releases it."""
+        """Leaving ``listening`` ends the overlap too (on hang-up without clearing it)."""
         if self.context.discarding_overlap:
             if _is_end(target):
                 self.context.discarding_overlap = False
+                self._resume_user_turns(commit_pending=False)
             else:
                 self.discard_overlap()
 
@@ -581,15 +587,15 @@ class TurnRules:
     def _unmute(self, *, replay_held_audio: bool) -> None:
         self.emit(fx.UnmuteInput(replay_held_audio=replay_held_audio))
 
+    # User turns are held exactly where :func:`turns_held` says: by the greeting that
+    # keeps listening (its entry holds them, each way out resumes them, the hang-up too)
+    # and in ``listening`` while an overlap is discarded or the held audio replays.
+
     def _hold_user_turns(self) -> None:
-        if not self.context.turns_held:
-            self.context.turns_held = True
-            self.emit(fx.HoldUserTurns())
+        self.emit(fx.HoldUserTurns())
 
     def _resume_user_turns(self, *, commit_pending: bool) -> None:
-        if self.context.turns_held:
-            self.context.turns_held = False
-            self.emit(fx.ResumeUserTurns(commit_pending=commit_pending))
+        self.emit(fx.ResumeUserTurns(commit_pending=commit_pending))
 
     def note_user_turn(self) -> None:
         ctx = self.context
@@ -959,6 +965,15 @@ def input_muted(policy: TurnPolicy, active: Collection[object]) -> bool:
     compound ones included): in the greeting that mutes it, in the tool loop that does."""
     return ("greeting" in active and policy.mutes_greeting) or (
         "tool_loop" in active and policy.mute_input_during_tools
+    )
+
+
+def turns_held(policy: TurnPolicy, active: Collection[object], context: TurnContext) -> bool:
+    """Whether user turns are held with these states active (a configuration's states,
+    compound ones included) and this context: in the greeting that keeps listening, and
+    in ``listening`` while an overlap is discarded or the greeting's held audio replays."""
+    return ("greeting" in active and not policy.mutes_greeting) or (
+        "listening" in active and (context.discarding_overlap or context.replaying_held_audio)
     )
 
 

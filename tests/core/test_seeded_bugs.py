@@ -98,7 +98,6 @@ class TimersLeftRunning(TurnRules):
 
     def clean_up_call(self) -> None:
         self.context.timers = frozenset()
-        self._resume_user_turns(commit_pending=False)
         self.emit(fx.EndCall(reason=self.context.end_reason or "hangup"))
 
 
@@ -138,7 +137,6 @@ class MachineHangUpSkipsEndCall(TurnRules):
         if self.context.end_reason == "answering_machine":
             for timer in sorted(self.context.timers):
                 self._cancel_timer(timer)
-            self._resume_user_turns(commit_pending=False)
             return
         super().clean_up_call()
 

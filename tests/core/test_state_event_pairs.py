@@ -143,7 +143,6 @@ def plausible_contexts(state: str, policy: TurnPolicy) -> list[TurnContext]:
     quiet = state == "listening" and policy.has_greeting
     busy = attrs.evolve(
         fresh,
-        turns_held=fresh.turns_held or discarding,
         overlapped_greeting=greeting,
         discarding_overlap=discarding,
         spill_over_until=(1.5 if discarding and policy.mutes_greeting else None),
@@ -213,6 +212,5 @@ def test_restore_takes_a_state_alone_as_the_caller_silent() -> None:
     live = TurnContext(timers=frozenset({"max_duration"}))
     controller.restore("listening", live)
     assert controller.configuration == ("listening", "caller_silent")
-    greeting = attrs.evolve(live, turns_held=True)
-    controller.restore(("greeting_requested", "caller_speaking"), greeting)
+    controller.restore(("greeting_requested", "caller_speaking"), live)
     assert controller.snapshot()[0] == ("greeting_requested", "caller_speaking")
