@@ -26,12 +26,6 @@ class TurnContext:
     field, never change it in place, so a shallow :meth:`copy` shares nothing mutable.
     """
 
-    input_muted: bool = False
-    """A ``MuteInput`` is in force."""
-
-    turns_held: bool = False
-    """A ``HoldUserTurns`` is in force."""
-
     overlapped_greeting: bool = False
     """The caller spoke during the current greeting."""
 

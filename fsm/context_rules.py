@@ -9,10 +9,10 @@ A context is refused, naming the field, when no call under the policy can hold i
   rules' actions never leave in that state. Each field of :data:`SCOPED` belongs to part
   of the call and is reset on leaving it (the greeting's ids and flags when the greeting
   ends, the overlap's window when listening ends, the tool loop's speech when its speech
-  ends, the user turn's counts with the next turn); the input is muted exactly where the
-  policy mutes it, and a muted caller is silent; timers run where they are started; the
-  final reply's flags and waits exist only once the tool rounds reached the cap; the
-  realtime flags only once a realtime model is linked.
+  ends, the user turn's counts with the next turn); a caller the state mutes is
+  silent; timers run where they are started; the final reply's flags and waits exist
+  only once the tool rounds reached the cap; the realtime flags only once a realtime
+  model is linked.
 
 :func:`turnfsm.testing.explore` checks every context it reaches against these rules, so a
 rule that refused a context some call reaches fails the exploration tests. The rules are
@@ -38,7 +38,7 @@ from .machine import (
     public_state,
 )
 from .policy import TurnPolicy
-from .rules import TurnRules
+from .rules import TurnRules, input_muted
 
 _CONVERSATION_AND_END = CONVERSATION_STATES | {"ended"}
 
@@ -58,8 +58,6 @@ SCOPED: Mapping[str, frozenset[str]] = {
     "replaying_held_audio": frozenset({"listening"}),
     "replay_heard_caller": frozenset({"listening"}),
     "spill_over_until": frozenset({"listening"}),
-    "turns_held": frozenset({"greeting", "listening"}),
-    "input_muted": frozenset({"greeting", "tool_loop"}),
     **dict.fromkeys(
         ("tool_speech_id", "final_speech_id", "final_after_speech", "held_tool_reply"),
         frozenset({"speaking", "tool_loop", "ended"}),
@@ -246,27 +244,8 @@ def _check_state(context: TurnContext, policy: TurnPolicy, configuration: tuple[
                 f"TurnContext.{name} is {getattr(context, name)!r} in {state!r}: it is set "
                 f"only in {sorted(states)}"
             )
-    muted = (state == "greeting" and policy.mutes_greeting) or (
-        state == "tool_loop" and policy.mute_input_during_tools
-    )
-    if context.input_muted != muted:
-        raise ValueError(f"TurnContext.input_muted must be {muted} in {state!r} under this policy")
-    if muted and configuration[1:] != VOICE_STATES[:1]:
+    if input_muted(policy, {state}) and configuration[1:] != VOICE_STATES[:1]:
         raise ValueError(f"a muted caller is {VOICE_STATES[0]}, not {configuration[1:]}")
-    if state == "greeting" and context.turns_held == policy.mutes_greeting:
-        raise ValueError(
-            f"TurnContext.turns_held must be {not policy.mutes_greeting} in the greeting "
-            f"(greeting_lock={policy.greeting_lock!r})"
-        )
-    held_for = context.discarding_overlap or context.replaying_held_audio
-    if state == "listening" and context.turns_held and not held_for:
-        raise ValueError(
-            "TurnContext.turns_held is set in 'listening' only while an overlap is "
-            "discarded or the greeting's held audio replays (discarding_overlap=False, "
-            "replaying_held_audio=False)"
-        )
-    if context.replaying_held_audio and not context.turns_held:
-        raise ValueError("TurnContext.replaying_held_audio holds user turns (turns_held=False)")
     if context.replay_heard_caller and not context.replaying_held_audio:
         raise ValueError("TurnContext.replay_heard_caller is set only while a replay runs")
     if state == "ended" and context.end_reason is None:

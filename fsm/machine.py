@@ -158,7 +158,13 @@ def declare_chart() -> dict[str, Any]:
                 without a greeting."""
 
                 class greeting(  # noqa: N801
-                    State.Compound, enter="begin_greeting", exit="forget_greeting"
+                    State.Compound,
+                    enter="begin_greeting",
+                    exit=[
+                        "unmute_after_greeting",
+                        "resume_user_turns_on_hang_up",
+                        "forget_greeting",
+                    ],
                 ):
                     """The locked greeting: nothing the caller says interrupts it. Its phases
                     are sub-states; :attr:`TurnController.state` reports ``greeting`` in
@@ -376,9 +382,10 @@ def declare_chart() -> dict[str, Any]:
         states: tuple[State, State, State] = (greeting, listening, speaking),
     ) -> Any:
         """The greeting's speech ended: each lock and overlap policy releases the caller
-        its own way (``before``), then it is the caller's turn (and ``then``), or the
-        agent's while a speech made in the greeting is still in flight (the overlap then
-        ends as when a reply starts in ``listening``: its exit actions)."""
+        its own way (``before``; a muted input is unmuted by the greeting's exit), then it
+        is the caller's turn (and ``then``), or the agent's while a speech made in the
+        greeting is still in flight (the overlap then ends as when a reply starts in
+        ``listening``: its exit actions)."""
         source, callers_turn, agents_turn = states
         cond = ["is_greeting_speech", *cond]
         return source.to(
@@ -397,12 +404,10 @@ def declare_chart() -> dict[str, Any]:
     agent_speech_ended = (
         leave_greeting(
             ["mutes_greeting", "answers_whole_overlap"],
-            "unmute_replaying_held_audio",
+            [],
             then=("hold_user_turns_through_the_replay",),
         )
-        | leave_greeting(
-            ["mutes_greeting"], ["unmute_dropping_held_audio", "open_spill_over_window"]
-        )
+        | leave_greeting(["mutes_greeting"], "open_spill_over_window")
         | leave_greeting(
             ["answers_whole_overlap"], "resume_user_turns_committing_a_finished_overlap"
         )

@@ -8,7 +8,7 @@ never perform I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Literal, TypeVar
 
 import attrs
@@ -43,10 +43,10 @@ from .events import (
 from .machine import TIMERS, timers_declared
 from .policy import TurnPolicy
 
-GuardKind = Literal["policy", "event", "context", "voice"]
+GuardKind = Literal["policy", "event", "context", "voice", "state"]
 """What a guard reads: the policy only (decided once per call, so diagrams prune by it),
-the event, the call's context, or the caller's voice (the state of the region beside
-the turn)."""
+the event, the call's context, the caller's voice (the state of the region beside
+the turn), or the turn's state with the policy."""
 
 _Guard = TypeVar("_Guard", bound=Callable[..., bool])
 
@@ -94,9 +94,9 @@ class TurnRules:
     def caller_is_speaking(self, machine: StateChart) -> bool:
         return _caller_speaks(machine)
 
-    @guard("context")
-    def input_is_muted(self) -> bool:
-        return self.context.input_muted
+    @guard("state")
+    def input_is_muted(self, machine: StateChart) -> bool:
+        return input_muted(self.policy, machine.configuration_values)
 
     @guard("policy")
     def agent_speaks_first(self) -> bool:
@@ -198,11 +198,12 @@ class TurnRules:
         return self.context.held_tool_reply is not None
 
     @guard("event")
-    def is_backchannel(self, ev: UserTurnEnded) -> bool:
+    def is_backchannel(self, ev: UserTurnEnded, machine: StateChart) -> bool:
         """Too short to interrupt a playing reply, as LiveKit judges a turn at its end
         (``min_words``; not while the machine holds user turns: LiveKit's turn detection
         is manual then, and it counts no words)."""
-        return not self.context.turns_held and ev.words < self.context.min_words
+        held = turns_held(self.policy, machine.configuration_values, self.context)
+        return not held and ev.words < self.context.min_words
 
     @guard("event")
     def interrupt_not_done(self, ev: EffectOutcome) -> bool:
@@ -399,8 +400,6 @@ class TurnRules:
         ctx = self.context
         for timer in sorted(ctx.timers):
             self._cancel_timer(timer)
-        self._unmute(replay_held_audio=False)
-        self._resume_user_turns(commit_pending=False)
         self._resume_model_replies()
         self._allow_tools()
         self.emit(fx.EndCall(reason=ctx.end_reason or "hangup"))
@@ -492,9 +491,19 @@ class TurnRules:
     # Leaving the greeting for the conversation: one action per lock and overlap policy
     # (on a hang-up, clean_up_call releases everything without replaying or committing).
 
-    def unmute_replaying_held_audio(self) -> None:
-        """``mute_input`` + ``answer_whole``: the caller's held speech is heard whole."""
-        self._unmute(replay_held_audio=True)
+    def resume_user_turns_on_hang_up(self, target: object) -> None:
+        """The greeting that keeps listening hangs up: its held turns are released (each
+        other way out of it resumes or discards them in its own way)."""
+        if not self.policy.mutes_greeting and _is_end(target):
+            self._resume_user_turns(commit_pending=False)
+
+    def unmute_after_greeting(self, target: object) -> None:
+        """Leaving the greeting that muted the input (its entry did): ``answer_whole``
+        replays the caller's held speech, heard whole; ``drop`` (or a hang-up) drops it."""
+        policy = self.policy
+        if policy.mutes_greeting:
+            replay = policy.greeting_overlap == "answer_whole" and not _is_end(target)
+            self._unmute(replay_held_audio=replay)
 
     def hold_user_turns_through_the_replay(self) -> None:
         """...as one turn: LiveKit would commit each utterance of the replay on its own, and
@@ -518,18 +527,13 @@ class TurnRules:
         ctx.replaying_held_audio = ctx.replay_heard_caller = False
         self._resume_user_turns(commit_pending=finished)
 
-    def stop_holding_for_the_replay(self, target: object) -> None:
-        """Leaving ``listening`` (the agent speaks first) ends the wait for the replay: the
-        rest of it comes as turns of their own; on hang-up clean-up releases the turns."""
+    def stop_holding_for_the_replay(self) -> None:
+        """Leaving ``listening`` (the agent speaks first, or the call ends) ends the wait
+        for the replay: the rest of it comes as turns of their own."""
         ctx = self.context
         if ctx.replaying_held_audio:
             ctx.replaying_held_audio = ctx.replay_heard_caller = False
-            if not _is_end(target):
-                self._resume_user_turns(commit_pending=False)
-
-    def unmute_dropping_held_audio(self) -> None:
-        """``mute_input`` + ``drop``."""
-        self._unmute(replay_held_audio=False)
+            self._resume_user_turns(commit_pending=False)
 
     def open_spill_over_window(self, ev: Event) -> None:
         """Speech starting right after the unmute is the tail of a missed overlap."""
@@ -559,10 +563,11 @@ class TurnRules:
         self._hold_user_turns()
 
     def stop_discarding_overlap(self, target: object) -> None:
-        """Leaving ``listening`` ends the overlap too; on hang-up clean-up releases it."""
+        """Leaving ``listening`` ends the overlap too (on hang-up without clearing it)."""
         if self.context.discarding_overlap:
             if _is_end(target):
                 self.context.discarding_overlap = False
+                self._resume_user_turns(commit_pending=False)
             else:
                 self.discard_overlap()
 
@@ -573,25 +578,24 @@ class TurnRules:
 
     # -- input --------------------------------------------------------------------------
 
+    # The input is muted exactly in the states that mute it (:func:`input_muted`): by
+    # their enter actions, unmuted by their exit actions, whatever the way out.
+
     def _mute(self, *, hold_audio: bool) -> None:
-        if not self.context.input_muted:
-            self.context.input_muted = True
-            self.emit(fx.MuteInput(hold_audio=hold_audio))
+        self.emit(fx.MuteInput(hold_audio=hold_audio))
 
     def _unmute(self, *, replay_held_audio: bool) -> None:
-        if self.context.input_muted:
-            self.context.input_muted = False
-            self.emit(fx.UnmuteInput(replay_held_audio=replay_held_audio))
+        self.emit(fx.UnmuteInput(replay_held_audio=replay_held_audio))
+
+    # User turns are held exactly where :func:`turns_held` says: by the greeting that
+    # keeps listening (its entry holds them, each way out resumes them, the hang-up too)
+    # and in ``listening`` while an overlap is discarded or the held audio replays.
 
     def _hold_user_turns(self) -> None:
-        if not self.context.turns_held:
-            self.context.turns_held = True
-            self.emit(fx.HoldUserTurns())
+        self.emit(fx.HoldUserTurns())
 
     def _resume_user_turns(self, *, commit_pending: bool) -> None:
-        if self.context.turns_held:
-            self.context.turns_held = False
-            self.emit(fx.ResumeUserTurns(commit_pending=commit_pending))
+        self.emit(fx.ResumeUserTurns(commit_pending=commit_pending))
 
     def note_user_turn(self) -> None:
         ctx = self.context
@@ -957,6 +961,23 @@ class TurnRules:
     def unmute_after_tools(self) -> None:
         if self.policy.mute_input_during_tools:
             self._unmute(replay_held_audio=False)
+
+
+def input_muted(policy: TurnPolicy, active: Collection[object]) -> bool:
+    """Whether the input is muted with these states active (a configuration's states,
+    compound ones included): in the greeting that mutes it, in the tool loop that does."""
+    return ("greeting" in active and policy.mutes_greeting) or (
+        "tool_loop" in active and policy.mute_input_during_tools
+    )
+
+
+def turns_held(policy: TurnPolicy, active: Collection[object], context: TurnContext) -> bool:
+    """Whether user turns are held with these states active (a configuration's states,
+    compound ones included) and this context: in the greeting that keeps listening, and
+    in ``listening`` while an overlap is discarded or the greeting's held audio replays."""
+    return ("greeting" in active and not policy.mutes_greeting) or (
+        "listening" in active and (context.discarding_overlap or context.replaying_held_audio)
+    )
 
 
 def _caller_speaks(machine: StateChart) -> bool:

@@ -379,11 +379,9 @@ def fresh_context(state: str, policy: TurnPolicy) -> TurnContext:
     """The context a call under ``policy`` has just after entering ``state`` (an atomic
     state: a greeting's phase, not ``greeting``) the plainest way (one that
     :meth:`~turnfsm.TurnController.restore` takes): the timers started on the way in, the
-    input muted where the policy mutes it, turns held in a listening greeting, the speech
-    ``s1`` playing (and running a tool round in ``tool_loop``, locked as the greeting in
+    speech ``s1`` playing (and running a tool round in ``tool_loop``, locked as the greeting in
     its playing phases), a hang-up in ``ended``. (The greeting's waits for a busy
     realtime model have none: a fresh call's model is free.)"""
-    greeting = public_state(state) == "greeting"
     playing = state in ("greeting_playing", "retry_playing")
     # the timers its state and the states around it start on entry (the caller silent)
     timers = {
@@ -394,9 +392,6 @@ def fresh_context(state: str, policy: TurnPolicy) -> TurnContext:
         if timer.on_entry and getattr(policy, timer.seconds) is not None
     }
     return TurnContext(
-        input_muted=(greeting and policy.mutes_greeting)
-        or (state == "tool_loop" and policy.mute_input_during_tools),
-        turns_held=greeting and not policy.mutes_greeting,
         greeting_speech_id="s1" if playing else None,
         active_speeches=frozenset({"s1"} if state in ("speaking", "tool_loop") or playing else ()),
         tool_rounds=1 if state == "tool_loop" else 0,

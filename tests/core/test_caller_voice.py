@@ -80,7 +80,7 @@ def test_the_greeting_ends_by_the_callers_voice() -> None:
         controller = TurnController(policy, strict=True)
         controller.restore(
             ("greeting_playing", "caller_speaking" if speaking else "caller_silent"),
-            TurnContext(turns_held=True, greeting_speech_id="g", active_speeches=frozenset({"g"})),
+            TurnContext(greeting_speech_id="g", active_speeches=frozenset({"g"})),
         )
         effects = controller.handle(ev.AgentSpeechEnded(at=3.0, speech_id="g"))
         assert controller.state == "listening"

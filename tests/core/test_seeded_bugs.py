@@ -32,10 +32,7 @@ from support.cores import cores_for_one_test
 class GreetingLeavesInputMuted(TurnRules):
     """I2: leaving the greeting forgets to unmute the caller (and to resume turns)."""
 
-    def unmute_replaying_held_audio(self) -> None:
-        return
-
-    def unmute_dropping_held_audio(self) -> None:
+    def unmute_after_greeting(self, target: object) -> None:
         return
 
     def resume_user_turns_committing_a_finished_overlap(self) -> None:
@@ -101,8 +98,6 @@ class TimersLeftRunning(TurnRules):
 
     def clean_up_call(self) -> None:
         self.context.timers = frozenset()
-        self._unmute(replay_held_audio=False)
-        self._resume_user_turns(commit_pending=False)
         self.emit(fx.EndCall(reason=self.context.end_reason or "hangup"))
 
 
@@ -142,8 +137,6 @@ class MachineHangUpSkipsEndCall(TurnRules):
         if self.context.end_reason == "answering_machine":
             for timer in sorted(self.context.timers):
                 self._cancel_timer(timer)
-            self._unmute(replay_held_audio=False)
-            self._resume_user_turns(commit_pending=False)
             return
         super().clean_up_call()
 

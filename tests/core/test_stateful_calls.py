@@ -187,6 +187,10 @@ class TurnCalls(RuleBasedStateMachine):
         self.wheel: dict[str, float] = {}
         """Running timers and when they are due, from the effects only."""
         self.cancelled: str | None = None
+        self.muted = False
+        """A ``MuteInput`` is in force, from the effects only."""
+        self.held = False
+        """A ``HoldUserTurns`` is in force, from the effects only."""
 
     @initialize(
         policy=policies(), model=st.sampled_from((None, *VARIANTS["realtime_model_linked"]))
@@ -213,11 +217,17 @@ class TurnCalls(RuleBasedStateMachine):
             elif isinstance(effect, fx.CancelTimer):
                 del self.wheel[effect.timer]
                 self.cancelled = effect.timer
+            elif isinstance(effect, fx.MuteInput | fx.UnmuteInput):
+                assert self.muted == isinstance(effect, fx.UnmuteInput), effect  # paired
+                self.muted = isinstance(effect, fx.MuteInput)
+            elif isinstance(effect, fx.HoldUserTurns | fx.ResumeUserTurns):
+                assert self.held == isinstance(effect, fx.ResumeUserTurns), effect  # paired
+                self.held = isinstance(effect, fx.HoldUserTurns)
         context = self.controller.context
         assert set(self.wheel) == context.timers, "the effects and the context disagree"
         if self.controller.is_ended:
-            assert not context.input_muted
-            assert not context.turns_held
+            assert not self.muted
+            assert not self.held
             if before != "ended":
                 reason = context.end_reason or "?"
                 Totals.ended[reason] = Totals.ended.get(reason, 0) + 1

@@ -14,10 +14,16 @@ from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.effects import CLEANUP_EFFECTS
 from turnfsm.machine import OUTCOME_DECISIONS
+from turnfsm.rules import input_muted, turns_held
 from turnfsm.testing import event_alphabet
 
 GREETING = "Hi, this is Ada from Acme."
 FALLBACK = "Sorry, I couldn't finish that. Could you ask me again?"
+
+
+def held(controller: TurnController) -> bool:
+    """User turns are held (a ``HoldUserTurns`` in force), as the machine's state says."""
+    return turns_held(controller.policy, {controller.state}, controller.context)
 
 
 def outbound(**options: Any) -> TurnController:
@@ -219,7 +225,8 @@ def test_a_speech_made_in_the_greeting_is_the_agents_turn_after_it(
     assert controller.context.active_speeches == {"r1"}
     # the input is released, user turns resumed: nothing held into the agent's turn (I2)
     ctx = controller.context
-    assert (ctx.input_muted, ctx.turns_held, ctx.discarding_overlap) == (False, False, False)
+    assert (held(controller), ctx.discarding_overlap) == (False, False)
+    assert any(isinstance(e, fx.UnmuteInput) for e in effects) == (lock == "mute_input")
     assert not any(isinstance(e, fx.StartTimer) for e in effects)  # no idle: the agent talks
     controller.handle(ev.UserSpeechEnded(at=7.0))
     assert controller.handle(ev.AgentSpeechEnded(at=8.0, speech_id="r1", played_seconds=2)) == (
@@ -364,7 +371,7 @@ def test_keep_listening_drop_overlap_discarded_when_the_caller_stops() -> None:
     controller.handle(ev.UserSpeechStarted(at=3.0))
     assert controller.handle(ev.AgentSpeechEnded(at=5.0, speech_id="g1", played_seconds=3)) == ()
     assert controller.state == "listening"
-    assert controller.context.turns_held
+    assert held(controller)
     assert controller.handle(ev.UserSpeechEnded(at=5.4)) == (
         fx.ClearUserTurn(),
         fx.ResumeUserTurns(commit_pending=False),
@@ -424,7 +431,7 @@ def test_mute_input_drop_speech_after_the_window_is_a_turn() -> None:
     controller = greeted(outbound(greeting_lock="mute_input", greeting_overlap="drop"))
     controller.handle(ev.AgentSpeechEnded(at=5.0, speech_id="g1", played_seconds=3))
     assert controller.handle(ev.UserSpeechStarted(at=5.51)) == ()
-    assert not controller.context.turns_held
+    assert not held(controller)
     assert controller.handle(ev.UserSpeechEnded(at=6.0)) == ()
 
 
@@ -444,7 +451,7 @@ def test_mute_input_answer_whole_replays_the_held_audio_as_one_turn() -> None:
     # the replay's unmute reports its outcome when the replay is over: one turn now
     replayed = ev.EffectOutcome(at=5.8, effect="unmute_input", outcome="done")
     assert controller.handle(replayed) == (fx.ResumeUserTurns(commit_pending=True),)
-    assert not controller.context.turns_held
+    assert not held(controller)
     assert not controller.context.replaying_held_audio
     assert controller.handle(replayed) == ()  # once
 
@@ -477,7 +484,7 @@ def test_the_agent_speaking_during_the_replay_ends_the_hold() -> None:
     effects = controller.handle(ev.AgentSpeechCreated(at=6.0, speech_id="r1", source="say"))
     assert fx.ResumeUserTurns(commit_pending=False) in effects
     assert controller.state == "speaking"
-    assert not controller.context.turns_held
+    assert not held(controller)
     replayed = ev.EffectOutcome(at=6.5, effect="unmute_input", outcome="done")
     assert controller.handle(replayed) == ()
 
@@ -512,7 +519,7 @@ def test_a_greeting_that_did_not_start_is_said_again_locked(outcome: str) -> Non
     )
     assert controller.state == "greeting"
     assert controller.configuration[0] == "retry_requested"
-    assert controller.context.turns_held  # still locked
+    assert held(controller)  # still locked
     assert controller.handle(ev.AgentSpeechCreated(at=2.1, speech_id="g1", source="say")) == (
         fx.LockSpeech(speech_id="g1"),
     )
@@ -1308,25 +1315,25 @@ def test_hang_up_from_every_state_only_cleans_up(state: str, lock: str, overlap:
     if state == "listening" and lock == "keep_listening" and overlap == "drop":
         assert controller.context.discarding_overlap  # an overlap still being discarded
     running = controller.context.timers
-    held = controller.context.input_muted, controller.context.turns_held
+    released = input_muted(controller.policy, {controller.state}), held(controller)
     effects = controller.handle(ev.CallEnded(at=9.0, reason="hangup"))
     assert controller.state == "ended"
     assert all(isinstance(effect, CLEANUP_EFFECTS) for effect in effects), effects
     assert effects[-1] == fx.EndCall(reason="hangup")
     assert {e.timer for e in effects if isinstance(e, fx.CancelTimer)} == running
-    assert (fx.UnmuteInput() in effects, fx.ResumeUserTurns() in effects) == held
+    assert (fx.UnmuteInput() in effects, fx.ResumeUserTurns() in effects) == released
     context = controller.context
-    assert not context.input_muted
-    assert not context.turns_held
     assert not context.timers
     assert not context.discarding_overlap
 
 
 def test_hang_up_inside_a_muted_greeting_releases_without_replay() -> None:
+    """The greeting's exit unmutes (its way out is the hang-up: no replay), before the
+    turn's exit cancels the call's timer."""
     controller = to_state("greeting", greeting_lock="mute_input", greeting_overlap="answer_whole")
     assert controller.handle(ev.CallEnded(at=9.0, reason="room_closed")) == (
-        fx.CancelTimer(timer="max_duration"),
         fx.UnmuteInput(replay_held_audio=False),
+        fx.CancelTimer(timer="max_duration"),
         fx.EndCall(reason="room_closed"),
     )
 

@@ -102,7 +102,7 @@ def test_edges_show_guards_and_actions() -> None:
         "        user_turn_committed [drops_overlap, !is_first_words] / reject_user_turn\n" in text
     )
     assert "entry / begin_greeting" in text
-    assert "exit / forget_greeting" in text
+    assert "exit / unmute_after_greeting, resume_user_turns_on_hang_up, forget_greeting" in text
 
 
 def test_policy_sets_the_start_and_omits_what_cannot_fire() -> None:

@@ -82,8 +82,6 @@ def random_pair(rng: random.Random, policy: TurnPolicy) -> tuple[tuple[str, ...]
         return value if rng.random() < 0.1 else None
 
     context = TurnContext(
-        input_muted=rng.random() < 0.1,
-        turns_held=rng.random() < 0.1,
         overlapped_greeting=rng.random() < 0.1,
         discarding_overlap=rng.random() < 0.1,
         spill_over_until=maybe(1.0),  # type: ignore[arg-type]

@@ -30,6 +30,7 @@ from turnfsm import TurnPolicy
 from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.adapters.sim import LINES, CallScript, ScriptedLLM, UserLine
+from turnfsm.rules import turns_held
 
 LONG_REPLY = (
     "Good morning, this is the clinic calling to confirm your appointment for Tuesday "
@@ -71,7 +72,10 @@ async def _barge_in_after_greeting(lock: str, settings: str) -> None:
         # user turns held until the replay is over
         await call.wait_until(
             lambda: (
-                (gate is None or gate.held_seconds == 0) and not tc.controller.context.turns_held
+                (gate is None or gate.held_seconds == 0)
+                and not turns_held(
+                    tc.controller.policy, {tc.controller.state}, tc.controller.context
+                )
             ),
             timeout=0.5,
         )
