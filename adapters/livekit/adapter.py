@@ -144,6 +144,7 @@ from .embedding import (
     session_started,
     unguard_start,
 )
+from .heard import SpeakingRates
 from .interruption import InterruptionWatch, ToolReplyHolds, TurnEnd, TurnEndWatch
 from .levers import LEVERS, Lever, commit_held_turn
 from .log import logger
@@ -281,6 +282,8 @@ class TurnAdapter:
         :class:`~.agent.TurnAgent`): what LiveKit commits without a synchronizer."""
         self.last_segment: dict[str, PlayedSegment] = {}
         self.played_seconds: dict[str, float] = {}
+        self.speaking_rates = SpeakingRates()
+        """The voice's slowest rate so far, for cutting a reply whose audio never all came."""
         self.timers: dict[str, asyncio.TimerHandle] = {}
         self.site: object | None = None
         """The LiveKit event whose handler is running, or the agent hook being run (a
@@ -952,6 +955,7 @@ class TurnAdapter:
         try:
             self.interruptions.settle(handle)  # reported before its end
             segment = self.last_segment.get(handle.id)
+            self.speaking_rates.speech_played(segment, self.assistant_messages.get(handle.id))
             played_seconds = self.played_seconds.get(handle.id, 0.0)
             played_text = segment.synchronized_transcript if segment else None
             if self.text_only:

@@ -45,9 +45,10 @@ Interrupt                ``session.interrupt(force=...)``; refused when the curr
                          ``speech_handle.interrupt(force=True)`` on every speech not
                          scheduled yet (it is created before LiveKit schedules it). With
                          ``speech_id``: ``speech_handle.interrupt()`` on that one only
-DropUnspokenText         the committed assistant message edited in place to the spoken
-                         prefix, or emptied and removed (``agent.update_chat_ctx``,
-                         ``session.history.remove``); refused when LiveKit committed none
+DropUnspokenText         the committed assistant message edited in place to the words
+                         played to their end (:mod:`.heard`), or emptied and removed
+                         (``agent.update_chat_ctx``, ``session.history.remove``);
+                         refused when LiveKit committed none
 ClearUserTurn            ``session.clear_user_turn()``
 RejectUserTurn           ``StopResponse`` from ``TurnAgent.on_user_turn_completed``, or
                          the item removed from the history; at LiveKit's end of the
@@ -113,12 +114,11 @@ from typing import TYPE_CHECKING, Any
 from livekit.agents import NOT_GIVEN, FunctionToolsExecutedEvent, llm
 
 from turnfsm import effects as fx
-from turnfsm.spoken import spoken_prefix
 
+from . import heard
 from .effect_outcomes import EffectRefused
 from .interruption import TurnEnd
 from .prerender import played
-from .text import audio_seconds, spoken_prefix_timed
 from .turn_hook import GreetingForm, UserTurnHook, ask_greeting, reply_model
 
 if TYPE_CHECKING:
@@ -360,30 +360,12 @@ def apply_drop(
 
 
 def heard_text(adapter: TurnAdapter, effect: fx.DropUnspokenText, message: llm.ChatMessage) -> str:
-    """The heard part of ``message``.
-
-    First the text the TTS placed in the played audio (its timed transcripts, cut at the
-    sink's playback position), else the share of the text that the played share of the
-    segment's audio covers (its whole length estimated when the reply was cut before all
-    of it was pushed). Both hang on the playback position itself. A
-    ``TranscriptSynchronizer``'s transcript is never trusted: it releases text on its own
-    clock, falls behind the audio when the event loop is busy (seen: 3 words committed
-    for 5 played) and runs ahead of it while LiveKit pauses the audio for a possible
-    false interruption (seen: 170 characters for 161 played).
-    """
+    """The heard part of ``message``: :func:`.heard.heard_text` on its playout segment."""
     segment = adapter.last_segment.get(effect.speech_id)
     if segment is None:
         return ""
-    if segment.timed_text:
-        return spoken_prefix_timed(
-            segment.timed_text,
-            segment.played_seconds,
-            segment.pushed_seconds,
-            complete=segment.complete,
-        )
-    text = message.text_content or ""
-    length = audio_seconds(text, segment.pushed_seconds, complete=segment.complete)
-    return spoken_prefix(text, segment.played_seconds, length)
+    playout = heard.Playout.of_segment(segment, message.text_content or "")
+    return heard.heard_text(playout, adapter.speaking_rates)
 
 
 def _remove_message(adapter: TurnAdapter, message: llm.ChatMessage) -> None:

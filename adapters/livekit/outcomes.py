@@ -20,7 +20,8 @@ O3      no_reply_to_overlap_fragment    no reply answers part of the speech that
                                         ``answer_whole`` only to a turn holding all of it
                                         (held audio replayed, every transcript of it kept)
 O4      committed_text_heard            an interrupted reply leaves in the history no more
-                                        words than the caller heard (playout meter),
+                                        words than the caller heard, measured apart from
+                                        the lever (playout meter, the text's timing),
                                         unless ``interrupted_text="keep"``
 O5      tool_rounds_capped              LiveKit runs at most ``max_tool_steps`` tool rounds
                                         per user turn (``function_tools_executed``)
@@ -50,17 +51,16 @@ import asyncio
 import collections
 from typing import TYPE_CHECKING
 
-from livekit.agents import llm
 from livekit.agents.voice import SpeechHandle
 
 from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.context_rules import SCOPED
 from turnfsm.machine import LIVE_STATES, PRE_GREETING_STATES
+from turnfsm.spoken import spoken_prefix
 
 from .audio import PlayedSegment
 from .effect_outcomes import UNFINISHED
-from .levers import heard_text
 from .log import logger
 
 if TYPE_CHECKING:
@@ -155,6 +155,8 @@ class OutcomeMonitor:
         """``session.say`` speeches (the policy's own texts: no reply to a turn)."""
         # O4: each speech's committed text before any drop
         self._full_texts: dict[str, str] = {}
+        self._segments: dict[str, PlayedSegment] = {}
+        """O4: each speech's last playout segment, until the speech ends."""
         # O5: tool rounds LiveKit ran since the last user turn
         self._tool_rounds = 0
         self._user_turns = 0
@@ -219,6 +221,8 @@ class OutcomeMonitor:
 
     def segment_finished(self, speech_id: str | None, segment: PlayedSegment) -> None:
         """A playout segment ended (played out or cut)."""
+        if speech_id is not None:
+            self._segments[speech_id] = segment
         if speech_id is None or speech_id not in self._greeting_speeches:
             return
         unplayed = segment.pushed_seconds - segment.played_seconds
@@ -380,6 +384,7 @@ class OutcomeMonitor:
         if not isinstance(event, ev.AgentSpeechEnded):
             return
         full = self._full_texts.pop(event.speech_id, None)
+        segment = self._segments.pop(event.speech_id, None)
         if not event.interrupted or self.policy.interrupted_text == "keep" or full is None:
             return
         if after == "ended" or self.adapter.closing:
@@ -389,24 +394,52 @@ class OutcomeMonitor:
             return
         in_history = self.adapter.session.history.get_by_id(message.id) is not None
         committed = len(_words(message.text_content or "")) if in_history else 0
-        probe = fx.DropUnspokenText(
-            speech_id=event.speech_id,
-            played_seconds=event.played_seconds,
-            played_text=event.played_text,
-        )
-        # the message as committed, before its lever cut it (on a realtime model its id
-        # finds the model's own transcript and audio length: the heard words are the
-        # realtime lever's, not the pipeline's share of the synchronizer's text)
-        whole = llm.ChatMessage(id=message.id, role="assistant", content=[full])
-        realtime = self.adapter.realtime
-        heard_of = realtime.heard if realtime is not None else heard_text
-        heard = len(_words(heard_of(self.adapter, probe, whole)))
+        heard = self._words_heard(segment, message.id, full) if segment is not None else 0
         if committed > heard + UNHEARD_WORDS_TOLERATED:
             self.breach(
                 "O4",
                 f"speech {event.speech_id!r} left {committed} words in the history, "
                 f"{heard} were heard",
             )
+
+    def _words_heard(self, segment: PlayedSegment, message_id: str, full: str) -> int:
+        """How many words of the speech's message the caller can have heard to their end:
+        O4's own measure, from the audio that reached the output and the text's timing,
+        never the lever's (:mod:`.heard`), so that a wrong cut there is caught here. It
+        bounds the heard words from above, since a cut may only keep fewer:
+
+        - all of the audio came: the played share of the text (a word counts once played
+          to its end, :func:`~turnfsm.spoken.spoken_prefix`);
+        - a realtime model's message whose audio did not all come: its transcript as far
+          as it had come when the audio that played came (the model streams its
+          transcript ahead of its audio, never behind);
+        - a TTS's timed transcripts: the pieces played whole, and the played share of
+          the one playing (its end is the next one's start, or the audio that came);
+        - else the played share of the text over the audio that came (less than the
+          whole when it did not all come: the share is then larger than the caller's).
+
+        On a realtime model the text is the model's own transcript (LiveKit commits only
+        a transcript synchronizer's prefix of it)."""
+        played = segment.played_seconds
+        realtime = self.adapter.realtime
+        item = realtime.item(message_id) if realtime is not None else None
+        if item is not None and item.transcript:
+            if item.audio_done:
+                text = spoken_prefix(item.transcript, played, item.audio_seconds)
+            else:
+                came = (chars for audio, chars in item.text_by_audio if audio >= played)
+                text = item.transcript[: next(came, len(item.transcript))]
+        elif segment.timed_text:
+            pieces = segment.timed_text
+            ends = [start for start, _ in pieces[1:]] + [segment.pushed_seconds]
+            text = "".join(
+                spoken_prefix(piece, played - start, end - start)
+                for (start, piece), end in zip(pieces, ends, strict=True)
+                if start < played
+            )
+        else:
+            text = spoken_prefix(full, played, segment.pushed_seconds)
+        return len(_words(text))
 
     # -- O5: tool rounds ----------------------------------------------------------------
 

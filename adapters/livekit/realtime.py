@@ -81,9 +81,10 @@ DropUnspokenText           for every message cut short (interrupted, or its audi
                            all came: a cancelled, failed or incomplete response, a lost
                            connection; the adapter reports those as interrupted): the
                            local message is edited in place to the words played to their
-                           end (never the transcript synchronizer's text): over the item's
-                           own audio length once all of it came, else at the slowest
-                           speaking rate seen, one word earlier; nothing heard → removed.
+                           end (:mod:`.heard`; never the transcript synchronizer's text):
+                           over the item's own audio length once all of it came, else at
+                           the slowest of its rate, the model's earlier rates and a slow
+                           prior, one word earlier; nothing heard → removed.
                            Server side, LiveKit truncates an interrupted message
                            (``conversation.item.truncate``, ``audio_end_ms`` = played ms)
                            and the plugin's mirror gets the heard text; a message the
@@ -119,12 +120,11 @@ from livekit.agents.voice.events import FunctionToolsExecutedEvent, SpeechCreate
 
 from turnfsm import effects as fx
 from turnfsm import events as ev
-from turnfsm.spoken import spoken_prefix
 
 from . import levers
 from .effect_outcomes import UNFINISHED, PendingOutcome
+from .heard import ModelItem, SpeakingRates, heard_of_model
 from .log import logger
-from .text import estimated_seconds
 
 if TYPE_CHECKING:
     from .adapter import TurnAdapter
@@ -140,7 +140,6 @@ it names is done, or none is active)."""
 _AUDIO_TOO_SHORT = re.compile(r"Audio content of (\d+)ms is already shorter than (\d+)ms")
 """The model's refusal of a truncate past the end of its item's audio."""
 
-_WORD = re.compile(r"\S+")
 
 _PCM16_BYTES_PER_SECOND = 24000 * 2
 """The plugin's realtime audio: 24 kHz mono PCM16."""
@@ -160,15 +159,6 @@ class _ResponseItems:
     """(item id, ``message``|``function_call``, call id)."""
     skipped: bool = False
     """A reply of the model's own for which LiveKit made no speech: nothing plays it."""
-
-
-@dataclass
-class _ItemAudio:
-    """What the model sent for one message item: its transcript and audio length."""
-
-    transcript: str = ""
-    audio_seconds: float = 0.0
-    audio_done: bool = False
 
 
 @dataclass
@@ -236,10 +226,9 @@ class RealtimeLink:
         self._cancels: collections.deque[_Cancel] = collections.deque()
         self._request_outcomes: dict[str, PendingOutcome] = {}
         """Deferred outcomes of greeting levers, by the speech they created."""
-        self._items: dict[str, _ItemAudio] = {}
-        self._rates: list[float] = []
-        """The model's speaking rates (characters per second), one per item whose audio
-        was all sent."""
+        self._items: dict[str, ModelItem] = {}
+        self._rates = SpeakingRates()
+        """The model's slowest speaking rate, over its items whose audio was all sent."""
         self._truncates: collections.deque[dict[str, Any]] = collections.deque()
         self._saved_tool_choice: Any = None
         self._tools_forbidden = False
@@ -357,6 +346,10 @@ class RealtimeLink:
                 at=self.adapter.now(), text=item.text_content or "", item_id=item.id
             )
         )
+
+    def item(self, item_id: str) -> ModelItem | None:
+        """What the model sent for its message ``item_id`` (the outcome monitor's facts)."""
+        return self._items.get(item_id)
 
     def cut_short(self, item_id: str) -> bool:
         """The model's message ``item_id`` ended before all its audio came: its response
@@ -505,11 +498,11 @@ class RealtimeLink:
                     [c for c in self._cancels if c.response_id in ("", response_id)]
                 )
         elif kind == "response.output_audio.delta":
-            item = self._items.setdefault(str(event.get("item_id")), _ItemAudio())
-            item.audio_seconds += _pcm16_seconds(str(event.get("delta") or ""))
+            item = self._items.setdefault(str(event.get("item_id")), ModelItem())
+            item.add_audio(_pcm16_seconds(str(event.get("delta") or "")))
         elif kind == "response.output_audio_transcript.delta":
-            item = self._items.setdefault(str(event.get("item_id")), _ItemAudio())
-            item.transcript += str(event.get("delta") or "")
+            item = self._items.setdefault(str(event.get("item_id")), ModelItem())
+            item.add_text(str(event.get("delta") or ""))
         elif kind == "response.output_item.done":
             self._item_done(event.get("item") or {})
         elif kind == "conversation.item.truncated":
@@ -524,8 +517,7 @@ class RealtimeLink:
         if item is None or done.get("status") != "completed":
             return
         item.audio_done = True
-        if item.transcript and item.audio_seconds > 0:
-            self._rates.append(len(item.transcript) / item.audio_seconds)
+        self._rates.heard_whole(item.transcript, item.audio_seconds)
 
     def _cancel_sent(self, cancel: dict[str, Any]) -> None:
         """A ``response.cancel`` is about to leave (the plugin serialises the event after
@@ -887,35 +879,13 @@ class RealtimeLink:
     def heard(
         self, adapter: TurnAdapter, effect: fx.DropUnspokenText, message: llm.ChatMessage
     ) -> str:
-        """The words of the message whose audio played to their end (what its
-        ``DropUnspokenText`` keeps, and what the outcome monitor's O4 holds it to).
-
-        Never the transcript synchronizer's text: it runs at a standard rate, not at the
-        model's, and keeps words the caller did not hear. The model gives no word timing
-        and streams its transcript ahead of its audio, so the played seconds (at the
-        output) are mapped onto the text: at the item's own speaking rate once all its
-        audio came; else at the slowest of the rates seen (this item's so far, the
-        model's earlier items', LiveKit's standard rate), one word earlier, since words
-        are not spoken at an even rate and a faster guess would keep an unheard word.
-        """
+        """The words of the message played to their end (:func:`.heard.heard_of_model`:
+        the model's own transcript over its own audio, never the synchronizer's text)."""
         segment = adapter.last_segment.get(effect.speech_id)
         if segment is None:
             return ""
         item = self._items.get(message.id)
-        # the text the model sent: with a synchronizer LiveKit commits only its prefix
-        text = (item.transcript if item is not None else "") or message.text_content or ""
-        if item is not None and item.audio_done and item.transcript and item.audio_seconds > 0:
-            return spoken_prefix(text, segment.played_seconds, item.audio_seconds)
-        rates = [*self._rates]
-        if text and (standard := estimated_seconds(text)) > 0:
-            rates.append(len(text) / standard)
-        received = item.audio_seconds if item is not None else segment.pushed_seconds
-        if item is not None and item.transcript and item.audio_seconds > 0:
-            rates.append(len(item.transcript) / item.audio_seconds)
-        if not rates:
-            return ""
-        seconds = max(received, len(text) / min(rates))
-        return _one_word_earlier(spoken_prefix(text, segment.played_seconds, seconds))
+        return heard_of_model(segment, item, message.text_content or "", self._rates)
 
     def _mirror_text(self, item_id: str, text: str) -> None:
         """Keep the plugin's mirror of the server item equal to the local message, so a
@@ -925,12 +895,6 @@ class RealtimeLink:
         item = getattr(node, "item", None)
         if isinstance(item, llm.ChatMessage):
             item.content = [text]
-
-
-def _one_word_earlier(prefix: str) -> str:
-    """``prefix`` without its last word."""
-    words = list(_WORD.finditer(prefix))
-    return prefix[: words[-2].end()] if len(words) > 1 else ""
 
 
 def _pcm16_seconds(delta: str) -> float:

@@ -46,12 +46,3 @@ def test_more_played_never_means_less_heard(words: list[str], first: float, seco
     text = " ".join(words)
     earlier, later = sorted((first, second))
     assert spoken_prefix(text, later, 1.0).startswith(spoken_prefix(text, earlier, 1.0))
-
-
-def test_pipeline_and_realtime_adapters_cut_with_the_same_function() -> None:
-    from turnfsm.adapters.livekit import levers, realtime, text
-
-    assert levers.spoken_prefix is spoken_prefix
-    assert realtime.spoken_prefix is spoken_prefix
-    assert text.spoken_prefix is spoken_prefix
-    assert not hasattr(realtime, "heard_prefix")

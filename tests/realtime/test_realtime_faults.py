@@ -95,6 +95,42 @@ async def test_a_greeting_whose_connection_drops_is_retried_and_cut_to_what_was_
         assert said == assistant
 
 
+LONG_GREETING = (
+    "Hello, this is Ada calling from Acme Dental about your appointment tomorrow morning, "
+    "do you have a minute?"
+)
+
+
+async def test_a_first_message_cut_by_a_dropped_socket_keeps_no_unheard_word() -> None:
+    """Fuzz realtime seed 1502: a voice of 12.6 characters a second, generated at 4x real
+    time with the transcript 1 s ahead; the socket drops 1.5 s into the greeting, the
+    call's first message, and the caller hears all 6.3 s of audio that came. Was: 3
+    unheard words kept: the transcript's text over the audio overstated the voice's rate
+    by the transcript's lead, and no earlier message's rate or slower prior stood in."""
+    fidelity = replace(
+        FIDELITY_MATRIX["no-latency"],
+        transcript_lead_ms=1000,
+        generation_speed=4.0,
+        speaking_rate_variation=0.15,
+    )
+    async with served_call(fidelity, chars_per_second=12.64) as call:
+        server = call.server
+        session, _ = await greet_after_hello_started(call, LONG_GREETING)
+        cut = await call.segment_playing(0)
+        await call.played(cut, 1.5)
+        server.connection.drop()
+        await asyncio.sleep(10.0)
+        first = next(
+            item.text_content or ""
+            for item in session.history.items
+            if item.type == "message" and item.role == "assistant"
+        )
+        heard = words_heard(server, LONG_GREETING, cut.played)
+        assert cut.played > 5.0  # the audio that came, all of it heard
+        assert first.split() == heard[: len(first.split())]
+        assert len(first.split()) >= len(heard) - 3
+
+
 async def test_a_stray_cancel_does_not_cut_the_greeting() -> None:
     """Server turn detection (200 ms of silence ends a turn), 300 ms each way: the callee
     says "Hello?", pauses 0.3 s, says "uh". The model answers "Hello?" (its lock's setting
