@@ -21,7 +21,8 @@ when the machine asks for the final reply without tools, while the model answers
 The live TTS is used instead, and the effect's outcome says so in its ``detail``
 (``audio: live TTS, <why>``; ``audio: pre-rendered`` otherwise), when:
 
-* the text is not ready yet (the callee spoke first) or its synthesis failed;
+* the text is not ready yet (the callee spoke first, the idle timer fired first) or its
+  synthesis failed;
 * the text depends on the call (a greeting written by the model from instructions);
 * the agent speaking has its own ``tts_node`` (it may change the text or the audio), or
   another TTS than the one that rendered it (a handoff), or the session has text
