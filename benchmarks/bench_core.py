@@ -186,7 +186,6 @@ def ignored_pairs() -> list[tuple[str, object]]:
             continue
         if any(t.is_eventless for t in leaf.transitions):  # left in the step that enters it
             continue
-            continue
         controller = TurnController(POLICY, record=False)
         controller.restore(state, fresh_context(state, POLICY))
         handled = controller.handled_events

@@ -149,7 +149,7 @@ def _reaction_cases() -> list[_Case]:
             _Case(
                 f"LockSpeech ← speech_created in greeting, {pacing}",
                 fx.LockSpeech,
-                "greeting_requested",  # the phase whose next speech is the greeting
+                "greeting_requested",  # the greeting's phase that waits for its speech
                 _speech_created,
                 pace,
                 fresh_context("greeting_requested", POLICY),

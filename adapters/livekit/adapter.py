@@ -335,7 +335,8 @@ class TurnAdapter:
         self.outcomes = OutcomeMonitor(self, strict=strict)
         """Checks what the session did (audio, history, tool rounds, input)."""
         self.prerendered = PrerenderedTexts(session)
-        """The greeting synthesized ahead, while the call rings (prerender.py)."""
+        """The greeting, re-prompt and fallback synthesized ahead, while the call rings
+        (prerender.py)."""
         self.realtime: RealtimeLink | None = None
         """Realtime models: the levers that hold there replace the pipeline's (realtime.py)."""
         self.levers: dict[type[fx.Effect], Lever] = dict(LEVERS)
@@ -737,7 +738,7 @@ class TurnAdapter:
         self._call_started = True
         self._install_audio_links()
         if self.realtime is None and not self.text_only:
-            self.prerendered.start(self.controller.policy.greeting)
+            self.prerendered.start_call(self.controller.policy)
         self._tell_interruption_settings()
         self.dispatch(ev.SessionStarted(at=self.now()))
 

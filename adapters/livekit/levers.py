@@ -62,12 +62,16 @@ HoldToolReply            a gate for the speech (:class:`~.interruption.ToolReply
                          gone
 ReleaseToolReply         the gate opened: the reply goes to the model (``send``), or the
                          node yields nothing (LiveKit's interruption has cancelled it)
-FinalReplyWithoutTools   ``session.generate_reply(tool_choice="none")``
+FinalReplyWithoutTools   ``session.generate_reply(tool_choice="none")``; its
+                         ``fallback_text`` pre-rendered meanwhile if the call's start did
+                         not (:mod:`.prerender`)
 StartTimer, CancelTimer  ``loop.call_later`` / ``TimerHandle.cancel``
 Say                      ``session.say(text)``, ``allow_interruptions=False`` when locked;
-                         ``audio=`` its pre-rendered frames when ready. The greeting said
-                         again (``in_reply_to``) within the hook of the turn it answers
-                         goes into that hook's ``turn_ctx``, as ``StartGreeting`` does
+                         ``audio=`` its pre-rendered frames when ready (the greeting, the
+                         re-prompt, the fallback; the outcome's detail says). The greeting
+                         said again (``in_reply_to``) within the hook of the turn it
+                         answers goes into that hook's ``turn_ctx``, as ``StartGreeting``
+                         does
 EndCall                  the ``end_call`` callback given to :func:`attach` (an
                          awaitable it returns is awaited: its failure is the outcome),
                          else ``session.shutdown()``
@@ -419,6 +423,9 @@ def release_tool_reply(adapter: TurnAdapter, effect: fx.ReleaseToolReply) -> Non
 
 def final_reply_without_tools(adapter: TurnAdapter, effect: fx.FinalReplyWithoutTools) -> None:
     adapter.session.generate_reply(tool_choice="none")
+    # the fallback, if the model calls tools anyway, is rendered while it answers (once a
+    # call: the start of the call rendered it already if its agent had tools then)
+    adapter.prerendered.start(effect.fallback_text)
 
 
 def start_timer(adapter: TurnAdapter, effect: fx.StartTimer) -> None:

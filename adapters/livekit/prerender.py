@@ -1,22 +1,28 @@
-"""The greeting, synthesized before it is needed.
+"""The fixed texts of a call, synthesized before they are needed.
 
-A policy's greeting text is known before the call is answered. :class:`PrerenderedTexts`
-synthesizes it with the agent's own TTS (after the session's ``tts_text_transforms``) as
-soon as the session's agent runs, while an outbound call rings, and keeps the audio
-frames. The lever that says it then hands LiveKit the frames: the greeting that replies
-to the callee's first words through ``TurnAgent.tts_node``, any other (the await timer's,
-the locked retry) with ``session.say(text, audio=...)``. Its first frame reaches the
-output without waiting for the TTS's first byte.
+A policy's greeting, idle re-prompt and tool-cap fallback are known before the call is
+answered. :class:`PrerenderedTexts` synthesizes those the call can say with the agent's
+own TTS (after the session's ``tts_text_transforms``) as soon as the session's agent runs,
+while an outbound call rings, and keeps the audio frames. The lever that says one then
+hands LiveKit the frames: the greeting that replies to the callee's first words through
+``TurnAgent.tts_node``, any other text (the re-prompt, the fallback, the greeting of the
+await timer or the locked retry) with ``session.say(text, audio=...)``. Its first frame
+reaches the output without waiting for the TTS's first byte.
 
-Only the greeting: it is said on nearly every call, first, and its delay is the one the
-callee waits through. The idle re-prompt and the tool-cap fallback are said on few calls;
-rendering them on every call would pay a TTS request each time for audio mostly thrown
-away (the ``Say`` lever would play them pre-rendered too, if they were started).
+The greeting is rendered first: the callee waits through its delay on nearly every call.
+The re-prompt (when the policy has an idle timeout and re-prompts) and the fallback (when
+the agent has tools: every tool round counts against ``max_tool_steps``) follow, one TTS
+request at a time, each once the one before it is done, so they never hold up the
+greeting's. They are said on fewer calls, and a call that never says them paid one short
+TTS request each; a caller who does hear them hears them at once, as the greeting. A
+fallback the start could not foresee (tools an agent handed off to brings) is rendered
+when the machine asks for the final reply without tools, while the model answers.
 
 The live TTS is used instead, and the effect's outcome says so in its ``detail``
 (``audio: live TTS, <why>``; ``audio: pre-rendered`` otherwise), when:
 
-* the text is not ready yet (the callee spoke first) or its synthesis failed;
+* the text is not ready yet (the callee spoke first, the idle timer fired first) or its
+  synthesis failed;
 * the text depends on the call (a greeting written by the model from instructions);
 * the agent speaking has its own ``tts_node`` (it may change the text or the audio), or
   another TTS than the one that rendered it (a handoff), or the session has text
@@ -34,6 +40,8 @@ from livekit import rtc
 from livekit.agents import Agent, AgentSession, tts
 from livekit.agents.utils import is_given
 from livekit.agents.voice.transcription.filters import filter_emoji, filter_markdown
+
+from turnfsm.policy import TurnPolicy
 
 PRERENDERED = "audio: pre-rendered"
 """The ``detail`` of an outcome whose speech played pre-rendered audio."""
@@ -57,25 +65,47 @@ class PrerenderedTexts:
     def __init__(self, session: AgentSession) -> None:
         self._session = session
         self._renderings: dict[str, _Rendering] = {}
+        self._last: asyncio.Task[None] | None = None
+        """The rendering started last: the next one waits for it."""
         self.expected_reply: str | None = None
         """A text a reply of the agent is about to carry (the greeting written into the
         turn context of the callee's first words): ``TurnAgent.tts_node`` plays it."""
 
-    def start(self, text: str | None) -> None:
-        """Start synthesizing ``text`` (the policy's greeting, if it has a text), unless
-        this session's agent could not play it."""
+    def start_call(self, policy: TurnPolicy) -> None:
+        """The session's agent runs: render what the call may say word for word, the
+        greeting first (if the policy has a text for it), then the re-prompt if the policy
+        re-prompts, then the tool-cap fallback if the agent has tools."""
+        reprompts = policy.idle_timeout is not None and policy.idle_max_reprompts > 0
+        tools = _has_tools(self._session)
+        self.start(
+            policy.greeting,
+            policy.idle_message if reprompts else None,
+            policy.tool_cap_fallback if tools else None,
+        )
+
+    def start(self, *texts: str | None) -> None:
+        """Start synthesizing ``texts`` in order, each once every rendering started before
+        it is done (one TTS request at a time: the first text's is never held up), unless
+        this session's agent could not play them. A text already started is not again."""
         agent = self._session.current_agent
         engine = _tts_of(self._session, agent)
-        if not text or engine is None or _own_tts_node(agent) or _custom_transforms(self._session):
+        if engine is None or _own_tts_node(agent) or _custom_transforms(self._session):
             return
-        if text not in self._renderings:
-            rendering = _Rendering(engine)
-            rendering.task = asyncio.get_running_loop().create_task(
-                self._render(text, rendering), name="turnfsm.prerender"
-            )
-            self._renderings[text] = rendering
+        loop = asyncio.get_running_loop()
+        for text in texts:
+            if text and text not in self._renderings:
+                rendering = _Rendering(engine)
+                rendering.task = loop.create_task(
+                    self._render(text, rendering, after=self._last), name="turnfsm.prerender"
+                )
+                self._renderings[text] = rendering
+                self._last = rendering.task
 
-    async def _render(self, text: str, rendering: _Rendering) -> None:
+    async def _render(
+        self, text: str, rendering: _Rendering, *, after: asyncio.Task[None] | None
+    ) -> None:
+        if after is not None:
+            await asyncio.wait([after])  # done or failed alike: the TTS is free again
         try:
             spoken = await _transformed(text, self._session.options.tts_text_transforms)
             rendering.spoken = spoken
@@ -144,6 +174,15 @@ def _own_tts_node(agent: Agent | None) -> bool:
         "tts_node" in vars(cls) and not getattr(vars(cls)["tts_node"], "plays_prerendered", False)
         for cls in type(agent).__mro__
         if cls is not Agent
+    )
+
+
+def _has_tools(session: AgentSession) -> bool:
+    """Whether the agent starts with tools to call (its own, the session's, or an MCP
+    server's), so that a turn can reach ``max_tool_steps``."""
+    agent = session.current_agent
+    return bool(
+        session.tools or agent.tools or (is_given(agent.mcp_servers) and agent.mcp_servers)
     )
 
 

@@ -217,7 +217,10 @@ async def _o7_speech_end_never_reported(strict: bool = False) -> dict[str, int]:
         await wait_segment(call, 1, timeout=LINES["question"].duration + 8, finished=True)
         await call.sleep_until(call.now() + 4.0)  # a second re-prompt would come after 2 s
         context = tc.describe()
-        assert call.tts.texts == ["We open at nine.", policy.idle_message], context
+        # the re-prompt rendered as the call started; this lever says it with the live TTS
+        assert call.tts.texts == [policy.idle_message, "We open at nine.", policy.idle_message], (
+            context
+        )
         assert tc.controller.state == "speaking", context  # waiting for the re-prompt's end
         assert call.session.agent_state == "listening", context
         (breach,) = tc.adapter.outcomes.agreement_breaches  # one, however long it lasts

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterable
 from typing import Any
 
 import pytest
-from turncalls import GREETING, run_scenarios, turn_call, wait_segment
+from turncalls import GREETING, FailingOnceTTS, run_scenarios, turn_call, wait_segment
 
 from turnfsm import TurnPolicy
 from turnfsm.adapters.livekit import TurnAgent
@@ -23,20 +23,6 @@ from turnfsm.adapters.sim import CallScript, ScriptedTTS, UserLine
 HELLO_AT = 2.0
 FIRST_BYTE = 0.35
 SETTINGS = ["livekit-defaults", "sim"]
-
-
-class FailingOnceTTS(ScriptedTTS):
-    """Its first synthesis fails (a provider error), the next ones work."""
-
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self.failed = False
-
-    def synthesize(self, text: str, **options: Any) -> Any:
-        if not self.failed:
-            self.failed = True
-            raise ConnectionError("the TTS provider is unreachable")
-        return super().synthesize(text, **options)
 
 
 class OwnVoiceAgent(TurnAgent):

@@ -39,6 +39,7 @@ from turnfsm import TurnPolicy
 from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.adapters.livekit import TurnAgent
+from turnfsm.adapters.livekit.prerender import PRERENDERED
 from turnfsm.adapters.sim import (
     LINES,
     CallScript,
@@ -74,14 +75,25 @@ async def test_a_declined_backchannel_leaves_no_phantom_speaking(settings: str) 
         reply = await tc.segment_played(0, timeout=TOOL_SECONDS + 4)
         reprompt = await tc.segment_played(1, timeout=IDLE + 3)
         context = tc.describe()
-        # what the caller heard: the tool's reply whole, then the re-prompt, IDLE s later
-        assert call.tts.texts == [APPOINTMENT, policy.idle_message], context
+        # what the caller heard: the tool's reply whole, then the re-prompt, IDLE s later;
+        # the TTS rendered the re-prompt and the tool-cap fallback as the call started, one
+        # after the other, and said only the tool's reply live
+        assert call.tts.texts == [policy.idle_message, policy.tool_cap_fallback, APPOINTMENT], (
+            context
+        )
         for segment, text in ((reply, APPOINTMENT), (reprompt, policy.idle_message)):
             assert segment.interrupted is False, context
             assert segment.played == segment.pushed, context
             assert abs(segment.pushed - call.tts.duration_of(text)) < 0.1, context
+        # the idle timer ran its whole IDLE s from the reply's end, and the re-prompt's
+        # first frame left as it fired: pre-rendered, no TTS first byte to wait for (float
+        # sums on the virtual clock: exact to a microsecond)
         reply_end = tc.segment_start(reply) + reply.played
-        assert IDLE <= tc.segment_start(reprompt) - reply_end < IDLE + 0.5, context
+        (fired,) = tc.events("idle_timer_expired")
+        assert tc.at(fired) - reply_end >= IDLE - 1e-6, context
+        assert tc.segment_start(reprompt) - tc.at(fired) < 0.005, context
+        (said,) = [s for s in tc.events("effect_outcome") if s.event.effect == "say"]
+        assert said.event.detail == PRERENDERED, context
         # the history: "Mhm." was no turn, nothing answered it
         assert tc.texts("user") == [APPOINTMENT_QUESTION], context
         assert tc.texts("assistant") == [APPOINTMENT, policy.idle_message], context
@@ -140,7 +152,8 @@ async def test_a_backchannel_the_agent_stops_leaves_no_phantom_speaking(settings
         call.audio_input.say_now("uh_huh")
         reprompt = await tc.segment_played(1, timeout=LINES["uh_huh"].duration + IDLE + 3)
         context = tc.describe()
-        assert call.tts.texts == ["We open at nine.", policy.idle_message], context
+        # the re-prompt rendered as the call started, played from memory
+        assert call.tts.texts == [policy.idle_message, "We open at nine."], context
         assert reprompt.interrupted is False, context
         assert tc.texts("user") == [APPOINTMENT_QUESTION], (
             context

@@ -27,6 +27,7 @@ from turnfsm.adapters.sim import (
     ScriptedLLM,
     ScriptedReply,
     ScriptedToolCall,
+    ScriptedTTS,
     SimulatedCall,
     UserLine,
 )
@@ -237,6 +238,22 @@ async def wait_segment(
 
     await call.wait_until(ready, timeout=timeout)
     return call.audio_output.segments[index]
+
+
+class FailingOnceTTS(ScriptedTTS):
+    """Its first synthesis of ``text`` (of any text if None) fails (a provider error);
+    the others work."""
+
+    def __init__(self, text: str | None = None, **options: Any) -> None:
+        super().__init__(**options)
+        self.failing_text = text
+        self.failed = False
+
+    def synthesize(self, text: str, **options: Any) -> Any:
+        if not self.failed and self.failing_text in (None, text):
+            self.failed = True
+            raise ConnectionError("the TTS provider is unreachable")
+        return super().synthesize(text, **options)
 
 
 APPOINTMENT_QUESTION = LINES["question"].text
