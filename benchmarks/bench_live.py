@@ -31,6 +31,7 @@ from turnfsm import TurnController, TurnPolicy
 from turnfsm import effects as fx
 from turnfsm.adapters.livekit import TurnAdapter, TurnAgent, attach
 from turnfsm.adapters.livekit.levers import LEVERS
+from turnfsm.adapters.livekit.port import Lever, LeverPort, Site
 from turnfsm.adapters.sim.models import ScriptedLLM
 from turnfsm.adapters.sim.session import SimulatedCall, load_silero_vad
 from turnfsm.adapters.sim.speech import CallScript, UserLine
@@ -170,13 +171,13 @@ async def _measure_reaction(cases: list[_Case], rounds: int, per_round: int) -> 
         if sample == probe.sample and probe.lever_ns is None:
             loop.call_soon(tick, sample)
 
-    def on_lever(kind: type[fx.Effect], lever: Callable[[TurnAdapter, Any], None]) -> Any:
-        def shimmed(adapter: TurnAdapter, effect: fx.Effect) -> None:
+    def on_lever(kind: type[fx.Effect], lever: Lever) -> Any:
+        def shimmed(port: LeverPort, effect: fx.Effect, site: Site) -> None:
             if kind is probe.expect and probe.lever_ns is None:
                 probe.lever_ns = time.perf_counter_ns()
                 probe.lever_cpu_ns = time.thread_time_ns()
                 probe.lever_tick = ticks
-            lever(adapter, effect)
+            lever(port, effect, site)
 
         return shimmed
 
@@ -350,15 +351,15 @@ async def _one_call(with_controller: bool) -> _CallFigures:
         adapters.append(adapter)
         shims.enter_context(lever_shim(lever_table(adapter), timed_lever))
 
-    def timed_lever(kind: type[fx.Effect], lever: Callable[[TurnAdapter, Any], None]) -> Any:
-        def timed(adapter: TurnAdapter, effect: fx.Effect) -> None:
+    def timed_lever(kind: type[fx.Effect], lever: Lever) -> Any:
+        def timed(port: LeverPort, effect: fx.Effect, site: Site) -> None:
             nonlocal controller_cpu, levers, levers_in_emit, depth
             levers += 1
             levers_in_emit += emitting > 0
             depth += 1
             start = time.thread_time()
             try:
-                lever(adapter, effect)
+                lever(port, effect, site)
             finally:
                 depth -= 1
                 if not depth:

@@ -7,7 +7,8 @@ read with ``git show``):
   stays in its state);
 - the machine's context fields (``TurnContext``);
 - the fields ``TurnAdapter`` and ``RealtimeLink`` set on themselves (``self.x = ...`` in
-  their classes);
+  their classes), and those of the dispatcher, the levers' port and the realtime levers
+  where they exist;
 - the groups of ``adapters/livekit``'s modules that import each other (around a
   circle), counting imports under ``TYPE_CHECKING`` and inside functions too.
 
@@ -114,6 +115,17 @@ def chart_counts() -> tuple[int, int, int]:
     return len(transitions), targetless, len(attrs.fields(TurnContext))
 
 
+CLASSES = (
+    ("adapter", "TurnAdapter"),
+    ("realtime", "RealtimeLink"),
+    ("dispatch", "Dispatcher"),
+    ("port", "LeverPort"),
+    ("realtime_levers", "RealtimeLevers"),
+)
+"""The classes whose fields are counted, by module: the adapter and the realtime link,
+and, where they exist, the rooms their fields moved to (issue 21, point 3)."""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--at", help="a commit to count (default: the working tree)")
@@ -126,16 +138,12 @@ def main() -> None:
             ("targetless", f"{targetless} ({100 * targetless / transitions:.0f} %)"),
             ("context fields", str(fields)),
         ]
-    adapter = source("adapters/livekit/adapter.py", at)
-    realtime = source("adapters/livekit/realtime.py", at)
-    rows += [
-        ("TurnAdapter fields", str(len(self_fields(adapter, "TurnAdapter")))),
-        ("RealtimeLink fields", str(len(self_fields(realtime, "RealtimeLink")))),
-    ]
-    graph = {
-        Path(path).stem: sibling_imports(source(path, at))
-        for path in files("adapters/livekit", at)
-    }
+    livekit = {Path(path).stem: source(path, at) for path in files("adapters/livekit", at)}
+    for module, class_name in CLASSES:
+        if module in livekit:
+            fields = self_fields(livekit[module], class_name)
+            rows.append((f"{class_name} fields", str(len(fields))))
+    graph = {module: sibling_imports(text) for module, text in livekit.items()}
     groups = tangles(graph)
     described = "; ".join(", ".join(sorted(group)) for group in groups) or "none"
     rows.append(("modules importing each other (livekit)", described))

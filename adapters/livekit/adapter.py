@@ -7,11 +7,12 @@ README's "Embedding"; a missing piece is refused: :mod:`.embedding`)::
     attach(session, controller, end_call=hang_up_room(ctx))
 
 The adapter subscribes to the session's events, translates each into a
-:mod:`turnfsm.events` event (table below), hands it to the controller, and executes the
-returned effects in order with :data:`~turnfsm.adapters.livekit.levers.LEVERS`. Events
-raised while effects run (LiveKit emits ``speech_created`` inside ``session.say``) are
-queued and handled right after, in the same callback: the machine runs to completion
-one event at a time.
+:mod:`turnfsm.events` event (:mod:`.translate`, whose table says which), hands it to the
+dispatcher (:mod:`.dispatch`), which feeds the controller and executes the returned
+effects in order with :data:`~turnfsm.adapters.livekit.levers.LEVERS`, each lever given
+the port it acts through and its site (:mod:`.port`). Events raised while effects run
+(LiveKit emits ``speech_created`` inside ``session.say``) are queued and handled right
+after, in the same callback: the machine runs to completion one event at a time.
 
 Every effect's outcome comes back to the machine as ``EffectOutcome`` (done, refused by
 LiveKit, or failed: :mod:`.effect_outcomes`), queued like any event. Barge-in is
@@ -45,70 +46,15 @@ Events duplicated, out of order or late are no error:
 * after ``close`` the adapter is detached: session events no longer reach it, and its
   own late callbacks (a speech handle done, a timer due) are ignored with a debug log.
 
-==============================================  ============================================
-LiveKit                                          turnfsm event
-==============================================  ============================================
-``agent_state_changed`` from ``initializing``,   ``SessionStarted`` (and the audio links are
-or the first ``speech_created`` (an              put in place), once
-``on_enter`` speech comes first)
-``agent_state_changed`` to ``speaking``          ``AgentSpeechStarted``
-``user_state_changed`` to / from ``speaking``    ``UserSpeechStarted`` / ``UserSpeechEnded``
-``user_input_transcribed``                       ``UserTranscript``
-the session's ``interruption`` options and STT   ``InterruptionSettings``, once, before
-                                                 ``SessionStarted``
-LiveKit's end of the caller's turn, before it    ``UserTurnEnded`` (its words counted as for
-decides (``on_end_of_turn`` of an activity that  ``min_words``); a ``RejectUserTurn`` of its
-ran a tool step: :class:`~.interruption.         step makes it no turn, as LiveKit's
-TurnEndWatch`)                                   ``min_words`` does
-``TurnAgent.on_user_turn_completed``             ``UserTurnCommitted`` (without ``TurnAgent``:
-                                                 ``conversation_item_added``, role user)
-``generate_reply(user_input=...)`` (a typed       ``UserTurnCommitted``, before the reply is
-turn: ``session.run``, RoomIO's text input)      created (:mod:`.text_turns`)
-no reply to it: ``StopResponse`` (rejected by    ``UserTurnDeclined``, naming the reply
-the machine) or the agent's own hook raised      LiveKit prepared for the turn
-                                                 (``preemptive_generation``) and leaves
-                                                 parked: the one speech not scheduled
-``agent_false_interruption``                     ``UserTurnDeclined`` (``false_interruption``)
-``speech_created``                               ``AgentSpeechCreated``
-speech handle interrupted (``speech_handle.``   ``AgentSpeechInterrupted`` (before its
-``wait_if_not_interrupted``)                     ``AgentSpeechEnded``)
-speech handle done                               ``AgentSpeechEnded`` (played seconds from
-                                                 :class:`~.audio.PlayoutMeter`; a text-only
-                                                 session's, from the text sent)
-``conversation_item_added``, role assistant      ``AssistantMessageCommitted`` (an interrupted
-                                                 reply in full: the text
-                                                 ``TurnAgent.transcription_node`` forwarded,
-                                                 also behind a transcript synchronizer)
-``conversation_item_added``, agent handoff     (no event: the held or released user turns
-                                                 are put on the new agent's activity)
-``tool_execution_updated`` (first call started)  ``ToolStepStarted`` (of the speech running
-                                                 then; calls tracked by id)
-``function_tools_executed``                      ``ToolStepFinished`` (of its calls' speech;
-                                                 ``hands_over``: ``has_agent_handoff``)
-timer expiry (``loop.call_later``)               the timer's ``*TimerExpired``
-``error``                                        ``SessionError`` (``recoverable`` as given)
-``close``                                        ``CallEnded``
-every lever (and the futures it started)         ``EffectOutcome``
-SIP ``sip.callStatus`` (:mod:`.sip`)             ``CallRinging`` / ``CallAnswered`` /
-                                                 ``CallEnded``
-AMD ``amd_prediction`` (:meth:`watch_amd`)       ``AnsweringMachineDetected``
-a realtime model's own replies, responses and    ``RealtimeModelLinked``, ``ModelReplyStarted``,
-refusals, cancels (:mod:`.realtime`)             ``ModelResponseCreated`` /
-                                                 ``ModelResponseDone``, ``ModelCancelSent``
-                                                 / ``ModelCancelAnswered``,
-                                                 ``EffectOutcome``
-==============================================  ============================================
+Which LiveKit event becomes which machine event is the translator's table
+(:mod:`.translate`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import collections
-import inspect
-import threading
-import traceback
-from collections.abc import Awaitable, Callable
-from typing import Any, Literal, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 from livekit.agents import Agent, AgentSession, StopResponse, llm, utils
 from livekit.agents.voice import SpeechHandle, agent_activity
@@ -117,7 +63,6 @@ from livekit.agents.voice.events import (
     AgentStateChangedEvent,
     CloseEvent,
     ConversationItemAddedEvent,
-    ErrorEvent,
     FunctionToolsExecutedEvent,
     SpeechCreatedEvent,
     ToolCallStarted,
@@ -129,12 +74,12 @@ from livekit.agents.voice.events import (
 from turnfsm import TurnController
 from turnfsm import effects as fx
 from turnfsm import events as ev
-from turnfsm.controller import ConcurrentUseError
 from turnfsm.tools.metrics import CallMeter, CallMetrics
-from turnfsm.trace import TraceStep, redact
+from turnfsm.trace import TraceStep
 
-from .audio import InputGate, PlayedSegment, PlayoutMeter, measure_playout
-from .effect_outcomes import EffectRefused, PendingOutcome
+from . import translate
+from .audio import InputGate, PlayedSegment, measure_playout
+from .dispatch import Dispatcher
 from .embedding import (
     EmbeddingError,
     check_attach,
@@ -144,23 +89,18 @@ from .embedding import (
     session_started,
     unguard_start,
 )
-from .heard import SpeakingRates
 from .interruption import InterruptionWatch, ToolReplyHolds, TurnEnd, TurnEndWatch
-from .levers import LEVERS, Lever, commit_held_turn
+from .levers import LEVERS
 from .log import logger
 from .outcomes import OutcomeMonitor
+from .port import EndCall, Lever, LeverPort
 from .prerender import PrerenderedTexts
 from .realtime import RealtimeLink
-from .telemetry import report_call
+from .realtime_levers import RealtimeLevers
 from .text import estimated_seconds
 from .text_turns import report_text_turns, stop_reporting_text_turns
 from .turn_hook import UserTurnHook, reply_model
 from .warmup import EchoWarmUpHold
-
-_R = TypeVar("_R")
-
-EndCall = Callable[[str], object]
-"""Hangs up the call, given the hang-up reason; an awaitable it returns is awaited."""
 
 BEFORE_FIRST_WORDS = frozenset({"start", "ringing", "awaiting_user"})
 """States where the machine stops every agent speech: the caller's first words, which the
@@ -234,16 +174,14 @@ def adapter_for(session: AgentSession) -> TurnAdapter | None:
     return adapter
 
 
-_ONE_EVENT = inspect.Signature(
-    [inspect.Parameter("event", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-)
-"""The signature of a guarded handler, ready-made: LiveKit's event emitter reads each
-callback's signature on every emit (to pass it as many arguments as it takes), and the
-realtime link's handlers see every protocol event, tens a second."""
-
-
 class TurnAdapter:
-    """Connects one ``AgentSession`` to one :class:`~turnfsm.TurnController`."""
+    """Connects one ``AgentSession`` to one :class:`~turnfsm.TurnController`.
+
+    Three rooms and a port: its handlers take LiveKit's events and keep the registries
+    (speeches, messages, played segments, tool calls), the translator (:mod:`.translate`)
+    makes machine events of LiveKit's objects, the dispatcher (:mod:`.dispatch`) runs
+    the machine and its levers, and the levers act through the port (:mod:`.port`).
+    """
 
     def __init__(
         self,
@@ -255,16 +193,14 @@ class TurnAdapter:
     ) -> None:
         self.session = session
         self.controller = controller
-        self.end_call = end_call
-        self.gate: InputGate | None = None
-        """In front of ``session.input.audio`` only under a policy that can mute or hold
-        the caller's audio (otherwise the session's input is left as it is)."""
-        self.meter: PlayoutMeter | None = None
-        """Right behind ``session.output.audio`` (which stays the session's object), or
-        in front of it when it is a bare sink (:func:`~.audio.measure_playout`)."""
-        self.transcript_final = False
-        """A final transcript arrived since the caller last started speaking: the STT is
-        done with what was said (``commit_user_turn`` need not wait for another)."""
+        self.port = LeverPort(
+            session, controller.policy, end_call=end_call, timer_expired=self.timer_expired
+        )
+        """What the levers act on (the gate, the meter, the registries, the timers)."""
+        self.outcomes = OutcomeMonitor(self, strict=strict)
+        """Checks what the session did (audio, history, tool rounds, input)."""
+        self.dispatcher = Dispatcher(controller, self.port, self.outcomes, dict(LEVERS))
+        """The run-to-completion step, the levers' outcomes and the failure log."""
         self._reported_turn: str | None = None
         """The last user message reported by the agent hook (reported once)."""
         self.warned_realtime_typed_turn = False
@@ -275,27 +211,10 @@ class TurnAdapter:
         self.agent_hook: UserTurnHook | None = None
         """The agent's own ``on_user_turn_completed`` while it runs (after turnfsm's
         report): a speech created meanwhile is the agent's, not LiveKit's reply."""
-        self.speeches: dict[str, SpeechHandle] = {}
-        self.assistant_messages: dict[str, llm.ChatMessage] = {}
         self.forwarded_texts: dict[str, str] = {}
         """Each speech's text as forwarded to the transcript (reported by
         :class:`~.agent.TurnAgent`): what LiveKit commits without a synchronizer."""
-        self.last_segment: dict[str, PlayedSegment] = {}
         self.played_seconds: dict[str, float] = {}
-        self.speaking_rates = SpeakingRates()
-        """The voice's slowest rate so far, for cutting a reply whose audio never all came."""
-        self.timers: dict[str, asyncio.TimerHandle] = {}
-        self.site: object | None = None
-        """The LiveKit event whose handler is running, or the agent hook being run (a
-        :class:`~.turn_hook.UserTurnHook`), if any: the call site the steps it dispatches
-        answer (a lever that must act on it, e.g. ``cancel_tool_reply()`` on a
-        ``FunctionToolsExecutedEvent``, or the greeting written into the hook's
-        ``turn_ctx``, does so within that step)."""
-        self.held_turn_settings: tuple[Any, bool] | None = None
-        self.warmup = EchoWarmUpHold(self)
-        """Holds the caller's audio at the gate through LiveKit's AEC warm-up while user
-        turns are held (the STT hears silence then)."""
-        self.closing = False
         self.starting = False
         """``session.start`` is running (the embedding's guard raises a refusal after it)."""
         self._call_started = False
@@ -304,52 +223,91 @@ class TurnAdapter:
         """Strict: a refused early speech, raised by ``session.start`` once it returns."""
         self._refused: set[str] = set()
         """Early speeches reported so far, by agent method and call (one warning each)."""
-        self._hang_ups: set[asyncio.Future[Any]] = set()
-        """``end_call``'s awaitables: awaited to their end, even after the session closed
-        (detaching cancels the levers' other futures, never a hang-up)."""
         self._segment_speeches: collections.deque[str | None] = collections.deque()
         self._tool_calls: dict[str, str] = {}
         """The speech of each running tool call, by call id: LiveKit's tool events do not
         name it, ``session.current_speech`` may already be cleared while a tool-only step
         runs, and a step's tool may await an ``AgentTask`` whose own tools run meanwhile."""
-        self._queue: collections.deque[ev.Event] = collections.deque()
-        self._dispatching = False
-        self._thread: int | None = None
-        """The thread of the session's event loop, the only one that may dispatch."""
-        self._origin: float | None = None
         self._handlers: list[tuple[str, Callable[..., None]]] = []
-        self._tasks: set[asyncio.Future[Any]] = set()
-        self._reported_failures: set[tuple[str, type[BaseException]]] = set()
-        self._running: tuple[fx.Effect, str] | None = None
-        """The effect whose lever runs now, and the state it was emitted in."""
-        # -- outcomes (effect_outcomes.py, interruption.py, outcomes.py) --
-        self._outcome: PendingOutcome | None = None
-        self._handling = 0
-        """Session handlers running now (a strict breach is raised at the outermost's end)."""
-        """The outcome of the effect whose lever runs now."""
         self.interruptions = InterruptionWatch(self._speech_interrupted)
-        self.turn_ends = TurnEndWatch(self._guarded("end of turn", self._turn_ended))
+        self.turn_ends = TurnEndWatch(self.dispatcher.guarded("end of turn", self._turn_ended))
         """LiveKit's ends of the caller's turns, before it decides on them."""
-        self.tool_reply_holds = ToolReplyHolds()
-        """The replies to tool output waiting for LiveKit's decision on a barge-in."""
-        self.outcomes = OutcomeMonitor(self, strict=strict)
-        """Checks what the session did (audio, history, tool rounds, input)."""
-        self.prerendered = PrerenderedTexts(session)
+        self.realtime: RealtimeLink | None = None
+        """Realtime models: the model's protocol tracker (realtime.py)."""
+        self.realtime_levers: RealtimeLevers | None = None
+        """Realtime models: the levers that hold there, in place of the pipeline's."""
+        if isinstance(session.llm, llm.RealtimeModel):
+            self.realtime = RealtimeLink(self.port, self.dispatcher)
+            self.realtime_levers = RealtimeLevers(self.realtime, self.port)
+            self.dispatcher.levers.update(self.realtime_levers.levers)
+
+    # -- what the port and the dispatcher hold, for the embedding and its tests ---------
+
+    @property
+    def levers(self) -> dict[type[fx.Effect], Lever]:
+        """Every effect type's lever, as the dispatcher runs them (replaceable)."""
+        return self.dispatcher.levers
+
+    @property
+    def observers(self) -> list[Callable[[TraceStep], None]]:
+        """Called with every step, before its effects run (the telemetry: telemetry.py)."""
+        return self.dispatcher.observers
+
+    @property
+    def call_meter(self) -> CallMeter:
+        """The call's turn metrics, fed every step (telemetry.py)."""
+        return self.dispatcher.call_meter
+
+    @property
+    def call_metrics(self) -> CallMetrics | None:
+        """The call's metrics, once the machine ended (and the call was reported)."""
+        return self.dispatcher.call_metrics
+
+    @property
+    def gate(self) -> InputGate | None:
+        """The input gate, if the session's input has one (:attr:`.LeverPort.gate`)."""
+        return self.port.gate
+
+    @property
+    def closing(self) -> bool:
+        """The session is closing: the call is over."""
+        return self.port.closing
+
+    @property
+    def speeches(self) -> dict[str, SpeechHandle]:
+        """The session's speeches not done yet, by id."""
+        return self.port.speeches
+
+    @property
+    def assistant_messages(self) -> dict[str, llm.ChatMessage]:
+        """The assistant message committed for each speech not done yet, by speech id."""
+        return self.port.assistant_messages
+
+    @property
+    def held_turn_settings(self) -> tuple[Any, bool] | None:
+        """What ``HoldUserTurns`` replaced, while user turns are held."""
+        return self.port.held_turn_settings
+
+    @property
+    def warmup(self) -> EchoWarmUpHold:
+        """The hold of the caller's audio through LiveKit's AEC warm-up."""
+        return self.port.warmup
+
+    @property
+    def prerendered(self) -> PrerenderedTexts:
         """The greeting, re-prompt and fallback synthesized ahead, while the call rings
         (prerender.py)."""
-        self.realtime: RealtimeLink | None = None
-        """Realtime models: the levers that hold there replace the pipeline's (realtime.py)."""
-        self.levers: dict[type[fx.Effect], Lever] = dict(LEVERS)
-        self.observers: list[Callable[[TraceStep], None]] = []
-        """Called with every step, before its effects run (the telemetry: telemetry.py)."""
-        self.call_meter = CallMeter(controller.policy)
-        """The call's turn metrics, fed every step (the figures of the call's summary line,
-        its meter instruments and its spans: telemetry.py)."""
-        self.call_metrics: CallMetrics | None = None
-        """The call's metrics, once the machine ended (and the call was reported)."""
-        if isinstance(session.llm, llm.RealtimeModel):
-            self.realtime = RealtimeLink(self)
-            self.levers.update(self.realtime.levers)
+        return self.port.prerendered
+
+    @property
+    def tool_reply_holds(self) -> ToolReplyHolds:
+        """The replies to tool output waiting for LiveKit's decision on a barge-in."""
+        return self.port.tool_reply_holds
+
+    @property
+    def end_call(self) -> EndCall | None:
+        """How the call hangs up (:func:`attach`'s ``end_call``)."""
+        return self.port.end_call
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -370,13 +328,23 @@ class TurnAdapter:
             "function_tools_executed": self._on_function_tools_executed,
             "agent_false_interruption": self._on_agent_false_interruption,
             "tool_execution_updated": self._on_tool_execution_updated,
-            "error": self._on_error,
             "close": self._on_close,
         }
+        for name, translation in translate.TRANSLATIONS.items():
+            handlers[name] = self._translated(translation)
         for name, handler in handlers.items():
-            guarded = self._guarded(name, handler)
+            guarded = self.dispatcher.guarded(name, handler)
             self.session.on(name, guarded)  # type: ignore[arg-type]
             self._handlers.append((name, guarded))
+        self.dispatcher.attached = True
+
+    def _translated(self, translation: Callable[[Any, float], ev.Event]) -> Callable[[Any], None]:
+        """A handler that dispatches what ``translation`` makes of its event."""
+
+        def handler(event: Any) -> None:
+            self.dispatch(translation(event, self.now()))
+
+        return handler
 
     def detach(self) -> None:
         """Stop listening, cancel timers, release the input and take the playout meter out
@@ -384,23 +352,22 @@ class TurnAdapter:
         for name, handler in self._handlers:
             self.session.off(name, handler)  # type: ignore[arg-type]
         self._handlers.clear()
+        self.dispatcher.attached = False
         unguard_start(self.session)
         stop_reporting_text_turns(self.session)
-        for handle in self.timers.values():
+        for handle in self.port.timers.values():
             handle.cancel()
-        self.timers.clear()
-        self._release_input()
-        if self.meter is not None:
-            self.meter.remove()
+        self.port.timers.clear()
+        self.dispatcher.release_input()
+        if self.port.meter is not None:
+            self.port.meter.remove()
         self.interruptions.close()
         self.turn_ends.close()
         self.tool_reply_holds.close()
         self.outcomes.agreement.close()
-        if self.realtime is not None:  # realtime: restore options, stop listening
-            self.realtime.release()
-        for task in self._tasks:
-            task.cancel()
-        self._tasks.clear()
+        if self.realtime_levers is not None:  # realtime: restore options, stop listening
+            self.realtime_levers.release()
+        self.dispatcher.cancel_tasks()
         if adapter_for(self.session) is self:
             delattr(self.session, _ADAPTER_ATTRIBUTE)
 
@@ -417,7 +384,7 @@ class TurnAdapter:
     @property
     def dispatching(self) -> bool:
         """A run-to-completion step runs now (an event dispatched meanwhile waits for it)."""
-        return self._dispatching
+        return self.dispatcher.dispatching
 
     @property
     def agent_hooks_active(self) -> bool:
@@ -436,12 +403,9 @@ class TurnAdapter:
 
     def now(self) -> float:
         """Seconds since the adapter started: the time stamped on every event."""
-        loop_time = asyncio.get_running_loop().time()
-        if self._origin is None:
-            self._origin = loop_time
-        return max(0.0, loop_time - self._origin)
+        return self.dispatcher.now()
 
-    # -- the run-to-completion step -----------------------------------------------------
+    # -- the run-to-completion step (the dispatcher's) ----------------------------------
 
     def dispatch(self, event: ev.Event) -> tuple[fx.Effect, ...]:
         """Feed an event to the controller, execute its effects and return them: the
@@ -460,262 +424,21 @@ class TurnAdapter:
         Raises:
             ConcurrentUseError: called from another thread than the first dispatch's.
         """
-        # -- turnfsm hardening (issue 11.4): one owner thread --------------------------
-        caller = threading.get_ident()
-        if self._thread is None:
-            self._thread = caller
-        elif caller != self._thread:
-            raise ConcurrentUseError(
-                f"TurnAdapter.dispatch called from thread {caller}, not from the session's "
-                f"event loop thread {self._thread}: use loop.call_soon_threadsafe"
-            )
-        # -- end of the owner-thread check -----------------------------------------------
-        if not self._handlers:
-            logger.debug(
-                "turnfsm: %s after detach ignored", event.name, extra={"event": event.name}
-            )
-            return ()
-        self.outcomes.agreement.activity()
-        self._queue.append(event)
-        if self._dispatching:
-            return ()
-        self._dispatching = True
-        try:
-            effects = self._step(self._queue.popleft())  # this event's: the queue was empty
-            while self._queue:  # events its levers caused
-                self._step(self._queue.popleft())
-        finally:
-            self._dispatching = False
-        self.outcomes.agreement.step_through()
-        if not self._handling:  # strict: a breach the step revealed (in a handler: at its end)
-            self.outcomes.raise_pending()
-        return effects
+        return self.dispatcher.dispatch(event)
 
     def trace_only(self, event: ev.Event) -> None:
-        """Record an event the machine ignores in every state (an ``OutcomeBreached``):
-        queued behind the step running now, else taken at once; unlike :meth:`dispatch`
-        it never raises a strict breach, so the outcome monitor may call it from LiveKit's
-        audio chain."""
-        if self._dispatching:
-            self._queue.append(event)
-        elif self._handlers:
-            self._step(event)
-
-    def _step(self, event: ev.Event) -> tuple[fx.Effect, ...]:
-        before = self.controller.state
-        try:
-            effects = self.controller.handle(event)
-        except Exception as error:
-            self._controller_failed(event, before, error)
-            self._release_input()
-            return ()
-        step = TraceStep(event.at, event, before, self.controller.state, effects)
-        self.call_meter.add(step)
-        if self.observers:
-            self._observe(step)
-        for effect in effects:
-            self._execute(effect, before)
-        self.outcomes.step(before, event, step.after, effects)
-        if step.after == "ended" and self.call_metrics is None:
-            self._call_ended()
-        return effects
-
-    def _call_ended(self) -> None:
-        """The machine ended: report the call (its summary line and meter instruments),
-        once its last effects ran and the outcome checks judged them."""
-        self.call_metrics = self.call_meter.result()
-        try:
-            report_call(self.call_metrics, dict(self.outcomes.counts))
-        except Exception as error:
-            self._report_failure("call report", error, "the call ended")
-
-    def _observe(self, step: TraceStep) -> None:
-        for observer in self.observers:
-            try:
-                observer(step)
-            except Exception as error:
-                self._report_failure("step observer", error, f"{step.event.name} in {step.before}")
-
-    def _execute(self, effect: fx.Effect, state: str) -> None:
-        previous, self._running = self._running, (effect, state)
-        previous_outcome = self._outcome
-        self._outcome = outcome = PendingOutcome(effect, self.dispatch, self.now)
-        try:
-            self.levers[type(effect)](self, effect)
-        except EffectRefused as refusal:
-            logger.debug(
-                "turnfsm: %s refused: %s",
-                effect.name,
-                refusal.detail,
-                extra={"effect": effect.name, "state": state},
-            )
-            outcome.lever_refused(refusal.detail)
-        except Exception as error:
-            self._report_failure(f"lever {effect.name}", error, self._describe(effect, state))
-            outcome.lever_failed(error)
-            if isinstance(effect, fx.UnmuteInput | fx.ResumeUserTurns):
-                self._release_input(
-                    commit=isinstance(effect, fx.ResumeUserTurns) and effect.commit_pending
-                )
-        else:
-            outcome.lever_returned()
-        finally:
-            self._running = previous
-            self._outcome = previous_outcome
-
-    def note_outcome_detail(self, detail: str) -> None:
-        """For a lever: how it carried out its effect, said in its ``done`` outcome."""
-        if self._outcome is None:
-            raise RuntimeError("note_outcome_detail() is for a running lever")
-        self._outcome.done_detail = detail
-
-    def defer_outcome(self) -> PendingOutcome:
-        """For a lever: its outcome is reported later, by its call site (``resolve``)."""
-        if self._outcome is None:
-            raise RuntimeError("defer_outcome() is for a running lever")
-        return self._outcome.defer()
-
-    def _describe(self, effect: fx.Effect, state: str) -> str:
-        """The effect for a log line: its transcript text only if the controller keeps it."""
-        return f"{redact(effect, keep_text=self.controller.keep_text)!r} in {state}"
-
-    def _controller_failed(self, event: ev.Event, state: str, error: Exception) -> None:
-        """Log a failing controller step with its traceback. Its message may quote the call
-        (an invariant violation lists the step's effects): it is redacted unless kept."""
-        shown = redact(error, keep_text=self.controller.keep_text)
-        name = type(error).__name__
-        if invariant := getattr(error, "invariant", None):
-            name = f"{name} {invariant}"
-        logger.error(
-            "turnfsm: controller failed on %s in %s: %r\n%s",
-            event.name,
-            state,
-            shown,
-            "".join(traceback.format_tb(error.__traceback__)).rstrip(),
-            extra={"event": event.name, "state": state, "error": name},
-        )
-
-    def _report_failure(self, where: str, error: BaseException, detail: str) -> None:
-        """Log a failure of a lever, a handler or an observer once per error type, its
-        message redacted unless text is kept (a plugin's error may quote its input)."""
-        shown = redact(error, keep_text=self.controller.keep_text)
-        key = (where, type(error))
-        if key in self._reported_failures:
-            logger.debug(
-                "turnfsm: %s failed again: %r",
-                where,
-                shown,
-                extra={"where": where, "error": type(error).__name__},
-            )
-            return
-        self._reported_failures.add(key)
-        logger.warning(
-            "turnfsm: %s failed (%s): %r",
-            where,
-            detail,
-            shown,
-            extra={"where": where, "error": type(error).__name__},
-        )
-
-    def _release_input(self, *, commit: bool = False) -> None:
-        """Whatever happened, the caller is heard again and user turns are committed;
-        with ``commit`` (a failed ``ResumeUserTurns(commit_pending=True)``), what the
-        caller said while they were held too: nothing else would commit it, as its end
-        of speech came while turns were held, and the caller waits for an answer."""
-        self.warmup.close()
-        if self.gate is not None and self.gate.muted:
-            self.gate.unmute(replay_held_audio=False)
-        if self.held_turn_settings is not None:
-            turn_detection, discard = self.held_turn_settings
-            self.held_turn_settings = None
-            try:
-                self.session.options.interruption["discard_audio_if_uninterruptible"] = discard
-                self.session.update_options(turn_detection=turn_detection)
-            except Exception as error:
-                self._report_failure("release input", error, "restoring turn detection")
-        if commit:
-            try:
-                commit_held_turn(self)
-            except Exception as error:
-                self._report_failure("release input", error, "committing the held turn")
-
-    def _guarded(
-        self, name: str, handler: Callable[[Any], _R], *, session_event: bool = True
-    ) -> Callable[[Any], _R | None]:
-        """``handler`` as a LiveKit callback: its failure is logged, never raised into the
-        session (``None`` then); its event is the one its steps answer (:attr:`site`).
-        A ``session_event`` keeps the session from being quiet (O7)."""
-
-        def guarded(event: Any) -> _R | None:
-            if session_event and self._handlers:
-                self.outcomes.agreement.activity()
-            self._handling += 1
-            site, self.site = self.site, event
-            try:
-                try:
-                    result = handler(event)
-                finally:
-                    self._handling -= 1
-                    self.site = site
-                if not self._handling:  # strict: a breach, once the handler did its work
-                    self.outcomes.raise_pending()
-                return result
-            except Exception as error:
-                self._report_failure(f"handler {name}", error, type(event).__name__)
-                return None
-
-        guarded.__signature__ = _ONE_EVENT  # type: ignore[attr-defined]
-        return guarded
+        """Record an event the machine ignores in every state (:meth:`.Dispatcher.trace_only`)."""
+        self.dispatcher.trace_only(event)
 
     def guarded_call(self, name: str, call: Callable[[], object]) -> None:
-        """Run ``call`` as a LiveKit callback would be (:meth:`_guarded`): its failure, or
-        a strict outcome breach, is logged and never raised into the event loop."""
-        self._guarded(name, lambda _: call(), session_event=False)(None)
-
-    def track(self, awaitable: Awaitable[Any], what: str, *, hang_up: bool = False) -> None:
-        """Keep a lever's future alive and log its failure instead of losing it (as a
-        failure of the lever that started it, with its effect and state). Detaching
-        cancels it, unless it is a ``hang_up`` (``end_call``'s), which runs to its end."""
-        future = asyncio.ensure_future(awaitable)
-        tasks = self._hang_ups if hang_up else self._tasks
-        tasks.add(future)
-        if self._outcome is not None:
-            self._outcome.track(future)
-        where, detail = what, "awaited lever"
-        if self._running is not None:
-            effect, state = self._running
-            where, detail = f"lever {effect.name}", f"{self._describe(effect, state)}, {what}"
-
-        def done(fut: asyncio.Future[Any]) -> None:
-            tasks.discard(fut)
-            if not fut.cancelled() and (error := fut.exception()) is not None:
-                self._report_failure(where, error, detail)
-
-        future.add_done_callback(done)
-
-    @property
-    def text_only(self) -> bool:
-        """The session has no audio, in nor out: the caller types and reads (LiveKit's
-        text testing, ``session.run(user_input=...)``). There is no audio to mute, and a
-        speech reaches the caller as the text it sends."""
-        session = self.session
-        return (
-            self.gate is None
-            and self.meter is None
-            and session.input.audio is None
-            and session.output.audio is None
-        )
-
-    def require_gate(self) -> InputGate:
-        """The input gate, or an error naming why it is missing."""
-        if self.gate is None:
-            raise RuntimeError("the session has no audio input to mute")
-        return self.gate
+        """Run ``call`` as a LiveKit callback would be: its failure, or a strict outcome
+        breach, is logged and never raised into the event loop."""
+        self.dispatcher.guarded_call(name, call)
 
     def timer_expired(self, timer: fx.TimerName) -> None:
         """A ``loop.call_later`` timer expired: hand it to the machine."""
-        self.timers.pop(timer, None)
-        self._guarded("timer", self.dispatch)(ev.timer_expired(timer, at=self.now()))
+        self.port.timers.pop(timer, None)
+        self.dispatcher.guarded("timer", self.dispatch)(ev.timer_expired(timer, at=self.now()))
 
     # -- session events -----------------------------------------------------------------
 
@@ -737,32 +460,10 @@ class TurnAdapter:
             return  # (an activity driven without session.start runs no agent: no call)
         self._call_started = True
         self._install_audio_links()
-        if self.realtime is None and not self.text_only:
+        if self.realtime is None and not self.port.text_only:
             self.prerendered.start_call(self.controller.policy)
-        self._tell_interruption_settings()
+        self.dispatch(translate.interruption_settings(self.session, self.now()))
         self.dispatch(ev.SessionStarted(at=self.now()))
-
-    def _tell_interruption_settings(self) -> None:
-        """The session's interruption settings, as LiveKit reads them at a turn's end:
-        its ``min_words``, and whether the running agent hears through an STT (LiveKit
-        counts words only then) and its turn detection is manual (then it counts none)."""
-        session = self.session
-        options = session.options.interruption
-        agent = session.current_agent
-        stt = agent.stt if utils.is_given(agent.stt) else session.stt
-        turn_detection = (
-            agent.turn_detection
-            if utils.is_given(agent.turn_detection)
-            else session.turn_detection
-        )
-        self.dispatch(
-            ev.InterruptionSettings(
-                at=self.now(),
-                min_words=int(options["min_words"]),
-                stt=stt is not None,
-                manual_turns=turn_detection == "manual",
-            )
-        )
 
     def _install_audio_links(self) -> None:
         session = self.session
@@ -775,11 +476,11 @@ class TurnAdapter:
             or self.realtime is not None
             or self.warmup.needs_gate()
         )
-        if session.input.audio is not None and self.gate is None and gated:
-            self.gate = InputGate(session.input.audio)
-            session.input.audio = self.gate
-        if session.output.audio is not None and self.meter is None:
-            self.meter = measure_playout(
+        if session.input.audio is not None and self.port.gate is None and gated:
+            self.port.gate = InputGate(session.input.audio)
+            session.input.audio = self.port.gate
+        if session.output.audio is not None and self.port.meter is None:
+            self.port.meter = measure_playout(
                 session.output,
                 on_segment_start=self._on_segment_start,
                 on_segment=self._on_segment,
@@ -794,32 +495,30 @@ class TurnAdapter:
         speech_id = self._segment_speeches.popleft() if self._segment_speeches else None
         self.outcomes.segment_finished(speech_id, segment)
         if speech_id is not None:
-            self.last_segment[speech_id] = segment
+            self.port.last_segment[speech_id] = segment
             self.played_seconds[speech_id] = (
                 self.played_seconds.get(speech_id, 0.0) + segment.played_seconds
             )
 
     def _on_user_state_changed(self, event: UserStateChangedEvent) -> None:
         if event.new_state == "speaking":
-            self.transcript_final = False
-            self.dispatch(ev.UserSpeechStarted(at=self.now()))
-        elif event.old_state == "speaking":
-            self.dispatch(ev.UserSpeechEnded(at=self.now()))
+            self.port.transcript_final = False
+        if (speech := translate.user_speech(event, self.now())) is not None:
+            self.dispatch(speech)
         self.outcomes.agreement.user_state_changed(event.old_state, event.new_state)
 
     def _on_user_input_transcribed(self, event: UserInputTranscribedEvent) -> None:
         if event.is_final:
-            self.transcript_final = True
-        self.dispatch(
-            ev.UserTranscript(at=self.now(), text=event.transcript, is_final=event.is_final)
-        )
+            self.port.transcript_final = True
+        self.dispatch(translate.transcript(event, self.now()))
 
     def _on_conversation_item_added(self, event: ConversationItemAddedEvent) -> None:
         item = event.item
         if isinstance(item, llm.AgentHandoff):
             self._agent_handed_over()
-            if self.realtime is not None:  # the new activity may open a new session
-                self.track(self.realtime.follow_handoff(), "realtime link after a handoff")
+            if self.realtime_levers is not None:  # the new activity may open a new session
+                following = self.realtime_levers.follow_handoff()
+                self.port.track(following, "realtime link after a handoff")
             return
         if not isinstance(item, llm.ChatMessage):
             return
@@ -828,26 +527,16 @@ class TurnAdapter:
         elif item.role == "user" and item.id in self._typed_turns:
             self._typed_turns.discard(item.id)  # reported as it was typed
         elif item.role == "user" and not self.agent_hooks_active:
-            self.dispatch(
-                ev.UserTurnCommitted(at=self.now(), text=item.text_content or "", item_id=item.id)
-            )
+            self.dispatch(translate.user_turn(item, self.now()))
         elif item.role == "assistant":
             speech = self.session.current_speech
             speech_id = speech.id if speech is not None else ""
-            self.assistant_messages[speech_id] = item
+            self.port.assistant_messages[speech_id] = item
             if item.interrupted:
                 self._restore_full_text(speech_id, item)
+            cut_short = self.realtime is not None and self.realtime.cut_short(item.id)
             self.dispatch(
-                ev.AssistantMessageCommitted(
-                    at=self.now(),
-                    item_id=item.id,
-                    speech_id=speech_id,
-                    text=item.text_content or "",
-                    # realtime: a reply whose audio was cut short by the model (a failed
-                    # or cancelled response, a lost connection) is cut as an interrupted one
-                    interrupted=item.interrupted
-                    or (self.realtime is not None and self.realtime.cut_short(item.id)),
-                )
+                translate.assistant_message(item, speech_id, self.now(), cut_short=cut_short)
             )
 
     def _agent_handed_over(self) -> None:
@@ -896,26 +585,19 @@ class TurnAdapter:
         if self.realtime is not None and self.realtime.intercept_speech(event):
             return  # realtime: a server reply cancelled before it plays (see realtime.py)
         handle = event.speech_handle
-        self.speeches[handle.id] = handle
+        self.port.speeches[handle.id] = handle
         handle.add_done_callback(self._on_speech_done)
         self.interruptions.watch(handle)
-        if self._outcome is not None and self._outcome.speech_id is None:
-            self._outcome.speech_id = handle.id  # the speech this lever created
-        source: Literal["say", "reply"] = "say" if event.source == "say" else "reply"
+        self.dispatcher.speech_created(handle.id)  # a running lever's, if one runs
         # asked for while the agent's own code runs (its on_enter, or its turn hook after
         # turnfsm's report), by no lever of turnfsm: LiveKit's own replies come outside
         # them (LiveKit 1.8.9 marks even those ``user_initiated``)
         entering = entering_agent()
         in_agent_code = entering is not None or self.agent_hook is not None
-        from_agent_code = in_agent_code and self._running is None
+        from_agent_code = in_agent_code and not self.dispatcher.lever_running
         before = self.controller.state
         effects = self.dispatch(
-            ev.AgentSpeechCreated(
-                at=self.now(),
-                speech_id=handle.id,
-                source=source,
-                from_agent_code=from_agent_code,
-            )
+            translate.speech_created(event, self.now(), from_agent_code=from_agent_code)
         )
         stopped = any(
             isinstance(effect, fx.Interrupt) and effect.speech_id in (None, handle.id)
@@ -955,25 +637,23 @@ class TurnAdapter:
             self.realtime.speech_done(handle)  # the greeting's outcome comes before its end
         try:
             self.interruptions.settle(handle)  # reported before its end
-            segment = self.last_segment.get(handle.id)
-            self.speaking_rates.speech_played(segment, self.assistant_messages.get(handle.id))
+            segment = self.port.last_segment.get(handle.id)
+            self.port.speaking_rates.speech_played(
+                segment, self.port.assistant_messages.get(handle.id)
+            )
             played_seconds = self.played_seconds.get(handle.id, 0.0)
             played_text = segment.synchronized_transcript if segment else None
-            if self.text_only:
+            if self.port.text_only:
                 played_text, played_seconds = self._text_sent(handle.id)
             self.dispatch(
-                ev.AgentSpeechEnded(
-                    at=self.now(),
-                    speech_id=handle.id,
-                    interrupted=handle.interrupted,
-                    played_seconds=played_seconds,
-                    played_text=played_text,
+                translate.speech_ended(
+                    handle, self.now(), played_seconds=played_seconds, played_text=played_text
                 )
             )
         except Exception as error:
-            self._report_failure("speech done", error, handle.id)
+            self.dispatcher.report_failure("speech done", error, handle.id)
         self.tool_reply_holds.release(handle.id, send=False)  # no reply of it is to come
-        for table in (self.speeches, self.assistant_messages, self.last_segment):
+        for table in (self.speeches, self.assistant_messages, self.port.last_segment):
             table.pop(handle.id, None)
         self.played_seconds.pop(handle.id, None)
         self.forwarded_texts.pop(handle.id, None)
@@ -1008,41 +688,24 @@ class TurnAdapter:
         self.dispatch(ev.ToolStepStarted(at=self.now(), speech_id=speech_id, calls=1))
 
     def _on_function_tools_executed(self, event: FunctionToolsExecutedEvent) -> None:
-        calls = max(1, len(event.function_calls))
         started = [self._tool_calls.pop(c.call_id, None) for c in event.function_calls]
         # a step of an AgentTask nested in a tool's step ends while the outer one runs on
         self.outcomes.agreement.tool_step(running=bool(self._tool_calls))
         speech_id = next((speech for speech in started if speech is not None), None)
         if speech_id is None:  # its start was not seen
             speech_id = self._current_speech_id()
+            calls = translate.tool_calls(event)
             self.dispatch(ev.ToolStepStarted(at=self.now(), speech_id=speech_id, calls=calls))
-        self.tool_reply_holds.step_finished(speech_id)
-        self.dispatch(
-            ev.ToolStepFinished(
-                at=self.now(),
-                speech_id=speech_id,
-                calls=calls,
-                hands_over=event.has_agent_handoff,
-            )
-        )
+        self.port.tool_reply_holds.step_finished(speech_id)
+        self.dispatch(translate.tool_step_finished(event, speech_id, self.now()))
 
     def _on_agent_false_interruption(self, event: AgentFalseInterruptionEvent) -> None:
         self._turn_declined("false_interruption")
 
-    def _on_error(self, event: ErrorEvent) -> None:
-        error = event.error
-        self.dispatch(
-            ev.SessionError(
-                at=self.now(),
-                message=type(error).__name__,
-                recoverable=bool(getattr(error, "recoverable", True)),
-            )
-        )
-
     def _on_close(self, event: CloseEvent) -> None:
-        self.closing = True
+        self.port.closing = True
         self.prerendered.close()
-        self.dispatch(ev.CallEnded(at=self.now(), reason=str(event.reason.value)))
+        self.dispatch(translate.call_ended(event, self.now()))
         self.detach()
 
     # -- call sites used by TurnAgent ---------------------------------------------------
@@ -1063,7 +726,7 @@ class TurnAdapter:
             return None
         self._reported_turn = message.id
         hook = UserTurnHook(turn_ctx, message)
-        effects = self._guarded("on_user_turn_completed", self._commit_user_turn)(hook)
+        effects = self.dispatcher.guarded("on_user_turn_completed", self._commit_user_turn)(hook)
         if effects is not None and fx.RejectUserTurn(item_id=message.id) in effects:
             self._turn_declined("rejected", message.id)
             raise StopResponse()
@@ -1077,18 +740,17 @@ class TurnAdapter:
         asked for. Returns the step's effects (``()`` if it failed: logged)."""
         self._reported_turn = hook.message.id
         self._typed_turns.add(hook.message.id)
-        effects = self._guarded("generate_reply", self._commit_user_turn)(hook)
+        effects = self.dispatcher.guarded("generate_reply", self._commit_user_turn)(hook)
         return effects if effects is not None else ()
 
     def _commit_user_turn(self, hook: UserTurnHook) -> tuple[fx.Effect, ...]:
-        text, item_id = hook.message.text_content or "", hook.message.id
-        return self.dispatch(ev.UserTurnCommitted(at=self.now(), text=text, item_id=item_id))
+        return self.dispatch(translate.user_turn(hook.message, self.now()))
 
     def user_turn_hook_ended(self, hook: UserTurnHook, error: BaseException | None) -> None:
         """The agent's ``on_user_turn_completed`` is through (``error``: what it raised):
         the greeting asked of its reply is reported done, or refused."""
         self.agent_hook = None
-        self._guarded("on_user_turn_completed", lambda _: hook.ended(error))(hook)
+        self.dispatcher.guarded("on_user_turn_completed", lambda _: hook.ended(error))(hook)
         if isinstance(error, Exception):  # LiveKit does not reply (StopResponse, or a failure)
             self._turn_declined("stopped_by_agent", hook.message.id)
 
@@ -1096,23 +758,14 @@ class TurnAdapter:
         """LiveKit will not answer the caller: the machine hears it, with the reply LiveKit
         prepared for the turn, which it leaves parked (the one speech not scheduled:
         LiveKit schedules every other as it creates it)."""
-        prepared = [
-            handle.id
-            for handle in self.speeches.values()
-            if not handle.done() and not handle.scheduled
-        ]
-        declined = ev.UserTurnDeclined(
-            at=self.now(),
-            reason=reason,
-            item_id=item_id,
-            prepared_speech_id=prepared[-1] if prepared else "",
-        )
-        self._guarded("user turn declined", self.dispatch)(declined)
+        speeches = self.port.speeches.values()
+        declined = translate.turn_declined(reason, item_id, speeches, self.now())
+        self.dispatcher.guarded("user turn declined", self.dispatch)(declined)
 
     def _turn_ended(self, turn_end: TurnEnd) -> None:
         """LiveKit ends the caller's turn: the machine hears its word count first, and
         may decline it (the ``RejectUserTurn`` lever, at this site)."""
-        self.dispatch(ev.UserTurnEnded(at=self.now(), words=turn_end.words))
+        self.dispatch(translate.turn_ended(turn_end, self.now()))
 
     def _speech_interrupted(self, speech_id: str) -> None:
-        self.dispatch(ev.AgentSpeechInterrupted(at=self.now(), speech_id=speech_id))
+        self.dispatch(translate.speech_interrupted(speech_id, self.now()))

@@ -6,7 +6,7 @@ run-to-completion queue as LiveKit's events (after the effects of the current st
 =========  ==========================================================================
 outcome    when
 =========  ==========================================================================
-done       the lever returned, and every future it started (``adapter.track``)
+done       the lever returned, and every future it started (``port.track``)
            resolved; or, for a deferred outcome, the lever's call site confirmed it
            (the turn hook whose reply carries the greeting let LiveKit reply);
            ``detail`` says how, where it matters (``audio: pre-rendered``)

@@ -37,17 +37,25 @@ from __future__ import annotations
 import functools
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from livekit.agents import AgentSession, llm, utils
 
 from turnfsm import TurnController, TurnPolicy
 from turnfsm.reach import ends_of_its_own
 
-from .text_turns import wait_for_text_greeting
+from .text_turns import Reporting, wait_for_text_greeting
 
-if TYPE_CHECKING:
-    from .adapter import TurnAdapter
+
+class Embedded(Reporting, Protocol):
+    """What the embedding's checks read of the adapter (:class:`~.adapter.TurnAdapter`)."""
+
+    starting: bool
+
+    @property
+    def end_call(self) -> Callable[[str], object] | None: ...
+
+    def raise_refusal(self) -> None: ...
 
 
 class EmbeddingError(RuntimeError):
@@ -126,7 +134,7 @@ def needs_agent_hooks(policy: TurnPolicy) -> list[str]:
     return []
 
 
-def check_start(adapter: TurnAdapter, agent: Any, room: Any, room_options: Any) -> None:
+def check_start(adapter: Embedded, agent: Any, room: Any, room_options: Any) -> None:
     """What ``session.start(agent, room=..., room_options=...)`` must bring.
 
     Raises:
@@ -159,7 +167,7 @@ def check_start(adapter: TurnAdapter, agent: Any, room: Any, room_options: Any) 
         )
 
 
-def guard_start(adapter: TurnAdapter) -> None:
+def guard_start(adapter: Embedded) -> None:
     """Run :func:`check_start` when this session starts, before LiveKit does anything;
     in a text-only session, return once the greeting the session starts with was said
     (:func:`.text_turns.wait_for_text_greeting`).
@@ -193,7 +201,7 @@ def unguard_start(session: AgentSession) -> None:
     session.__dict__.pop("start", None)
 
 
-def _realtime(adapter: TurnAdapter, agent: Any) -> bool:
+def _realtime(adapter: Embedded, agent: Any) -> bool:
     model = getattr(agent, "llm", None)
     if model is None or not utils.is_given(model):
         model = adapter.session.llm

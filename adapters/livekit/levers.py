@@ -1,13 +1,14 @@
 """One function per effect: the exact LiveKit lever that carries it out.
 
-Each lever takes the adapter and the effect; returning is ``done``, raising
+Each lever takes the port (:class:`~.port.LeverPort`), the effect and the site it runs
+at (:class:`~.port.Site`); returning is ``done``, raising
 :class:`~.effect_outcomes.EffectRefused` is LiveKit's refusal, any other exception a
-failure — the adapter reports each as ``EffectOutcome``. A decision a LiveKit call site
-must carry out runs within the step that call site dispatched (``adapter.site``):
+failure — the dispatcher reports each as ``EffectOutcome``. A decision a LiveKit call
+site must carry out runs within the step that call site dispatched (``site.call``):
 ``cancel_tool_reply()`` on the ``function_tools_executed`` event being handled, and the
 greeting written into the ``turn_ctx`` of the ``on_user_turn_completed`` hook being run
 (:mod:`.turn_hook`); the turn hook raises ``StopResponse`` on the ``RejectUserTurn`` its
-``dispatch`` returns. No lever leaves a decision on the adapter for a later callback.
+``dispatch`` returns. No lever leaves a decision on the port for a later callback.
 
 =======================  =================================================================
 effect                   lever
@@ -82,7 +83,7 @@ ForbidTools, AllowTools
 =======================  =================================================================
 
 With a realtime model (``llm.RealtimeModel``) some of these do not hold, and
-:class:`~.realtime.RealtimeLink` replaces them (its docstring has the table per
+:class:`~.realtime_levers.RealtimeLevers` replaces them (its docstring has the table per
 capability); under server-side turn detection:
 
 =======================  =================================================================
@@ -113,7 +114,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from livekit.agents import NOT_GIVEN, FunctionToolsExecutedEvent, llm
 
@@ -122,30 +123,28 @@ from turnfsm import effects as fx
 from . import heard
 from .effect_outcomes import EffectRefused
 from .interruption import TurnEnd
+from .port import Lever, LeverPort, Site
 from .prerender import played
 from .turn_hook import GreetingForm, UserTurnHook, ask_greeting, reply_model
 
-if TYPE_CHECKING:
-    from .adapter import TurnAdapter
 
-
-def mute_input(adapter: TurnAdapter, effect: fx.MuteInput) -> None:
-    if adapter.text_only:
+def mute_input(port: LeverPort, effect: fx.MuteInput, site: Site) -> None:
+    if port.text_only:
         return  # no audio comes in to mute: the caller types (session.run, text input)
-    adapter.require_gate().mute(hold_audio=effect.hold_audio)
+    port.require_gate().mute(hold_audio=effect.hold_audio)
 
 
-def unmute_input(adapter: TurnAdapter, effect: fx.UnmuteInput) -> None:
-    if adapter.text_only:
+def unmute_input(port: LeverPort, effect: fx.UnmuteInput, site: Site) -> None:
+    if port.text_only:
         return
-    gate = adapter.require_gate()
+    gate = port.require_gate()
     gate.unmute(replay_held_audio=effect.replay_held_audio)
     if effect.replay_held_audio:  # done once the caller's held audio is heard
-        adapter.track(gate.replayed(), "replay of the held audio")
+        port.track(gate.replayed(), "replay of the held audio")
 
 
-def lock_speech(adapter: TurnAdapter, effect: fx.LockSpeech) -> None:
-    handle = adapter.speeches.get(effect.speech_id)
+def lock_speech(port: LeverPort, effect: fx.LockSpeech, site: Site) -> None:
+    handle = port.speeches.get(effect.speech_id)
     if handle is None:
         raise LookupError(f"no speech {effect.speech_id!r} to lock")
     if handle.interrupted:  # LiveKit cannot lock it any more (its setter raises)
@@ -154,53 +153,51 @@ def lock_speech(adapter: TurnAdapter, effect: fx.LockSpeech) -> None:
         handle.allow_interruptions = False
 
 
-def start_greeting(adapter: TurnAdapter, effect: fx.StartGreeting) -> None:
+def start_greeting(port: LeverPort, effect: fx.StartGreeting, site: Site) -> None:
     form: GreetingForm = "text" if effect.text is not None else "instructions"
     text = effect.text if effect.text is not None else effect.instructions or ""
-    if (hook := _hook_of(adapter, effect.in_reply_to)) is not None:
-        _greet_in_reply(adapter, hook, form, text)
+    if (hook := _hook_of(port, site, effect.in_reply_to)) is not None:
+        _greet_in_reply(port, hook, form, text)
         return
-    if effect.first_words is not None and isinstance(reply_model(adapter.session), llm.LLM):
-        greet_first_words(adapter, effect.first_words, form, text)
+    if effect.first_words is not None and isinstance(reply_model(port.session), llm.LLM):
+        greet_first_words(port, effect.first_words, form, text)
         return
     if effect.text is not None:
-        say_text(adapter, effect.text, allow_interruptions=False)
+        say_text(port, effect.text, allow_interruptions=False)
     else:
-        adapter.session.generate_reply(
+        port.session.generate_reply(
             instructions=effect.instructions or "", allow_interruptions=False
         )
 
 
-def _hook_of(adapter: TurnAdapter, turn: str | None) -> UserTurnHook | None:
+def _hook_of(port: LeverPort, site: Site, turn: str | None) -> UserTurnHook | None:
     """The ``on_user_turn_completed`` hook running now for ``turn``, when the reply to it
     can carry the greeting: a pipeline model, no greeting asked of it yet, and the agent's
     own hook still to run (once it ran, what the reply says is the agent's)."""
-    hook = adapter.site
+    hook = site.call
     if (
         isinstance(hook, UserTurnHook)
         and turn is not None
         and hook.message.id == turn
         and hook.greeting is None
         and not hook.agent_code_ran
-        and isinstance(reply_model(adapter.session), llm.LLM)
+        and isinstance(reply_model(port.session), llm.LLM)
     ):
         return hook
     return None
 
 
-def _greet_in_reply(
-    adapter: TurnAdapter, hook: UserTurnHook, form: GreetingForm, text: str
-) -> None:
+def _greet_in_reply(port: LeverPort, hook: UserTurnHook, form: GreetingForm, text: str) -> None:
     """The reply LiveKit generates from the hook's ``turn_ctx`` says the greeting
     (``TurnAgent.llm_node``; ``TurnAgent.tts_node`` plays a text pre-rendered if it can),
     so the callee's turn stays in the history before it."""
-    discard_preemptive_reply(adapter)
+    discard_preemptive_reply(port)
     if form == "text":
-        adapter.note_outcome_detail(adapter.prerendered.expect(text))
-    hook.ask_greeting(form, text, adapter.defer_outcome())
+        port.note_outcome_detail(port.prerendered.expect(text))
+    hook.ask_greeting(form, text, port.defer_outcome())
 
 
-def greet_first_words(adapter: TurnAdapter, words: str, form: GreetingForm, text: str) -> None:
+def greet_first_words(port: LeverPort, words: str, form: GreetingForm, text: str) -> None:
     """The greeting answers the callee's first words as soon as their final transcript
     is in (``greet_on="final_transcript"``), before LiveKit's end of turn commits them.
 
@@ -213,15 +210,15 @@ def greet_first_words(adapter: TurnAdapter, words: str, form: GreetingForm, text
     LiveKit's pending user turn of the words is then dropped
     (:func:`take_first_words_from_livekit`), so that it never answers them again.
     """
-    session = adapter.session
-    discard_preemptive_reply(adapter)
+    session = port.session
+    discard_preemptive_reply(port)
     # made first: LiveKit inserts it by its creation time, and the request follows the
     # words it answers, as in a committed turn's context
     message = llm.ChatMessage(role="user", content=[words])
     turn_ctx = session.current_agent.chat_ctx.copy()
     ask_greeting(turn_ctx, form, text)
     if form == "text":
-        adapter.note_outcome_detail(adapter.prerendered.expect(text))
+        port.note_outcome_detail(port.prerendered.expect(text))
     type(session).generate_reply(
         session, user_input=message, chat_ctx=turn_ctx, allow_interruptions=False
     )
@@ -233,25 +230,25 @@ def greet_first_words(adapter: TurnAdapter, words: str, form: GreetingForm, text
     preemptive = session.options.preemptive_generation
     enabled = preemptive["enabled"]
     preemptive["enabled"] = False
-    taken = asyncio.ensure_future(take_first_words_from_livekit(adapter))
+    taken = asyncio.ensure_future(take_first_words_from_livekit(port))
     taken.add_done_callback(lambda _: preemptive.__setitem__("enabled", enabled))
-    adapter.track(taken, "the first words taken from LiveKit's pending user turn")
+    port.track(taken, "the first words taken from LiveKit's pending user turn")
 
 
-async def take_first_words_from_livekit(adapter: TurnAdapter) -> None:
+async def take_first_words_from_livekit(port: LeverPort) -> None:
     """Drop LiveKit's pending user turn of the words the greeting answers: it would
     commit them again at the end of the callee's turn (``clear_user_turn()``). A reply
     LiveKit prepared for them all the same (an agent whose own ``turn_handling`` turns
     preemptive generation on) is stopped by its handle, the one speech LiveKit did not
     schedule: ``session.interrupt()``, which cancels it, would also try the locked
     greeting, queued by now."""
-    adapter.session.clear_user_turn()
-    for handle in list(adapter.speeches.values()):
+    port.session.clear_user_turn()
+    for handle in list(port.speeches.values()):
         if not handle.done() and not handle.scheduled:
             handle.interrupt(force=True)
 
 
-def discard_preemptive_reply(adapter: TurnAdapter) -> None:
+def discard_preemptive_reply(port: LeverPort) -> None:
     """Drop the reply LiveKit prepared before the turn ended (``preemptive_generation``,
     on by default) with ``session.interrupt()``, the public call that cancels it.
 
@@ -259,48 +256,74 @@ def discard_preemptive_reply(adapter: TurnAdapter) -> None:
     in the agent's log on every call ("preemptive generation invalidated after
     ``on_user_turn_completed``"): the greeting replacing it is expected, not a fault.
     """
-    if adapter.session.current_speech is None:
-        adapter.track(adapter.session.interrupt(), "interrupt (preemptive reply)")
+    if port.session.current_speech is None:
+        port.track(port.session.interrupt(), "interrupt (preemptive reply)")
 
 
-def hold_user_turns(adapter: TurnAdapter, effect: fx.HoldUserTurns) -> None:
-    session = adapter.session
+def hold_user_turns(port: LeverPort, effect: fx.HoldUserTurns, site: Site) -> None:
+    session = port.session
     interruption = session.options.interruption
-    adapter.held_turn_settings = (
+    port.held_turn_settings = (
         session.turn_detection,
         interruption["discard_audio_if_uninterruptible"],
     )
     interruption["discard_audio_if_uninterruptible"] = False
     session.update_options(turn_detection="manual")
-    adapter.warmup.turns_held()
+    port.warmup.turns_held()
 
 
-def resume_user_turns(adapter: TurnAdapter, effect: fx.ResumeUserTurns) -> None:
-    adapter.warmup.release()  # the audio held through LiveKit's AEC warm-up is heard now
-    session = adapter.session
-    if adapter.held_turn_settings is not None:
-        turn_detection, discard = adapter.held_turn_settings
-        adapter.held_turn_settings = None
+def resume_user_turns(port: LeverPort, effect: fx.ResumeUserTurns, site: Site) -> None:
+    port.warmup.release()  # the audio held through LiveKit's AEC warm-up is heard now
+    session = port.session
+    if port.held_turn_settings is not None:
+        turn_detection, discard = port.held_turn_settings
+        port.held_turn_settings = None
         session.options.interruption["discard_audio_if_uninterruptible"] = discard
         session.update_options(turn_detection=turn_detection)
     if effect.commit_pending:
-        commit_held_turn(adapter)
+        commit_held_turn(port)
 
 
-def commit_held_turn(adapter: TurnAdapter) -> None:
+def commit_held_turn(port: LeverPort) -> None:
     """``session.commit_user_turn()`` of what the caller said while user turns were held."""
     # the caller is silent (the machine commits only a finished overlap): when its final
     # transcript is in, LiveKit need not wait for one more, which never comes once the
     # last final is older than 0.5 s (its default wait: 2 s)
-    wait = 0.0 if adapter.transcript_final else 2.0
-    adapter.track(adapter.session.commit_user_turn(transcript_timeout=wait), "commit_user_turn")
+    wait = 0.0 if port.transcript_final else 2.0
+    port.track(port.session.commit_user_turn(transcript_timeout=wait), "commit_user_turn")
 
 
-def interrupt(adapter: TurnAdapter, effect: fx.Interrupt) -> None:
+def release_input(
+    port: LeverPort, *, commit: bool, report: Callable[[str, BaseException, str], None]
+) -> None:
+    """Whatever happened, the caller is heard again and user turns are committed;
+    with ``commit`` (a failed ``ResumeUserTurns(commit_pending=True)``), what the
+    caller said while they were held too: nothing else would commit it, as its end
+    of speech came while turns were held, and the caller waits for an answer. A step
+    that fails here is given to ``report`` (where, error, detail), never raised."""
+    port.warmup.close()
+    if port.gate is not None and port.gate.muted:
+        port.gate.unmute(replay_held_audio=False)
+    if port.held_turn_settings is not None:
+        turn_detection, discard = port.held_turn_settings
+        port.held_turn_settings = None
+        try:
+            port.session.options.interruption["discard_audio_if_uninterruptible"] = discard
+            port.session.update_options(turn_detection=turn_detection)
+        except Exception as error:
+            report("release input", error, "restoring turn detection")
+    if commit:
+        try:
+            commit_held_turn(port)
+        except Exception as error:
+            report("release input", error, "committing the held turn")
+
+
+def interrupt(port: LeverPort, effect: fx.Interrupt, site: Site) -> None:
     if effect.speech_id is not None:
-        interrupt_speech(adapter, effect.speech_id, force=effect.force)
+        interrupt_speech(port, effect.speech_id, force=effect.force)
         return
-    session = adapter.session
+    session = port.session
     speech = session.current_speech
     try:
         done = session.interrupt(force=effect.force)
@@ -308,15 +331,15 @@ def interrupt(adapter: TurnAdapter, effect: fx.Interrupt) -> None:
         if effect.force or speech is None or speech.allow_interruptions:
             raise  # not LiveKit's refusal (e.g. the session is not running)
         raise EffectRefused("the current speech does not allow interruptions") from error
-    adapter.track(done, "interrupt")
+    port.track(done, "interrupt")
     if effect.force:
-        interrupt_unscheduled_speeches(adapter)
+        interrupt_unscheduled_speeches(port)
 
 
-def interrupt_speech(adapter: TurnAdapter, speech_id: str, *, force: bool) -> None:
+def interrupt_speech(port: LeverPort, speech_id: str, *, force: bool) -> None:
     """``speech_handle.interrupt()`` on that speech alone (queued or not yet scheduled,
     LiveKit then never plays it); refused when it is done already."""
-    handle = adapter.speeches.get(speech_id)
+    handle = port.speeches.get(speech_id)
     if handle is None:
         raise LookupError(f"no speech {speech_id!r} to interrupt")
     if handle.done():
@@ -324,7 +347,7 @@ def interrupt_speech(adapter: TurnAdapter, speech_id: str, *, force: bool) -> No
     handle.interrupt(force=force)
 
 
-def interrupt_unscheduled_speeches(adapter: TurnAdapter) -> None:
+def interrupt_unscheduled_speeches(port: LeverPort) -> None:
     """Interrupt the speeches ``session.interrupt()`` cannot reach yet.
 
     LiveKit emits ``speech_created`` before it schedules the speech (``say``,
@@ -333,159 +356,155 @@ def interrupt_unscheduled_speeches(adapter: TurnAdapter) -> None:
     would play once scheduled. Its handle is interrupted instead; LiveKit then never
     plays it.
     """
-    for handle in list(adapter.speeches.values()):
+    for handle in list(port.speeches.values()):
         if not handle.done() and not handle.interrupted:
             handle.interrupt(force=True)
 
 
-def drop_unspoken_text(adapter: TurnAdapter, effect: fx.DropUnspokenText) -> None:
-    apply_drop(adapter, effect, committed_message(adapter, effect))
+def drop_unspoken_text(port: LeverPort, effect: fx.DropUnspokenText, site: Site) -> None:
+    apply_drop(port, effect, committed_message(port, effect))
 
 
-def committed_message(adapter: TurnAdapter, effect: fx.DropUnspokenText) -> llm.ChatMessage:
+def committed_message(port: LeverPort, effect: fx.DropUnspokenText) -> llm.ChatMessage:
     """The speech's assistant message, or a refusal: LiveKit has not committed one. (It
     commits a reply's message before the reply's end; one committed while the speech
     still plays gets its own drop, on ``assistant_message_committed``.)"""
-    message = adapter.assistant_messages.get(effect.speech_id)
+    message = port.assistant_messages.get(effect.speech_id)
     if message is None:
         raise EffectRefused("no assistant message committed for this speech")
     return message
 
 
-def apply_drop(
-    adapter: TurnAdapter, effect: fx.DropUnspokenText, message: llm.ChatMessage
-) -> None:
+def apply_drop(port: LeverPort, effect: fx.DropUnspokenText, message: llm.ChatMessage) -> None:
     """Make ``message`` hold only what the caller heard (edits are in place: the agent's
     context and the session history share the message object)."""
-    heard = "" if effect.keep == "nothing" else heard_text(adapter, effect, message)
+    heard = "" if effect.keep == "nothing" else heard_text(port, effect, message)
     message.content = [heard] if heard else []
     if not heard:
-        _remove_message(adapter, message)
+        _remove_message(port, message)
 
 
-def heard_text(adapter: TurnAdapter, effect: fx.DropUnspokenText, message: llm.ChatMessage) -> str:
+def heard_text(port: LeverPort, effect: fx.DropUnspokenText, message: llm.ChatMessage) -> str:
     """The heard part of ``message``: :func:`.heard.heard_text` on its playout segment."""
-    segment = adapter.last_segment.get(effect.speech_id)
+    segment = port.last_segment.get(effect.speech_id)
     if segment is None:
         return ""
     playout = heard.Playout.of_segment(segment, message.text_content or "")
-    return heard.heard_text(playout, adapter.speaking_rates)
+    return heard.heard_text(playout, port.speaking_rates)
 
 
-def _remove_message(adapter: TurnAdapter, message: llm.ChatMessage) -> None:
-    session = adapter.session
+def _remove_message(port: LeverPort, message: llm.ChatMessage) -> None:
+    session = port.session
     if session.history.get_by_id(message.id) is not None:
         session.history.remove(message)
     agent = session.current_agent
     if agent.chat_ctx.get_by_id(message.id) is not None:
         context = agent.chat_ctx.copy()
         context.remove(message.id)
-        adapter.track(agent.update_chat_ctx(context), "update_chat_ctx")
+        port.track(agent.update_chat_ctx(context), "update_chat_ctx")
 
 
-def clear_user_turn(adapter: TurnAdapter, effect: fx.ClearUserTurn) -> None:
-    adapter.session.clear_user_turn()
+def clear_user_turn(port: LeverPort, effect: fx.ClearUserTurn, site: Site) -> None:
+    port.session.clear_user_turn()
 
 
-def reject_user_turn(adapter: TurnAdapter, effect: fx.RejectUserTurn) -> None:
+def reject_user_turn(port: LeverPort, effect: fx.RejectUserTurn, site: Site) -> None:
     """At LiveKit's end of the turn, no turn; out of the history if LiveKit already
     committed it; the turn hook that reported it raises ``StopResponse`` on this effect,
     taken from the step it dispatched."""
-    if isinstance(site := adapter.site, TurnEnd):
-        site.decline()
+    if isinstance(turn_end := site.call, TurnEnd):
+        turn_end.decline()
         return
-    history = adapter.session.history
+    history = port.session.history
     if isinstance(message := history.get_by_id(effect.item_id), llm.ChatMessage):
-        _remove_message(adapter, message)  # already committed: no hook can stop it now
+        _remove_message(port, message)  # already committed: no hook can stop it now
 
 
-def cancel_tool_reply(adapter: TurnAdapter, effect: fx.CancelToolReply) -> None:
-    site = adapter.site
-    if not isinstance(site, FunctionToolsExecutedEvent):
+def cancel_tool_reply(port: LeverPort, effect: fx.CancelToolReply, site: Site) -> None:
+    executed = site.call
+    if not isinstance(executed, FunctionToolsExecutedEvent):
         # a round refused as it starts: its reply can only be cancelled once its tools
         # ran, and the machine asks again then (tool_step_finished)
         raise EffectRefused("LiveKit cancels a tool reply only in function_tools_executed")
-    site.cancel_tool_reply()
+    executed.cancel_tool_reply()
 
 
-def hold_tool_reply(adapter: TurnAdapter, effect: fx.HoldToolReply) -> None:
-    handle = adapter.speeches.get(effect.speech_id)
+def hold_tool_reply(port: LeverPort, effect: fx.HoldToolReply, site: Site) -> None:
+    handle = port.speeches.get(effect.speech_id)
     if handle is None or handle.done() or handle.interrupted:
         raise EffectRefused("the speech is gone: no reply to its tool output is to come")
     if not handle.allow_interruptions:
         raise EffectRefused("LiveKit will not interrupt the speech: its reply is not held")
-    adapter.tool_reply_holds.hold(effect.speech_id)
+    port.tool_reply_holds.hold(effect.speech_id)
 
 
-def release_tool_reply(adapter: TurnAdapter, effect: fx.ReleaseToolReply) -> None:
-    adapter.tool_reply_holds.release(effect.speech_id, send=effect.send)
+def release_tool_reply(port: LeverPort, effect: fx.ReleaseToolReply, site: Site) -> None:
+    port.tool_reply_holds.release(effect.speech_id, send=effect.send)
 
 
-def final_reply_without_tools(adapter: TurnAdapter, effect: fx.FinalReplyWithoutTools) -> None:
-    adapter.session.generate_reply(tool_choice="none")
+def final_reply_without_tools(
+    port: LeverPort, effect: fx.FinalReplyWithoutTools, site: Site
+) -> None:
+    port.session.generate_reply(tool_choice="none")
     # the fallback, if the model calls tools anyway, is rendered while it answers (once a
     # call: the start of the call rendered it already if its agent had tools then)
-    adapter.prerendered.start(effect.fallback_text)
+    port.prerendered.start(effect.fallback_text)
 
 
-def start_timer(adapter: TurnAdapter, effect: fx.StartTimer) -> None:
-    cancel_timer(adapter, fx.CancelTimer(timer=effect.timer))
+def start_timer(port: LeverPort, effect: fx.StartTimer, site: Site) -> None:
+    cancel_timer(port, fx.CancelTimer(timer=effect.timer), site)
     loop = asyncio.get_running_loop()
-    adapter.timers[effect.timer] = loop.call_later(
-        effect.seconds, adapter.timer_expired, effect.timer
-    )
+    port.timers[effect.timer] = loop.call_later(effect.seconds, port.timer_expired, effect.timer)
 
 
-def cancel_timer(adapter: TurnAdapter, effect: fx.CancelTimer) -> None:
-    if (handle := adapter.timers.pop(effect.timer, None)) is not None:
+def cancel_timer(port: LeverPort, effect: fx.CancelTimer, site: Site) -> None:
+    if (handle := port.timers.pop(effect.timer, None)) is not None:
         handle.cancel()
 
 
-def say(adapter: TurnAdapter, effect: fx.Say) -> None:
-    if (hook := _hook_of(adapter, effect.in_reply_to)) is not None:
+def say(port: LeverPort, effect: fx.Say, site: Site) -> None:
+    if (hook := _hook_of(port, site, effect.in_reply_to)) is not None:
         # the greeting said again within the hook of the turn it answers (its first start
         # failed there): the reply to that turn still carries it
-        _greet_in_reply(adapter, hook, "text", effect.text)
+        _greet_in_reply(port, hook, "text", effect.text)
         return
-    if effect.first_words is not None and isinstance(reply_model(adapter.session), llm.LLM):
+    if effect.first_words is not None and isinstance(reply_model(port.session), llm.LLM):
         # the greeting said again, answering the words its first start was to carry
-        greet_first_words(adapter, effect.first_words, "text", effect.text)
+        greet_first_words(port, effect.first_words, "text", effect.text)
         return
     # only a locked say (the retried greeting) overrides the session's interruption default
     say_text(
-        adapter,
+        port,
         effect.text,
         allow_interruptions=NOT_GIVEN if effect.allow_interruptions else False,
     )
 
 
-def say_text(adapter: TurnAdapter, text: str, *, allow_interruptions: Any) -> None:
+def say_text(port: LeverPort, text: str, *, allow_interruptions: Any) -> None:
     """``session.say``, with the text's pre-rendered audio when it can be played
     (:mod:`.prerender`); the outcome's detail says which audio was used."""
-    frames, detail = adapter.prerendered.frames(text)
+    frames, detail = port.prerendered.frames(text)
     audio = played(frames) if frames is not None else NOT_GIVEN
-    adapter.session.say(text, audio=audio, allow_interruptions=allow_interruptions)
-    adapter.note_outcome_detail(detail)
+    port.session.say(text, audio=audio, allow_interruptions=allow_interruptions)
+    port.note_outcome_detail(detail)
 
 
-def end_call(adapter: TurnAdapter, effect: fx.EndCall) -> None:
-    if adapter.closing:  # the session is already closing: the call is over
+def end_call(port: LeverPort, effect: fx.EndCall, site: Site) -> None:
+    if port.closing:  # the session is already closing: the call is over
         return
-    if adapter.end_call is None:
-        adapter.session.shutdown(drain=False)
+    if port.end_call is None:
+        port.session.shutdown(drain=False)
         return
-    hanging_up = adapter.end_call(effect.reason)
+    hanging_up = port.end_call(effect.reason)
     if inspect.isawaitable(hanging_up):  # e.g. a coroutine: awaited, its failure reported
-        adapter.track(hanging_up, "end_call", hang_up=True)
+        port.track(hanging_up, "end_call", hang_up=True)
 
 
-def realtime_only(adapter: TurnAdapter, effect: fx.Effect) -> None:
+def realtime_only(port: LeverPort, effect: fx.Effect, site: Site) -> None:
     """The machine emits these only once told of a realtime model, whose link replaces
     this lever; reaching it means no model does what the effect asks."""
     raise EffectRefused(f"{effect.name} needs a realtime model")
 
-
-Lever = Callable[["TurnAdapter", Any], None]
 
 LEVERS: dict[type[fx.Effect], Lever] = {
     fx.MuteInput: mute_input,

@@ -49,22 +49,76 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any, Protocol
 
+from livekit.agents import AgentSession, llm
 from livekit.agents.voice import SpeechHandle
 
+from turnfsm import TurnController
 from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.context_rules import SCOPED
 from turnfsm.machine import LIVE_STATES, PRE_GREETING_STATES
 from turnfsm.spoken import spoken_prefix
 
-from .audio import PlayedSegment
+from .audio import InputGate, PlayedSegment
 from .effect_outcomes import UNFINISHED
 from .log import logger
+from .port import LeverPort
+from .realtime import RealtimeLink
+from .realtime_levers import RealtimeLevers
+from .warmup import EchoWarmUpHold
 
-if TYPE_CHECKING:
-    from .adapter import TurnAdapter
+
+class Watched(Protocol):
+    """What the monitor reads of the adapter (:class:`~.adapter.TurnAdapter`), which it
+    checks from beside it: it never imports it."""
+
+    @property
+    def controller(self) -> TurnController: ...
+
+    @property
+    def session(self) -> AgentSession: ...
+
+    @property
+    def dispatching(self) -> bool: ...
+
+    @property
+    def attached(self) -> bool: ...
+
+    @property
+    def closing(self) -> bool: ...
+
+    @property
+    def gate(self) -> InputGate | None: ...
+
+    @property
+    def held_turn_settings(self) -> tuple[Any, bool] | None: ...
+
+    @property
+    def warmup(self) -> EchoWarmUpHold: ...
+
+    @property
+    def realtime(self) -> RealtimeLink | None: ...
+
+    @property
+    def realtime_levers(self) -> RealtimeLevers | None: ...
+
+    @property
+    def assistant_messages(self) -> dict[str, llm.ChatMessage]: ...
+
+    @property
+    def agent_hook(self) -> object | None: ...
+
+    @property
+    def port(self) -> LeverPort: ...
+
+    def now(self) -> float: ...
+
+    def trace_only(self, event: ev.Event) -> None: ...
+
+    def guarded_call(self, name: str, call: Callable[[], object]) -> None: ...
 
 
 OUTCOME_CHECKS: dict[ev.OutcomeCheck, str] = {
@@ -116,7 +170,7 @@ class OutcomeBreach(AssertionError):
 class OutcomeMonitor:
     """Checks one call's session against the outcome checks (table above)."""
 
-    def __init__(self, adapter: TurnAdapter, *, strict: bool | None = None) -> None:
+    def __init__(self, adapter: Watched, *, strict: bool | None = None) -> None:
         self.adapter = adapter
         self.policy = adapter.controller.policy
         self.strict = adapter.controller.strict if strict is None else strict
@@ -483,7 +537,7 @@ class OutcomeMonitor:
             self.breach("O6", f"the input is muted in {after}")
         if adapter.held_turn_settings is not None and after not in holding:
             self.breach("O6", f"user turns are held in {after}")
-        realtime = adapter.realtime
+        realtime = adapter.realtime_levers
         if realtime is not None and realtime.replies_paused and after not in REPLIES_PAUSED_IN:
             # a ResumeModelReplies that failed: the model answers no turn any more
             self.breach("O6", f"the model's own replies are paused in {after}")

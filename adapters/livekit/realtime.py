@@ -1,4 +1,4 @@
-"""Realtime models: the levers that really hold under ``llm.RealtimeModel``.
+"""Realtime models: the model's protocol tracked, its facts told to the machine.
 
 With a realtime model (``openai.realtime.RealtimeModel`` and the like) the model itself
 hears the caller and, with server-side turn detection, decides turns on its own: it
@@ -7,11 +7,11 @@ committed turn with a response nobody asked for (``create_response``), refuses a
 ``response.create`` while a response of it is active, and LiveKit downgrades
 ``allow_interruptions=False`` to ``True`` (#6635). Several pipeline levers therefore do
 not hold. :func:`~turnfsm.adapters.livekit.attach` recognises a realtime model
-(``isinstance(session.llm, llm.RealtimeModel)``) and puts :class:`RealtimeLink` in charge
-of the levers below; every other effect keeps its pipeline lever.
+(``isinstance(session.llm, llm.RealtimeModel)``) and puts :class:`RealtimeLink` and its
+levers (:mod:`.realtime_levers`) in charge; every other effect keeps its pipeline lever.
 
-:class:`RealtimeLink` decides nothing. It tells the machine what the model does, as
-events, and carries out the machine's effects; every wait is a machine timer:
+:class:`RealtimeLink` decides nothing: it tracks the model's protocol and tells the
+machine what the model does, as events (facts → events); every wait is a machine timer:
 
 =====================================  ==================================================
 the model (plugin event)               machine event
@@ -51,52 +51,7 @@ unanswered request: the real service     when the refusal names it (it would wai
 names no event id)                      interrupting it would send a cancel)
 =====================================  ==================================================
 
-=========================  ============================================================
-effect                     realtime lever
-=========================  ============================================================
-MuteInput / HoldUserTurns  under server turn detection: the :class:`~.audio.InputGate`
-                           shut, holding the audio with ``answer_whole`` (the model would
-                           hear the caller and cancel); ``ResumeUserTurns`` replays it,
-                           the model commits the overlap as one turn; ``ClearUserTurn``
-                           clears the model's input buffer. ``HoldUserTurns`` for a
-                           spill-over tail in ``listening`` is a no-op (the model commits
-                           it). Without server turn detection, the pipeline levers.
-PauseModelReplies          ``update_options(turn_detection=<the session's, with
-                           create_response and interrupt_response off>)``: what the
-                           model committed before the gate shut (the lock's window) is
-                           neither answered nor allowed to cancel anything;
-                           ``ResumeModelReplies`` restores the session's setting
-SuppressReply              the held speech interrupted before it is authorized (LiveKit
-                           sends ``response.cancel``); once done, its server items are
-                           deleted
-StartGreeting / Say        ``session.say`` with a TTS or ``supports_say``, else
-                           ``generate_reply(instructions='Say exactly: "..."',
-                           tool_choice="none")``; ``done`` at the speech's end once the
-                           model completed the response, ``refused`` when it rejects it,
-                           ``failed`` (detail ``unfinished: response <status>``) when the
-                           response ended ``cancelled``, ``failed`` or ``incomplete`` or
-                           its connection was lost (``dropped``): the machine says the
-                           greeting once more, locked
-DropUnspokenText           for every message cut short (interrupted, or its audio never
-                           all came: a cancelled, failed or incomplete response, a lost
-                           connection; the adapter reports those as interrupted): the
-                           local message is edited in place to the words played to their
-                           end (:mod:`.heard`; never the transcript synchronizer's text):
-                           over the item's own audio length once all of it came, else at
-                           the slowest of its rate, the model's earlier rates and a slow
-                           prior, one word earlier; nothing heard → removed.
-                           Server side, LiveKit truncates an interrupted message
-                           (``conversation.item.truncate``, ``audio_end_ms`` = played ms)
-                           and the plugin's mirror gets the heard text; a message the
-                           model cut is replaced through ``update_chat_ctx`` (re-created
-                           on a new connection whose replay left it out). A truncate the
-                           model rejects as past its audio (its items run ~85 ms short)
-                           is sent again at the length the model states
-ForbidTools / AllowTools   the session's ``tool_choice`` set to ``"none"`` (before the
-                           capped step's output reaches the model) / restored
-CancelToolReply            ``cancel_tool_reply()`` (LiveKit asks for no further step)
-FinalReplyWithoutTools     ``generate_reply(tool_choice="none")``
-=========================  ============================================================
+Its levers are :class:`~.realtime_levers.RealtimeLevers` (their table is there).
 
 Only private details of the plugin are touched, all guarded: the mirror of the server
 conversation (``RealtimeSession._remote_chat_ctx``) gets the edited text of a truncated
@@ -112,7 +67,7 @@ import collections
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 from livekit.agents import llm, utils
 from livekit.agents.voice import SpeechHandle
@@ -121,13 +76,24 @@ from livekit.agents.voice.events import FunctionToolsExecutedEvent, SpeechCreate
 from turnfsm import effects as fx
 from turnfsm import events as ev
 
-from . import levers
+from . import translate
 from .effect_outcomes import UNFINISHED, PendingOutcome
 from .heard import ModelItem, SpeakingRates, heard_of_model
-from .log import logger
+from .port import LeverPort
 
-if TYPE_CHECKING:
-    from .adapter import TurnAdapter
+_R = TypeVar("_R")
+
+
+class Dispatching(Protocol):
+    """What the link needs of the dispatcher (:class:`~.dispatch.Dispatcher`)."""
+
+    def dispatch(self, event: ev.Event) -> tuple[fx.Effect, ...]: ...
+
+    def now(self) -> float: ...
+
+    def guarded(self, name: str, handler: Callable[[Any], _R]) -> Callable[[Any], _R | None]: ...
+
+    def report_failure(self, where: str, error: BaseException, detail: str) -> None: ...
 
 
 ACTIVE_RESPONSE = "conversation_already_has_active_response"
@@ -182,29 +148,16 @@ class _Request:
 
 
 class RealtimeLink:
-    """Realtime-specific levers and the model's facts for one :class:`~.adapter.TurnAdapter`."""
+    """The realtime model's protocol tracker for one call: its facts, as machine events."""
 
-    def __init__(self, adapter: TurnAdapter) -> None:
-        self.adapter = adapter
+    def __init__(self, port: LeverPort, dispatcher: Dispatching) -> None:
+        self.port = port
+        self.dispatcher = dispatcher
         self.rt_session: llm.RealtimeSession | None = None
         self.server_turns = False
         """Server turn detection answers turns itself (``capabilities.turn_detection``)."""
-        self.levers: dict[type[fx.Effect], levers.Lever] = {
-            fx.HoldUserTurns: self._hold_user_turns,
-            fx.ResumeUserTurns: self._resume_user_turns,
-            fx.StartGreeting: self._start_greeting,
-            fx.Say: self._say,
-            fx.DropUnspokenText: self._drop_unspoken_text,
-            fx.FinalReplyWithoutTools: self._final_reply_without_tools,
-            fx.SuppressReply: self._suppress_reply,
-            fx.PauseModelReplies: self._pause_model_replies,
-            fx.ResumeModelReplies: self._resume_model_replies,
-            fx.ForbidTools: self._forbid_tools,
-            fx.AllowTools: self._allow_tools,
-        }
         self._released = False
         self._committed_user_items: set[str] = set()
-        self._gate_holds_turns = False
         self._held: dict[str, SpeechHandle] = {}
         """The model's own replies reported to the machine, until they are done."""
         self._suppressed: set[str] = set()
@@ -230,10 +183,6 @@ class RealtimeLink:
         self._rates = SpeakingRates()
         """The model's slowest speaking rate, over its items whose audio was all sent."""
         self._truncates: collections.deque[dict[str, Any]] = collections.deque()
-        self._saved_tool_choice: Any = None
-        self._tools_forbidden = False
-        self._saved_turn_detection: Any = None
-        self._replies_paused = False
         self._rt_handlers: list[tuple[str, Callable[..., None]]] = []
         self._session_handlers: list[tuple[str, Callable[..., None]]] = []
 
@@ -249,13 +198,13 @@ class RealtimeLink:
         (called once the agent session started, before ``SessionStarted``)."""
         if self.rt_session is not None:
             return
-        caps = self._subscribe(self.adapter.session.current_agent.realtime_llm_session)
-        guarded = self.adapter._guarded("realtime tools", self._on_tools_executed)
-        self.adapter.session.on("function_tools_executed", guarded)
+        caps = self._subscribe(self.port.session.current_agent.realtime_llm_session)
+        guarded = self.dispatcher.guarded("realtime tools", self._on_tools_executed)
+        self.port.session.on("function_tools_executed", guarded)
         self._session_handlers.append(("function_tools_executed", guarded))
-        self.adapter.dispatch(
+        self.dispatcher.dispatch(
             ev.RealtimeModelLinked(
-                at=self.adapter.now(),
+                at=self.dispatcher.now(),
                 replies_to_turns=caps.turn_detection,
                 replies_to_tool_output=caps.auto_tool_reply_generation,
             )
@@ -274,7 +223,7 @@ class RealtimeLink:
             "session_reconnected": self._on_reconnected,
         }
         for name, handler in rt_handlers.items():
-            guarded = self.adapter._guarded(f"realtime {name}", handler)
+            guarded = self.dispatcher.guarded(f"realtime {name}", handler)
             rt_session.on(name, guarded)
             self._rt_handlers.append((name, guarded))
         return caps
@@ -285,47 +234,41 @@ class RealtimeLink:
                 self.rt_session.off(name, handler)
         self._rt_handlers.clear()
 
-    async def follow_handoff(self) -> None:
+    async def follow_handoff(self) -> llm.RealtimeSession | None:
         """A handoff started a new agent activity, which may open a new realtime session
         (an agent with a model of its own): once the activity started, the link moves to
-        it, as after a reconnect, and puts the levers in force on it (the lock's paused
-        replies, forbidden tools)."""
-        activity = getattr(self.adapter.session, "_activity", None)
+        it, as after a reconnect. Returns the new session (its levers in force are put on
+        it: :meth:`.RealtimeLevers.follow_handoff`), ``None`` when the link stays."""
+        activity = getattr(self.port.session, "_activity", None)
         started = getattr(activity, "_lock", None)  # held while the activity starts
         if started is not None:
             async with started:
                 pass
         try:
-            rt_session = self.adapter.session.current_agent.realtime_llm_session
+            rt_session = self.port.session.current_agent.realtime_llm_session
         except RuntimeError:
-            return  # the new agent runs no realtime model
+            return None  # the new agent runs no realtime model
         if self._released or self.rt_session is None or rt_session is self.rt_session:
-            return  # (the first agent's activity: bind() takes its session)
+            return None  # (the first agent's activity: bind() takes its session)
         self._unsubscribe()
         self._on_reconnected(llm.RealtimeSessionReconnectedEvent())
         self._subscribe(rt_session)
-        options = getattr(rt_session, "_opts", None)
-        if self._replies_paused and getattr(options, "turn_detection", None) is not None:
-            self._replies_paused = False
-            self._pause_model_replies(self.adapter, fx.PauseModelReplies())
-        if self._tools_forbidden:
-            self._tools_forbidden = False
-            self._forbid_tools(self.adapter, fx.ForbidTools())
+        return rt_session
+
+    @property
+    def released(self) -> bool:
+        """The link stopped listening (:meth:`release`)."""
+        return self._released
 
     def release(self) -> None:
-        """Stop listening and restore what the levers changed on the model (detach)."""
+        """Stop listening (detach)."""
         if self._released:
             return
         self._released = True
-        if not self.adapter.closing:
-            self._allow_tools(self.adapter, fx.AllowTools())
-            self._resume_model_replies(self.adapter, fx.ResumeModelReplies())
-        self._tools_forbidden = self._replies_paused = False
         self._unsubscribe()
         for name, handler in self._session_handlers:
-            self.adapter.session.off(name, handler)  # type: ignore[arg-type]
+            self.port.session.off(name, handler)  # type: ignore[arg-type]
         self._session_handlers.clear()
-        self._gate_holds_turns = False
         self._held.clear()
 
     # -- user turns ---------------------------------------------------------------------
@@ -341,11 +284,7 @@ class RealtimeLink:
             return
         self._committed_user_items.add(item.id)
         self._last_input = "user"
-        self.adapter.dispatch(
-            ev.UserTurnCommitted(
-                at=self.adapter.now(), text=item.text_content or "", item_id=item.id
-            )
-        )
+        self.dispatcher.dispatch(translate.user_turn(item, self.dispatcher.now()))
 
     def item(self, item_id: str) -> ModelItem | None:
         """What the model sent for its message ``item_id`` (the outcome monitor's facts)."""
@@ -356,6 +295,19 @@ class RealtimeLink:
         was cancelled, failed or left incomplete, or its connection was lost."""
         item = self._items.get(item_id)
         return item is not None and item.audio_seconds > 0 and not item.audio_done
+
+    def suppress(self, speech_id: str) -> SpeechHandle:
+        """The model's own reply ``speech_id``, marked suppressed (its speech is never
+        reported and its server items are deleted once done)."""
+        handle = self._held.get(speech_id)
+        if handle is None:
+            raise LookupError(f"no reply {speech_id!r} of the model to suppress")
+        self._suppressed.add(handle.id)
+        return handle
+
+    def await_response(self, speech_id: str, outcome: PendingOutcome) -> None:
+        """A greeting lever's outcome waits for the model to take or refuse its speech."""
+        self._request_outcomes[speech_id] = outcome
 
     # -- speeches -----------------------------------------------------------------------
 
@@ -370,9 +322,9 @@ class RealtimeLink:
             return False
         self._last_server_speech = handle
         self._held[handle.id] = handle
-        self.adapter.dispatch(
+        self.dispatcher.dispatch(
             ev.ModelReplyStarted(
-                at=self.adapter.now(),
+                at=self.dispatcher.now(),
                 speech_id=handle.id,
                 after_tool_output=self._last_input == "tool_output",
                 duplicate=self._last_input == "tool_output" and self._livekit_continues_tools(),
@@ -403,7 +355,7 @@ class RealtimeLink:
         try:
             self._speech_done(handle)
         except Exception as error:
-            self.adapter._report_failure("realtime speech done", error, handle.id)
+            self.dispatcher.report_failure("realtime speech done", error, handle.id)
 
     def _speech_done(self, handle: SpeechHandle) -> None:
         speech_id = handle.id
@@ -434,8 +386,8 @@ class RealtimeLink:
         for response_id in self._responses:
             if response_id not in self._response_status:
                 self._response_status[response_id] = "dropped"
-                self.adapter.dispatch(
-                    ev.ModelResponseDone(at=self.adapter.now(), response_id=response_id)
+                self.dispatcher.dispatch(
+                    ev.ModelResponseDone(at=self.dispatcher.now(), response_id=response_id)
                 )
         self._answer_cancels(list(self._cancels))  # gone with their connection
         self._requests.clear()
@@ -458,7 +410,7 @@ class RealtimeLink:
     def _on_client_event(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
         if kind == "response.create":
-            speech = self.adapter.session.current_speech
+            speech = self.port.session.current_speech
             speech_id = speech.id if speech is not None else None
             self._requests.append(
                 _Request(
@@ -478,17 +430,17 @@ class RealtimeLink:
             self._answer_request(
                 (response.get("metadata") or {}).get("client_event_id"), response.get("id") or ""
             )
-            self.adapter.dispatch(
+            self.dispatcher.dispatch(
                 ev.ModelResponseCreated(
-                    at=self.adapter.now(), response_id=str(response.get("id") or "")
+                    at=self.dispatcher.now(), response_id=str(response.get("id") or "")
                 )
             )
         elif kind == "response.done":
             response = event.get("response") or {}
             response_id, status = str(response.get("id") or ""), str(response.get("status") or "")
             self._response_status[response_id] = status
-            self.adapter.dispatch(
-                ev.ModelResponseDone(at=self.adapter.now(), response_id=response_id)
+            self.dispatcher.dispatch(
+                ev.ModelResponseDone(at=self.dispatcher.now(), response_id=response_id)
             )
             if status != "completed":
                 # it ended as a cancel landed (or before one could: failed, incomplete), so
@@ -557,8 +509,10 @@ class RealtimeLink:
         cancel["event_id"] = cancel_id
         response_id = str(cancel.get("response_id") or "")
         self._cancels.append(_Cancel(cancel_id=cancel_id, response_id=response_id))
-        self.adapter.dispatch(
-            ev.ModelCancelSent(at=self.adapter.now(), cancel_id=cancel_id, response_id=response_id)
+        self.dispatcher.dispatch(
+            ev.ModelCancelSent(
+                at=self.dispatcher.now(), cancel_id=cancel_id, response_id=response_id
+            )
         )
 
     def _cancel_refused(self, event_id: str | None) -> None:
@@ -571,8 +525,8 @@ class RealtimeLink:
     def _answer_cancels(self, answered: list[_Cancel]) -> None:
         for cancel in answered:
             self._cancels.remove(cancel)
-            self.adapter.dispatch(
-                ev.ModelCancelAnswered(at=self.adapter.now(), cancel_id=cancel.cancel_id)
+            self.dispatcher.dispatch(
+                ev.ModelCancelAnswered(at=self.dispatcher.now(), cancel_id=cancel.cancel_id)
             )
 
     def _answer_request(self, event_id: str | None, response_id: str = "") -> None:
@@ -629,7 +583,7 @@ class RealtimeLink:
             outcome.resolve("refused", ACTIVE_RESPONSE)
         if failed:
             return
-        handle = self.adapter.speeches.get(request.speech_id)
+        handle = self.port.speeches.get(request.speech_id)
         if handle is not None and not handle.done():
             handle.interrupt(force=True)  # nothing will play: end it now, not in 10 s
 
@@ -666,7 +620,7 @@ class RealtimeLink:
 
     def _on_generation_created(self, event: llm.GenerationCreatedEvent) -> None:
         if event.user_initiated:
-            speech = self.adapter.session.current_speech
+            speech = self.port.session.current_speech
         else:
             speech, self._last_server_speech = self._last_server_speech, None
         response_id = event.response_id or ""
@@ -705,7 +659,7 @@ class RealtimeLink:
             # (its scheduling stopped: the session closes after turnfsm hung up, waiting out
             # a tool step, while the model still answers the caller) but keeps what it sends
             # in the agent's chat_ctx (fuzz realtime seed 1195)
-            self._delete_items([item_id])
+            self.delete_items([item_id])
         elif response.speech_id in self._cut_speeches:
             # arrived after its speech was done, cancelled or interrupted: never heard
             # (fuzz realtime seeds 769, 936: a tool reply cut before any audio played)
@@ -720,7 +674,7 @@ class RealtimeLink:
             return
         remote = self.rt_session.chat_ctx
         answered = {item.call_id for item in remote.items if item.type == "function_call_output"}
-        history = self.adapter.session.history
+        history = self.port.session.history
         doomed: list[str] = []
         for response_id in self._speech_responses.get(speech_id, []):
             for item_id, kind, call_id in self._responses[response_id].items:
@@ -736,10 +690,10 @@ class RealtimeLink:
                 if unplayed:
                     doomed.append(item_id)
         if doomed:
-            self._delete_items(doomed)
+            self.delete_items(doomed)
 
-    def _delete_items(self, item_ids: list[str]) -> None:
-        session = self.adapter.session
+    def delete_items(self, item_ids: list[str]) -> None:
+        session = self.port.session
         for item_id in item_ids:
             if session.history.get_by_id(item_id) is not None:
                 session.history.remove(item_id)
@@ -752,142 +706,21 @@ class RealtimeLink:
                     context.remove(item_id)
             await agent.update_chat_ctx(context)
 
-        self.adapter.track(sync(), "update_chat_ctx (unplayed realtime items)")
+        self.port.track(sync(), "update_chat_ctx (unplayed realtime items)")
 
     def _on_tools_executed(self, event: FunctionToolsExecutedEvent) -> None:
         self._tool_event = event
 
-    # -- levers -------------------------------------------------------------------------
-
-    def _speak(self, text: str | None, instructions: str | None) -> SpeechHandle:
-        session = self.adapter.session
-        caps = self.capabilities
-        if text is not None and (session.tts is not None or (caps and caps.supports_say)):
-            return session.say(text)
-        directive = say_exactly(text) if text is not None else instructions
-        return session.generate_reply(instructions=directive or "", tool_choice="none")
-
-    def _ask(self, text: str | None, instructions: str | None) -> None:
-        """Say a greeting; its outcome waits for the model to take or refuse it."""
-        handle = self._speak(text, instructions)
-        if not handle.done():
-            self._request_outcomes[handle.id] = self.adapter.defer_outcome()
-
-    def _hold_user_turns(self, adapter: TurnAdapter, effect: fx.HoldUserTurns) -> None:
-        if not self.server_turns:
-            levers.hold_user_turns(adapter, effect)
-            return
-        if adapter.controller.state != "greeting":
-            logger.debug("turnfsm: realtime server turns: no spill-over hold")
-            return
-        if adapter.text_only:
-            return  # no audio reaches the model: the caller types, nothing to hold
-        hold = adapter.controller.policy.greeting_overlap == "answer_whole"
-        adapter.require_gate().mute(hold_audio=hold)
-        self._gate_holds_turns = True
-
-    def _resume_user_turns(self, adapter: TurnAdapter, effect: fx.ResumeUserTurns) -> None:
-        if not self.server_turns:
-            levers.resume_user_turns(adapter, effect)
-            return
-        if self._gate_holds_turns:
-            self._gate_holds_turns = False
-            # held overlap is answered whole after the greeting, never after the end
-            replay = (
-                adapter.controller.policy.greeting_overlap == "answer_whole"
-                and not adapter.controller.is_ended
-            )
-            adapter.require_gate().unmute(replay_held_audio=replay)
-
-    def _start_greeting(self, adapter: TurnAdapter, effect: fx.StartGreeting) -> None:
-        self._ask(effect.text, effect.instructions)
-
-    def _say(self, adapter: TurnAdapter, effect: fx.Say) -> None:
-        if effect.reason == "greeting":
-            self._ask(effect.text, None)
-        else:
-            self._speak(effect.text, None)
-
-    def _final_reply_without_tools(
-        self, adapter: TurnAdapter, effect: fx.FinalReplyWithoutTools
-    ) -> None:
-        adapter.session.generate_reply(tool_choice="none")
-
-    def _suppress_reply(self, adapter: TurnAdapter, effect: fx.SuppressReply) -> None:
-        handle = self._held.get(effect.speech_id)
-        if handle is None:
-            raise LookupError(f"no reply {effect.speech_id!r} of the model to suppress")
-        self._suppressed.add(handle.id)
-        handle.interrupt(force=True)
-
-    @property
-    def replies_paused(self) -> bool:
-        """Whether the model's own replies are off (``PauseModelReplies`` in force)."""
-        return self._replies_paused
-
-    def _pause_model_replies(self, adapter: TurnAdapter, effect: fx.PauseModelReplies) -> None:
-        options = getattr(self.rt_session, "_opts", None)
-        current = getattr(options, "turn_detection", None)
-        if self.rt_session is None or self._replies_paused or current is None:
-            return
-        self._saved_turn_detection = current
-        self._replies_paused = True
-        self.rt_session.update_options(  # type: ignore[call-arg]  # the OpenAI plugin's
-            turn_detection=current.model_copy(
-                update={"create_response": False, "interrupt_response": False}
-            )
-        )
-
-    def _resume_model_replies(self, adapter: TurnAdapter, effect: fx.ResumeModelReplies) -> None:
-        if not self._replies_paused or self.rt_session is None:
-            return
-        self._replies_paused = False
-        update = self.rt_session.update_options
-        update(turn_detection=self._saved_turn_detection)  # type: ignore[call-arg]
-
-    def _forbid_tools(self, adapter: TurnAdapter, effect: fx.ForbidTools) -> None:
-        if self._tools_forbidden or self.rt_session is None:
-            return
-        options = getattr(self.rt_session, "_opts", None)
-        self._saved_tool_choice = getattr(options, "tool_choice", None) or "auto"
-        self._tools_forbidden = True
-        self.rt_session.update_options(tool_choice="none")
-
-    def _allow_tools(self, adapter: TurnAdapter, effect: fx.AllowTools) -> None:
-        if not self._tools_forbidden or self.rt_session is None:
-            return
-        self._tools_forbidden = False
-        self.rt_session.update_options(tool_choice=self._saved_tool_choice)
-
-    def _drop_unspoken_text(self, adapter: TurnAdapter, effect: fx.DropUnspokenText) -> None:
-        message = levers.committed_message(adapter, effect)
-        heard = "" if effect.keep == "nothing" else self.heard(adapter, effect, message)
-        message.content = [heard] if heard else []
-        if not heard:
-            self._delete_items([message.id])
-            return
-        caps = self.capabilities
-        if caps is not None and caps.message_truncation and message.interrupted:
-            self._mirror_text(message.id, heard)  # LiveKit truncated the server item already
-        elif caps is not None and caps.mutable_chat_context:
-            # cut by the model (failed, cancelled, its connection lost): the plugin's diff
-            # replaces the server's item with the heard text, or re-creates it on a new
-            # connection whose replay left it out
-            agent = adapter.session.current_agent
-            adapter.track(agent.update_chat_ctx(agent.chat_ctx.copy()), "update_chat_ctx")
-
-    def heard(
-        self, adapter: TurnAdapter, effect: fx.DropUnspokenText, message: llm.ChatMessage
-    ) -> str:
+    def heard(self, port: LeverPort, effect: fx.DropUnspokenText, message: llm.ChatMessage) -> str:
         """The words of the message played to their end (:func:`.heard.heard_of_model`:
         the model's own transcript over its own audio, never the synchronizer's text)."""
-        segment = adapter.last_segment.get(effect.speech_id)
+        segment = port.last_segment.get(effect.speech_id)
         if segment is None:
             return ""
         item = self._items.get(message.id)
         return heard_of_model(segment, item, message.text_content or "", self._rates)
 
-    def _mirror_text(self, item_id: str, text: str) -> None:
+    def mirror_text(self, item_id: str, text: str) -> None:
         """Keep the plugin's mirror of the server item equal to the local message, so a
         later context diff does not delete and re-create it."""
         mirror = getattr(self.rt_session, "_remote_chat_ctx", None)

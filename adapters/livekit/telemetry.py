@@ -81,26 +81,42 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import attrs
+from livekit.agents import AgentSession
 from livekit.agents.telemetry import otel_metrics, tracer
 from opentelemetry import context as otel_context
 from opentelemetry import metrics as otel_metrics_api
 from opentelemetry import trace as otel_trace
 from opentelemetry.util.types import AttributeValue
 
+from turnfsm import TurnController
 from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.fields import text_fields
 from turnfsm.policy import TurnPolicy
-from turnfsm.tools.metrics import CallMetrics
+from turnfsm.tools.metrics import CallMeter, CallMetrics
 from turnfsm.trace import TraceStep, redact
 
 from .log import logger
 
-if TYPE_CHECKING:
-    from .adapter import TurnAdapter
+
+class Traced(Protocol):
+    """What the telemetry reads of the adapter (:class:`~.adapter.TurnAdapter`)."""
+
+    @property
+    def session(self) -> AgentSession: ...
+
+    @property
+    def controller(self) -> TurnController: ...
+
+    @property
+    def observers(self) -> list[Callable[[TraceStep], None]]: ...
+
+    @property
+    def call_meter(self) -> CallMeter: ...
+
 
 MetricsCallback = Callable[[CallMetrics], None]
 
@@ -221,7 +237,7 @@ def _count(number: int, one: str, many: str) -> str:
 
 
 def trace_turns(
-    adapter: TurnAdapter,
+    adapter: Traced,
     *,
     call_id: str | None = None,
     on_metrics: MetricsCallback | None = None,
@@ -244,7 +260,7 @@ class TurnTelemetry:
 
     def __init__(
         self,
-        adapter: TurnAdapter,
+        adapter: Traced,
         *,
         call_id: str,
         on_metrics: MetricsCallback | None = None,
@@ -311,7 +327,7 @@ class TurnTelemetry:
             self.on_metrics(metrics)
 
 
-def _session_context(adapter: TurnAdapter) -> otel_context.Context | None:
+def _session_context(adapter: Traced) -> otel_context.Context | None:
     """The context of LiveKit's ``agent_session`` span while the session runs.
 
     LiveKit 1.8 keeps it on the session (``_root_span_context``, set in ``start`` and

@@ -36,22 +36,42 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from livekit.agents import NOT_GIVEN, AgentSession, llm, utils
 from livekit.agents.types import NotGivenOr
+from livekit.agents.voice import SpeechHandle
 from livekit.agents.voice.events import SpeechCreatedEvent
 
+from turnfsm import TurnController
 from turnfsm import effects as fx
 
 from .log import logger
 from .turn_hook import NO_REPLY, UserTurnHook, reply_model, requested_greeting
 
-if TYPE_CHECKING:
-    from .adapter import TurnAdapter
+
+class Reporting(Protocol):
+    """What typed turns need of the adapter (:class:`~.adapter.TurnAdapter`)."""
+
+    warned_realtime_typed_turn: bool
+
+    @property
+    def session(self) -> AgentSession: ...
+
+    @property
+    def controller(self) -> TurnController: ...
+
+    @property
+    def speeches(self) -> dict[str, SpeechHandle]: ...
+
+    def before_greeting(self) -> bool: ...
+
+    def text_turn(self, hook: UserTurnHook) -> tuple[fx.Effect, ...]: ...
+
+    def user_turn_hook_ended(self, hook: UserTurnHook, error: BaseException | None) -> None: ...
 
 
-def report_text_turns(adapter: TurnAdapter) -> None:
+def report_text_turns(adapter: Reporting) -> None:
     """Report every typed turn of this session to the machine (see the module docstring)."""
     session = adapter.session
     generate_reply: Callable[..., Any] = session.generate_reply
@@ -96,7 +116,7 @@ def report_text_turns(adapter: TurnAdapter) -> None:
     session.generate_reply = reported_generate_reply  # type: ignore[method-assign]
 
 
-def _warn_realtime_typed_turn(adapter: TurnAdapter) -> None:
+def _warn_realtime_typed_turn(adapter: Reporting) -> None:
     """A realtime model commits a typed turn itself: the machine does not hear it as the
     callee's first words, so a greeting waiting for them is never said (no reply)."""
     if adapter.before_greeting() and not adapter.warned_realtime_typed_turn:
@@ -114,7 +134,7 @@ def _warn_realtime_typed_turn(adapter: TurnAdapter) -> None:
 
 
 def _refused_reply(
-    adapter: TurnAdapter,
+    adapter: Reporting,
     generate_reply: Callable[..., Any],
     hook: UserTurnHook,
     options: dict[str, Any],
@@ -153,7 +173,7 @@ def stop_reporting_text_turns(session: AgentSession) -> None:
     session.__dict__.pop("generate_reply", None)
 
 
-async def wait_for_text_greeting(adapter: TurnAdapter) -> None:
+async def wait_for_text_greeting(adapter: Reporting) -> None:
     """In a text-only session (no audio output), wait until the greeting the machine started
     with the session has been said: the first typed turn then follows it in the history and
     in the model's context, as a caller's first words follow a greeting they heard.

@@ -4,7 +4,7 @@ LiveKit hands ``Agent.on_user_turn_completed`` a ``turn_ctx``: a copy of the age
 context from which it generates the reply to the committed turn, right after the hook
 returns (edits there shape that reply only; the history never sees them). When the
 machine answers the callee's first words with ``StartGreeting``, its lever runs inside
-the hook's own step (the hook is :attr:`TurnAdapter.site <.adapter.TurnAdapter.site>`)
+the hook's own step (the hook is its :attr:`Site.call <.port.Site.call>`)
 and writes the greeting into that ``turn_ctx`` as a system message marked
 :data:`GREETING_REQUEST`. Nothing waits on the adapter:
 

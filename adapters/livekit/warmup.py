@@ -16,18 +16,36 @@ turns are resumed, whichever comes first: the STT hears the overlap whole, later
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from .adapter import TurnAdapter
+from livekit.agents import AgentSession
+
+from turnfsm.policy import TurnPolicy
+
+from .audio import InputGate
+
+
+class Gated(Protocol):
+    """What the hold reads of the call (a :class:`~.port.LeverPort`)."""
+
+    @property
+    def session(self) -> AgentSession: ...
+
+    @property
+    def policy(self) -> TurnPolicy: ...
+
+    @property
+    def gate(self) -> InputGate | None: ...
+
+    def require_gate(self) -> InputGate: ...
 
 
 class EchoWarmUpHold:
     """Holds the caller's audio at the gate through LiveKit's AEC warm-up, while the
     machine holds user turns (:func:`~.levers.hold_user_turns`)."""
 
-    def __init__(self, adapter: TurnAdapter) -> None:
-        self.adapter = adapter
+    def __init__(self, port: Gated) -> None:
+        self.port = port
         self.holding = False
         """The gate holds the caller's audio for the warm-up."""
         self._agent_spoke = False
@@ -35,13 +53,13 @@ class EchoWarmUpHold:
         self._timer: asyncio.TimerHandle | None = None
 
     def _warmup(self) -> float:
-        return self.adapter.session.options.aec_warmup_duration or 0.0
+        return self.port.session.options.aec_warmup_duration or 0.0
 
     def needs_gate(self) -> bool:
         """The policy holds user turns to answer speech over the greeting whole, and
         LiveKit's warm-up is set (``attach`` cannot know yet whether LiveKit turns it off
         for an outbound SIP callee): the input needs a gate."""
-        policy = self.adapter.controller.policy
+        policy = self.port.policy
         holds_overlap = (
             policy.greeting_lock == "keep_listening"
             and policy.greeting_overlap == "answer_whole"
@@ -51,7 +69,7 @@ class EchoWarmUpHold:
 
     def turns_held(self) -> None:
         """User turns are held: hold the audio too, if a warm-up is to come or running."""
-        gate = self.adapter.gate
+        gate = self.port.gate
         warmup_over = self._agent_spoke and self._timer is None
         if gate is None or gate.muted or warmup_over or self._warmup() <= 0:
             return
@@ -83,14 +101,14 @@ class EchoWarmUpHold:
         self._cancel_timer()
         if self.holding:
             self.holding = False
-            self.adapter.require_gate().unmute(replay_held_audio=True)
+            self.port.require_gate().unmute(replay_held_audio=True)
 
     def close(self) -> None:
         """The call is over: open the gate, dropping what it held."""
         self._cancel_timer()
-        if self.holding and self.adapter.gate is not None:
+        if self.holding and self.port.gate is not None:
             self.holding = False
-            self.adapter.gate.unmute(replay_held_audio=False)
+            self.port.gate.unmute(replay_held_audio=False)
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:

@@ -154,7 +154,7 @@ class Storm:
         assert session.turn_detection == turn_detection
         assert session.options.interruption["discard_audio_if_uninterruptible"] == discard
         assert adapter.gate is None or not adapter.gate.muted
-        assert adapter.timers == {}
+        assert adapter.port.timers == {}
         assert adapter_for(session) is None
         self.stats.sequences += 1
         self.stats.events += len(actions)

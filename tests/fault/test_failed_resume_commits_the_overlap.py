@@ -16,7 +16,7 @@ from faultcalls import fault_call
 from turnfsm import TurnPolicy
 from turnfsm import effects as fx
 from turnfsm import events as ev
-from turnfsm.adapters.livekit import TurnAdapter
+from turnfsm.adapters.livekit.port import LeverPort, Site
 from turnfsm.adapters.sim import LINES, CallScript, UserLine
 from turnfsm.adapters.sim.models import ScriptedLLM
 
@@ -25,7 +25,7 @@ GREETING = "Hi, this is Ada calling from Acme Dental about your appointment tomo
 """About 5 s: the question (2.2 s from 1 s on) ends over it."""
 
 
-def _failing_resume(adapter: TurnAdapter, effect: fx.ResumeUserTurns) -> None:
+def _failing_resume(port: LeverPort, effect: fx.ResumeUserTurns, site: Site) -> None:
     raise RuntimeError("stands for update_options or commit_user_turn raising")
 
 

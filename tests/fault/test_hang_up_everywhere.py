@@ -211,9 +211,9 @@ async def hang_up_in(state: str, how: str, ledger: TaskLedger) -> Outcome:
         gate_muted_at_hang_up=muted,
         steps_before_hang_up=steps,
         released=fc.released(),
-        timers=sorted(fc.adapter.timers),
+        timers=sorted(fc.adapter.port.timers),
         pending_tasks=[repr(task) for task in ledger.pending(fc.adapter)],
-        tracked=len(fc.adapter._tasks),
+        tracked=len(fc.adapter.dispatcher._tasks),
         detached=adapter_for(fc.session) is None and not fc.adapter._handlers,
     )
 

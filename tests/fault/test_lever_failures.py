@@ -54,6 +54,7 @@ from turnfsm import TurnController, TurnPolicy
 from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.adapters.livekit import LEVERS, TurnAdapter, TurnAgent, adapter_for, attach
+from turnfsm.adapters.livekit.port import LeverPort, Site
 from turnfsm.adapters.sim import (
     PacedAudioOutput,
     ScriptedLLM,
@@ -96,12 +97,14 @@ class LeverFaults:
             monkeypatch.setitem(LEVERS, effect_type, self._wrap(effect_type, lever))
 
     def _wrap(self, effect_type: type[fx.Effect], lever: Any) -> Any:
-        def maybe_failing(adapter: TurnAdapter, effect: fx.Effect) -> None:
-            target = self.target.get(id(adapter.controller))
+        def maybe_failing(port: LeverPort, effect: fx.Effect, site: Site) -> None:
+            adapter = adapter_for(port.session)
+            call = id(adapter.controller) if adapter is not None else 0
+            target = self.target.get(call)
             if target is not None and target[0] is effect_type:
-                self.raised[id(adapter.controller)] += 1
+                self.raised[call] += 1
                 raise SimulatedLeverFailure(f"simulated LiveKit failure [{target[1]}]")
-            lever(adapter, effect)
+            lever(port, effect, site)
 
         return maybe_failing
 
@@ -388,7 +391,7 @@ async def run_call(
     await asyncio.sleep(0.1)
     outcome.detached = adapter_for(fc.session) is None and not fc.adapter._handlers
     outcome.released_after = fc.released()
-    outcome.timers_after = sorted(fc.adapter.timers)
+    outcome.timers_after = sorted(fc.adapter.port.timers)
     return outcome
 
 
@@ -677,7 +680,7 @@ def test_levers_on_a_closed_session_fail_once_each_and_the_machine_ends(run: Run
     assert outcome.fresh.trace is not None
     assert outcome.fresh.trace.steps[-1].after == "ended"
     assert outcome.released == []
-    assert outcome.fresh_adapter.timers == {}
+    assert outcome.fresh_adapter.port.timers == {}
 
 
 def test_no_audio_input_fails_mute_and_unmute_once_and_the_call_goes_on(run: Run) -> None:

@@ -149,7 +149,7 @@ async def test_fifty_concurrent_sessions_keep_to_their_own_call(
             ("user", second),
             ("assistant", reply(i, second)),
         ], (i, call.history)
-        assert call.adapter.timers == {}
+        assert call.adapter.port.timers == {}
         assert ledger.pending(call.adapter) == []
     assert ledger.pending() == []
     assert escaped(caplog.records) == []

@@ -24,7 +24,8 @@ from livekit.agents import Agent
 from turnfsm import TurnController, TurnPolicy
 from turnfsm import effects as fx
 from turnfsm import events as ev
-from turnfsm.adapters.livekit import LEVERS, TurnAdapter
+from turnfsm.adapters.livekit import LEVERS
+from turnfsm.adapters.livekit.port import LeverPort, Site
 from turnfsm.adapters.sim import LINES, ScriptedLLM
 from turnfsm.rules import TurnRules
 from turnfsm.trace import REDACTED, Trace
@@ -40,7 +41,7 @@ def replies(request: object) -> str:
     return REPLY if "who is this" in (getattr(request, "last_user_text", "") or "") else "Okay."
 
 
-def failing_drop(adapter: TurnAdapter, effect: fx.DropUnspokenText) -> None:
+def failing_drop(port: LeverPort, effect: fx.DropUnspokenText, site: Site) -> None:
     raise RuntimeError("chat context unavailable")
 
 

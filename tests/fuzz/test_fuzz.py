@@ -23,8 +23,8 @@ from livekit.agents.tokenize.basic import split_words
 
 from turnfsm import TurnPolicy
 from turnfsm import effects as fx
-from turnfsm.adapters.livekit import TurnAdapter
 from turnfsm.adapters.livekit.levers import committed_message
+from turnfsm.adapters.livekit.port import LeverPort, Site
 from turnfsm.adapters.sim.fuzz import draw_call, judge_call, run_call
 from turnfsm.adapters.sim.fuzz.draw import (
     EFFECTS_THAT_MAY_FAIL,
@@ -268,16 +268,18 @@ def test_a_tool_round_begun_as_a_turn_commits_counts_for_that_turn(
 # -- seeded bugs ------------------------------------------------------------------------------
 
 
-def commits_the_full_text(adapter: TurnAdapter, effect: fx.DropUnspokenText) -> None:
+def commits_the_full_text(port: LeverPort, effect: fx.DropUnspokenText, site: Site) -> None:
     """The seeded bug: an interrupted reply keeps its whole text, heard or not."""
-    committed_message(adapter, effect)  # refused as the real lever is, when none was
+    committed_message(port, effect)  # refused as the real lever is, when none was
 
 
-def never_resumes_user_turns(adapter: TurnAdapter, effect: fx.ResumeUserTurns) -> None:
+def never_resumes_user_turns(port: LeverPort, effect: fx.ResumeUserTurns, site: Site) -> None:
     """The seeded bug: user turns held for the greeting are never released."""
 
 
-def never_resumes_model_replies(adapter: TurnAdapter, effect: fx.ResumeModelReplies) -> None:
+def never_resumes_model_replies(
+    port: LeverPort, effect: fx.ResumeModelReplies, site: Site
+) -> None:
     """The seeded bug: a realtime model's own replies, paused for the greeting, stay off."""
 
 

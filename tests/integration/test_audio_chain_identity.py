@@ -113,7 +113,7 @@ async def test_only_a_bare_sink_gets_the_meter_in_front() -> None:
     ``session.output.audio``, the sink behind it (as the README says)."""
     async with turn_call(OUTBOUND, settings="sim") as tc:  # no synchronizer
         meter = tc.session.output.audio
-        assert meter is tc.adapter.meter
+        assert meter is tc.adapter.port.meter
         assert meter is not None
         assert meter.next_in_chain is not None
         assert meter.next_in_chain.next_in_chain is tc.call.audio_output  # via LiveKit's proxy

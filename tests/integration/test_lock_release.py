@@ -48,7 +48,7 @@ def _assert_released(tc: TurnCall, turn_detection: object, discard: object) -> N
     assert tc.adapter.held_turn_settings is None, context
     assert tc.session.turn_detection == turn_detection, context
     assert tc.session.options.interruption["discard_audio_if_uninterruptible"] == discard
-    assert tc.adapter.timers == {}, context
+    assert tc.adapter.port.timers == {}, context
 
 
 async def _barge_in_after_greeting(lock: str, settings: str) -> None:
@@ -155,7 +155,7 @@ async def _ends_during_greeting(lock: str, ending: str, settings: str) -> None:
         # the lock is in force, over the callee's speech, with the time limit running
         assert tc.controller.state == "greeting", context
         assert line_start(call, "long_overlap") < call.now() - 0.5, context
-        assert "max_duration" in adapter.timers, context
+        assert "max_duration" in adapter.port.timers, context
         if lock == "mute_input":
             assert adapter.gate is not None
             assert adapter.gate.muted, context

@@ -148,7 +148,7 @@ async def test_a_greeting_whose_start_fails_in_the_turn_hook_still_answers_hello
     script = CallScript([UserLine(2.0, "hello")])
     async with turn_call(policy, script, settings=settings) as tc:
 
-        def session_refuses(adapter: object, effect: fx.StartGreeting) -> None:
+        def session_refuses(port: object, effect: fx.StartGreeting, site: object) -> None:
             raise ConnectionError("the session refused the greeting")
 
         tc.adapter.levers[fx.StartGreeting] = session_refuses

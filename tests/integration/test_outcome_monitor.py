@@ -44,7 +44,8 @@ from turncalls import GREETING, TurnCall, run_scenarios, turn_call, wait_segment
 from turnfsm import TurnPolicy
 from turnfsm import effects as fx
 from turnfsm import events as ev
-from turnfsm.adapters.livekit import TurnAdapter, TurnAgent
+from turnfsm.adapters.livekit import TurnAgent, adapter_for
+from turnfsm.adapters.livekit.port import LeverPort, Site
 from turnfsm.adapters.sim import LINES, CallScript, ScriptedLLM, UserLine
 
 LIVEKIT_DEFAULTS: dict[str, Any] = {"settings": "livekit-defaults"}
@@ -72,17 +73,19 @@ def _breaches(tc: TurnCall) -> dict[str, int]:
     return counts
 
 
-def _does_nothing(adapter: TurnAdapter, effect: fx.Effect) -> None:
+def _does_nothing(port: LeverPort, effect: fx.Effect, site: Site) -> None:
     """A lever that returns without touching LiveKit."""
 
 
-def _unmute_discarding_held_audio(adapter: TurnAdapter, effect: fx.UnmuteInput) -> None:
-    adapter.require_gate().unmute(replay_held_audio=False)
+def _unmute_discarding_held_audio(port: LeverPort, effect: fx.UnmuteInput, site: Site) -> None:
+    port.require_gate().unmute(replay_held_audio=False)
 
 
-def _say_forgetting_its_end(adapter: TurnAdapter, effect: fx.Say) -> None:
+def _say_forgetting_its_end(port: LeverPort, effect: fx.Say, site: Site) -> None:
     """``session.say``, but the machine never hears its speech's end."""
-    handle = adapter.session.say(effect.text)
+    handle = port.session.say(effect.text)
+    adapter = adapter_for(port.session)
+    assert adapter is not None
     handle.remove_done_callback(adapter._on_speech_done)  # registered on speech_created
 
 

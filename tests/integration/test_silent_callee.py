@@ -57,7 +57,7 @@ async def _hangs_up(settings: str) -> None:
         assert call.audio_output.segments == [], context
         assert call.tts.texts == [GREETING], context  # rendered ahead while it rang, unplayed
         assert call.messages() == [], context
-        assert not tc.adapter.timers, context
+        assert not tc.adapter.port.timers, context
 
 
 async def test_silent_callee() -> None:

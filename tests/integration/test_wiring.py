@@ -52,7 +52,7 @@ def _answer(request: LLMRequest) -> str:
 async def _hung_up(end_call: Any) -> TurnCall:
     """A call hung up by the policy at 2 s, with ``end_call``; closed afterwards."""
     async with turn_call(HANGS_UP, (), agent=Agent(instructions="On a call.")) as tc:
-        tc.adapter.end_call = end_call  # as attach(end_call=...) sets it
+        tc.adapter.port.end_call = end_call  # as attach(end_call=...) sets it
         await tc.call.wait_until(lambda: tc.controller.state == "ended", timeout=4)
         await asyncio.sleep(0.5)  # the hang-up's awaitable runs
     return tc

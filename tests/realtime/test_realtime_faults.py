@@ -16,7 +16,8 @@ from openai.types.realtime.realtime_audio_input_turn_detection import ServerVad
 from turnfsm import TurnPolicy
 from turnfsm import effects as fx
 from turnfsm import events as ev
-from turnfsm.adapters.livekit import TurnAdapter, TurnAgent
+from turnfsm.adapters.livekit import TurnAgent
+from turnfsm.adapters.livekit.port import LeverPort, Site
 from turnfsm.adapters.sim.realtime import (
     FIDELITY_MATRIX,
     REAL_PROTOCOL,
@@ -465,7 +466,7 @@ async def test_replies_left_paused_by_a_failed_resume_are_reported() -> None:
         adapter = call.adapter
         assert adapter is not None
 
-        def failing(target: TurnAdapter, effect: fx.ResumeModelReplies) -> None:
+        def failing(port: LeverPort, effect: fx.ResumeModelReplies, site: Site) -> None:
             raise RuntimeError("the model's options could not be updated")
 
         adapter.levers[fx.ResumeModelReplies] = failing

@@ -496,8 +496,8 @@ async def test_exit_during_the_lock_restores_input_and_leaves_no_task(
         assert not gate.muted
         assert gate.held_seconds == 0
         assert adapter.realtime is not None
-        assert adapter.timers == {}
-        assert adapter._tasks == set()
+        assert adapter.port.timers == {}
+        assert adapter.dispatcher._tasks == set()
         # server turn detection (paused for the lock) and tool choice are as they were
         assert server.turn_detection is not None
         assert server.turn_detection["type"] == "semantic_vad"
@@ -546,7 +546,8 @@ async def test_realtime_agent_example_builds_offline() -> None:
         assert caps.turn_detection  # the model's default server-side turn detection
         assert caps.can_disable_turn_detection
         assert adapter.realtime is not None
-        assert adapter.levers[fx.StartGreeting] == adapter.realtime.levers[fx.StartGreeting]
+        assert adapter.realtime_levers is not None
+        assert adapter.levers[fx.StartGreeting] == adapter.realtime_levers.levers[fx.StartGreeting]
         agent = example.Caller()
         assert isinstance(agent, TurnAgent)
         assert [tool.id for tool in agent.tools] == ["lookup_order"]

@@ -31,7 +31,7 @@ def outbound(**options: object) -> TurnPolicy:
     return TurnPolicy(direction="outbound", greeting=GREETING, **options)  # type: ignore[arg-type]
 
 
-def does_nothing(adapter: object, effect: object) -> None:
+def does_nothing(port: object, effect: object, site: object) -> None:
     """A seeded bug: the lever carries out nothing."""
 
 
@@ -161,7 +161,7 @@ async def test_tool_rounds_are_counted_per_turn_and_the_cap_check_can_fail() -> 
 
 
 async def test_no_breach_fails_on_a_lever_that_raised() -> None:
-    def raises(adapter: object, effect: object) -> None:
+    def raises(port: object, effect: object, site: object) -> None:
         raise RuntimeError("seeded")
 
     async with simulate_call(TurnAgent(instructions="x"), outbound(), caller=[HELLO]) as call:

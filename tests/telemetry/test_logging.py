@@ -97,7 +97,7 @@ def test_livekit_sets_turnfsms_level_with_its_own() -> None:
     assert result.stdout.split() == ["WARNING"]
 
 
-def _no_tts(adapter: object, effect: fx.StartGreeting) -> None:
+def _no_tts(port: object, effect: fx.StartGreeting, site: object) -> None:
     raise RuntimeError(f"TTS plugin rejected {effect.text!r}: rate limited")  # quotes its input
 
 

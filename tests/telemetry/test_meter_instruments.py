@@ -34,7 +34,8 @@ from otel_memory import measurements
 
 from turnfsm import TurnPolicy
 from turnfsm import effects as fx
-from turnfsm.adapters.livekit import TurnAdapter, TurnAgent
+from turnfsm.adapters.livekit import TurnAgent
+from turnfsm.adapters.livekit.port import LeverPort, Site
 from turnfsm.adapters.sim import LINES, CallScript, ScriptedLLM, UserLine
 from turnfsm.events import CallEnded
 from turnfsm.tools.metrics import CallMetrics
@@ -102,7 +103,7 @@ async def _overlap_and_tools(calls: dict[str, TurnCall]) -> None:
         hang_up(tc)
 
 
-def _does_nothing(adapter: TurnAdapter, effect: fx.Effect) -> None:
+def _does_nothing(port: LeverPort, effect: fx.Effect, site: Site) -> None:
     """A lever that returns without touching LiveKit."""
 
 

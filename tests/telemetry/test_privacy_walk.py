@@ -36,6 +36,7 @@ from otel_memory import measurements
 from turnfsm import Trace, TraceWriter, TurnController, TurnPolicy
 from turnfsm import effects as fx
 from turnfsm.adapters.livekit import LEVERS, TurnAdapter, TurnAgent, attach
+from turnfsm.adapters.livekit.port import LeverPort, Site
 from turnfsm.adapters.livekit.telemetry import trace_turns
 from turnfsm.adapters.sim import (
     LINES,
@@ -124,8 +125,8 @@ class Walk:
         adapter.observers.append(self.steps.append)
         say = LEVERS[fx.Say]
 
-        def say_then_fail(adapter: TurnAdapter, effect: fx.Say) -> None:
-            say(adapter, effect)
+        def say_then_fail(port: LeverPort, effect: fx.Say, site: Site) -> None:
+            say(port, effect, site)
             error = RuntimeError(f"TTS plugin: rate limit reached while saying {effect.text!r}")
             self.raised.append(error)
             raise error

@@ -42,7 +42,7 @@ from turnfsm.rules import TurnRules
 from turnfsm.trace import Trace
 
 from ...livekit import TurnAdapter, TurnAgent, attach
-from ...livekit.levers import Lever
+from ...livekit.port import Lever, LeverPort, Site
 from .. import clock
 from ..io import PacedAudioOutput, PlayoutSegment
 from ..models import LLMRequest, ScriptedLLM, ScriptedReply, ScriptedToolCall, ScriptedTTS
@@ -853,13 +853,13 @@ def _make_lever_fail(adapter: TurnAdapter, plan: CallPlan, record: CallRecord) -
     occurrence = plan.fault.occurrence
     uses = 0
 
-    def failing(target: TurnAdapter, effect: fx.Effect) -> None:
+    def failing(port: LeverPort, effect: fx.Effect, site: Site) -> None:
         nonlocal uses
         uses += 1
         if uses == occurrence:
             record.fault_fired += 1
             raise SimulatedLeverFailure(f"{effect.name} made to fail by the plan")
-        lever(target, effect)
+        lever(port, effect, site)
 
     adapter.levers[effect_type] = failing
 
