@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import replace
 
 import pytest
@@ -11,7 +12,9 @@ from livekit.agents import llm
 
 from turnfsm import TurnPolicy
 from turnfsm import effects as fx
-from turnfsm.adapters.livekit import TurnAdapter, heard, levers, realtime
+from turnfsm.adapters.livekit import heard, levers, realtime
+from turnfsm.adapters.livekit.port import LeverPort
+from turnfsm.adapters.livekit.realtime import RealtimeLink
 from turnfsm.adapters.livekit.text import estimated_seconds
 from turnfsm.adapters.sim.realtime import FIDELITY_MATRIX
 from turnfsm.spoken import spoken_prefix
@@ -79,14 +82,13 @@ def test_a_model_items_rate_is_its_transcripts_growth_over_its_audio() -> None:
 
 
 def _at_the_standard_rate(
-    adapter: TurnAdapter, effect: fx.DropUnspokenText, message: llm.ChatMessage
+    link: RealtimeLink, port: LeverPort, effect: fx.DropUnspokenText, message: llm.ChatMessage
 ) -> str:
     """A wrong cut: the item's audio length taken as LiveKit's standard rate says (as for
     a reply whose audio never all came), although all of it came, and this voice is
     slower than that rate."""
-    segment = adapter.last_segment.get(effect.speech_id)
-    assert adapter.realtime is not None
-    item = adapter.realtime.item(message.id)
+    segment = port.last_segment.get(effect.speech_id)
+    item = link.item(message.id)
     if segment is None or item is None:
         return ""
     text = item.transcript  # the model's (LiveKit committed the synchronizer's prefix)
@@ -110,7 +112,9 @@ async def test_the_outcome_monitor_catches_a_wrong_cut_of_the_levers_own_rule(cu
         adapter.outcomes.strict = False  # reported, not raised
         assert adapter.realtime is not None
         if cut == "standard-rate":
-            adapter.realtime.heard = _at_the_standard_rate  # type: ignore[method-assign]
+            adapter.realtime.heard = functools.partial(  # type: ignore[method-assign]
+                _at_the_standard_rate, adapter.realtime
+            )
         handle = session.generate_reply(user_input="When are you open?")
         answer = await call.segment_playing(0)
         await call.played(answer, 6.0)
