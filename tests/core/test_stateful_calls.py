@@ -329,7 +329,7 @@ def run(profile: str, summary_line: Callable[[str], None]) -> None:
     # The guided strategy gets deep into calls: every state change short of the end is
     # taken (the rarest about 10 times in 1 000 calls). Each state's way to `ended` is
     # rarer by design; the explorer covers those exhaustively.
-    # Three more are left to the explorer (tests/core/test_explorer.py explores them):
+    # Four more are left to the explorer (tests/core/test_explorer.py explores them):
     # a declined turn's prepared reply as the last speech of a tool step whose own speech
     # already ended (four guided draws in a row), the agent code's first speech as the
     # greeting (an own-words policy drawn, then that speech first: taken in a run alone,
