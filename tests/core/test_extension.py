@@ -33,7 +33,9 @@ from turnfsm.rules import TurnRules
 from turnfsm.tools.check import format_check, run_check
 from turnfsm.tools.cli import main
 
-POLICY = TurnPolicy(direction="outbound", greeting="Hi", max_tool_steps=1)
+# the tool-reply hold, on by default, doubles what a check explores; it is explored in
+# tests/core/test_explorer.py, and has nothing to do with extending the machine
+POLICY = TurnPolicy(direction="outbound", greeting="Hi", max_tool_steps=1, tool_reply_hold=None)
 
 
 @attrs.frozen
@@ -186,8 +188,10 @@ def test_turnfsm_check_cli_prints_the_violation_path(
     (tmp_path / "my_turns.py").write_text(textwrap.dedent(USER_MODULE))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "my_turns", raising=False)
-    policy = tmp_path / "policy.toml"
-    policy.write_text('direction = "outbound"\ngreeting = "Hi"\nmax_tool_steps = 1\n')
+    policy = tmp_path / "policy.json"  # JSON, to turn the hold off (null): see POLICY
+    policy.write_text(
+        '{"direction": "outbound", "greeting": "Hi", "max_tool_steps": 1, "tool_reply_hold": null}'
+    )
     args = ["check", str(policy), "--machine", "my_turns:MACHINE", "--rules", "my_turns:Rules"]
     assert main([*args, "--events", "my_turns:EVENTS", "--random-calls", "0"]) == 1
     out = capsys.readouterr().out

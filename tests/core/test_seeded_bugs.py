@@ -406,8 +406,12 @@ def test_every_watchdog_has_a_seeded_bug() -> None:
 
 def test_explorer_finds_the_untimed_reprompt() -> None:
     """The whole search finds it too, with a shortest path to the stuck configuration."""
-    policy = TurnPolicy(
-        direction="inbound", first_speaker="user", interrupted_text="keep", idle_timeout=5
+    policy = TurnPolicy(  # the tool-reply hold (explored in test_explorer.py) left out
+        direction="inbound",
+        first_speaker="user",
+        interrupted_text="keep",
+        idle_timeout=5,
+        tool_reply_hold=None,
     )
     report = explore(policy, rules_class=RepromptNotTimed)
     assert {violation.split()[0] for violation in report.violations} == {"W2"}
