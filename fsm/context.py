@@ -29,16 +29,6 @@ class TurnContext:
     overlapped_greeting: bool = False
     """The caller spoke during the current greeting."""
 
-    discarding_overlap: bool = False
-    """Speech that overlapped the greeting is still going on and will be discarded."""
-
-    replaying_held_audio: bool = False
-    """The caller's audio held over the greeting (``mute_input`` + ``answer_whole``) is
-    being replayed: user turns are held until its end, so that it becomes one turn."""
-
-    replay_heard_caller: bool = False
-    """The caller's voice was heard in that replay: there is a turn to commit at its end."""
-
     spill_over_until: float | None = None
     """Speech starting before this time continues an overlap the muted input missed."""
 

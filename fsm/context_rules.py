@@ -35,6 +35,7 @@ from .machine import (
     VOICE_STATES,
     TurnChart,
     TurnMachine,
+    leaves_under,
     public_state,
 )
 from .policy import TurnPolicy
@@ -54,9 +55,6 @@ SCOPED: Mapping[str, frozenset[str]] = {
     ),
     # paused from the model's link until the greeting has played (issue 19)
     "model_replies_paused": frozenset({"start", "ringing", "awaiting_user", "greeting"}),
-    "discarding_overlap": frozenset({"listening"}),
-    "replaying_held_audio": frozenset({"listening"}),
-    "replay_heard_caller": frozenset({"listening"}),
     "spill_over_until": frozenset({"listening"}),
     **dict.fromkeys(
         ("tool_speech_id", "final_speech_id", "final_after_speech", "held_tool_reply"),
@@ -87,6 +85,23 @@ AWAITING_MODEL = frozenset({"greeting_awaiting_model", "retry_awaiting_model"})
 
 PLAYING = frozenset({"greeting_playing", "retry_playing"})
 """The greeting's phases once its speech exists."""
+
+REPLAY_PHASES = leaves_under("replaying_held_audio")
+"""The phases of the replay of the greeting's held audio."""
+
+OVERLAP_PHASES = REPLAY_PHASES | {"discarding_overlap"}
+"""The phases of ``listening`` that follow the greeting's end before any turn."""
+
+TOOL_ROUND_FIELDS: tuple[str, ...] = (
+    "tool_rounds",
+    "capped",
+    "tool_loop_stopped",
+    "final_reply_pending",
+    "final_wait",
+    "tools_forbidden",
+    "handing_over",
+)
+"""Fields a user turn's tool rounds set: at their defaults in the overlap phases."""
 
 RUNS_IN: Mapping[str, frozenset[str]] = {
     **TIMER_STATES,
@@ -209,14 +224,15 @@ def _check_linked(context: TurnContext, policy: TurnPolicy) -> None:
             "TurnContext.held_tool_reply is set only without a realtime model and with "
             "mute_input_during_tools=False"
         )
-    if context.discarding_overlap and policy.greeting_overlap != "drop":
-        raise ValueError("TurnContext.discarding_overlap is set only with greeting_overlap='drop'")
     if context.spill_over_until is not None and not (
-        policy.mutes_greeting and policy.greeting_overlap == "drop"
+        policy.mutes_greeting
+        and policy.greeting_overlap == "drop"
+        and not context.model_replies_to_turns
     ):
         raise ValueError(
             "TurnContext.spill_over_until is set only with greeting_lock='mute_input' and "
-            "greeting_overlap='drop'"
+            "greeting_overlap='drop', and not while a realtime model detects turns "
+            "(model_replies_to_turns)"
         )
     # the callee's first words: awaited when the user speaks first, or heard while ringing
     if context.first_words_item is not None and not (
@@ -246,8 +262,6 @@ def _check_state(context: TurnContext, policy: TurnPolicy, configuration: tuple[
             )
     if input_muted(policy, {state}) and configuration[1:] != VOICE_STATES[:1]:
         raise ValueError(f"a muted caller is {VOICE_STATES[0]}, not {configuration[1:]}")
-    if context.replay_heard_caller and not context.replaying_held_audio:
-        raise ValueError("TurnContext.replay_heard_caller is set only while a replay runs")
     if state == "ended" and context.end_reason is None:
         raise ValueError("TurnContext.end_reason must say why the call ended")
     if state in ("speaking", "tool_loop") and not context.active_speeches:
@@ -266,6 +280,8 @@ def _check_state(context: TurnContext, policy: TurnPolicy, configuration: tuple[
                 raise ValueError(f"TurnContext.{name} {speech!r} is not an active speech")
     if state == "greeting":
         _check_greeting_phase(context, policy, phase)
+    if state == "listening":
+        _check_listening_phase(context, policy, configuration)
     for timer in context.timers:
         if phase not in RUNS_IN[timer]:
             raise ValueError(
@@ -278,6 +294,50 @@ def _check_state(context: TurnContext, policy: TurnPolicy, configuration: tuple[
                 "TurnContext.timers must hold 'max_duration' while the call is live "
                 "(max_call_duration is set)"
             )
+
+
+def _check_listening_phase(
+    context: TurnContext, policy: TurnPolicy, configuration: tuple[str, ...]
+) -> None:
+    """An overlap is discarded only under ``drop`` (a spill-over's only where LiveKit
+    commits turns, not a realtime model's server); the held audio is replayed only under
+    ``mute_input`` + ``answer_whole``, on a pipeline, and the caller's voice in it moves
+    it on; both follow the greeting's end before any tool round; the spill-over window
+    is open only until an overlap is discarded."""
+    phase = configuration[0]
+    if phase in OVERLAP_PHASES:
+        for name in TOOL_ROUND_FIELDS:
+            if getattr(context, name) != getattr(_DEFAULTS, name):
+                raise ValueError(
+                    f"TurnContext.{name} is {getattr(context, name)!r} in {phase!r}, which "
+                    "follows the greeting before any tool round"
+                )
+    if context.spill_over_until is not None and phase != "listening_open":
+        raise ValueError(
+            f"TurnContext.spill_over_until is set only in 'listening_open', not in {phase!r}"
+        )
+    if phase == "discarding_overlap" and (
+        policy.greeting_overlap != "drop"
+        or (policy.mutes_greeting and context.model_replies_to_turns)
+    ):
+        raise ValueError(
+            "no call under this policy is in 'discarding_overlap': only with "
+            "greeting_overlap='drop', and under greeting_lock='mute_input' not while a "
+            "realtime model detects turns (model_replies_to_turns)"
+        )
+    if phase in REPLAY_PHASES and (
+        not (policy.mutes_greeting and policy.greeting_overlap == "answer_whole")
+        or context.realtime_model
+    ):
+        raise ValueError(
+            f"no call under this policy is in {phase!r}: only with greeting_lock="
+            "'mute_input' and greeting_overlap='answer_whole', without a realtime model"
+        )
+    if phase == "replay_unheard" and configuration[1:] != VOICE_STATES[:1]:
+        raise ValueError(
+            f"the caller is {VOICE_STATES[0]} in 'replay_unheard' (their voice in the replay "
+            f"makes it 'replay_heard_caller'), not {configuration[1:]}"
+        )
 
 
 def _check_greeting_phase(context: TurnContext, policy: TurnPolicy, phase: str) -> None:

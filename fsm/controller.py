@@ -45,6 +45,7 @@ from .engine import ENGINES, CompiledEngine, EngineName, compiled_chart
 from .events import Event, TimerExpired
 from .invariants import SafetyMonitor
 from .machine import (
+    PHASED_STATES,
     TurnChart,
     TurnMachine,
     atomic_states,
@@ -52,6 +53,7 @@ from .machine import (
     leaf_states,
     public_states,
     voice_states,
+    walk_states,
 )
 from .policy import TurnPolicy
 from .rules import TurnRules
@@ -232,7 +234,8 @@ class TurnController:
 
     def restore(self, configuration: str | tuple[str, ...], context: TurnContext) -> None:
         """Resume from a :meth:`snapshot` (the trace and strict monitor are not rewound).
-        A state alone (``"listening"``) is that state with the caller silent.
+        A state alone (``"speaking"``) is that state with the caller silent; a phased one
+        (``"listening"``) names its first phase (``listening_open``).
 
         Raises:
             ValueError, TypeError: the configuration is not one of the machine's, or the
@@ -242,7 +245,7 @@ class TurnController:
         self._claim()
         by_state = _configurations(self._machine_class)
         if isinstance(configuration, str):
-            configuration = by_state.get(configuration, (configuration,))
+            configuration = _named(self._machine_class).get(configuration, (configuration,))
         if not _is_configuration(self._machine_class, configuration):
             raise ValueError(
                 f"configuration must be one of {sorted(by_state.values())} or a live one with"
@@ -402,6 +405,20 @@ def _configurations(machine_class: type[TurnChart]) -> dict[str, tuple[str, ...]
         state.id: (state.id, *voice) if _is_live(state) else (state.id,)
         for state in leaf_states(machine_class)
     }
+
+
+@functools.cache
+def _named(machine_class: type[TurnChart]) -> dict[str, tuple[str, ...]]:
+    """The configuration a state alone names in :meth:`TurnController.restore`: each
+    atomic state's, and each phased state's first phase's (with the caller silent)."""
+    named = dict(_configurations(machine_class))
+    for state in walk_states(machine_class.states):
+        if state.id in PHASED_STATES:
+            first = state
+            while first.states:
+                first = next(child for child in first.states if child.initial)
+            named[state.id] = named[first.id]
+    return named
 
 
 def _is_live(state: State) -> bool:

@@ -85,17 +85,32 @@ class StartGreeting(Effect):
 
 @attrs.frozen
 class HoldUserTurns(Effect):
-    """Keep listening but commit no user turn (speech overlapping a locked greeting)."""
+    """Keep listening but commit no user turn (speech overlapping a locked greeting).
+
+    ``at_input_gate``: held by shutting the input gate instead, for a realtime model whose
+    server detects turns (it commits, and answers, whatever it hears); ``hold_audio``
+    keeps the caller's audio there for ``ResumeUserTurns`` to replay, as ``MuteInput``'s
+    does (``answer_whole``), where without it the audio is dropped.
+    """
 
     name: ClassVar[str] = "hold_user_turns"
+    at_input_gate: bool = False
+    hold_audio: bool = False
 
 
 @attrs.frozen
 class ResumeUserTurns(Effect):
-    """Commit user turns again; with ``commit_pending`` the held speech becomes one turn."""
+    """Commit user turns again; with ``commit_pending`` the held speech becomes one turn.
+
+    ``at_input_gate``: the gate a ``HoldUserTurns(at_input_gate=True)`` shut opens again;
+    with ``replay_held_audio`` the audio it held is replayed (the model's server commits
+    it), else dropped.
+    """
 
     name: ClassVar[str] = "resume_user_turns"
     commit_pending: bool = False
+    at_input_gate: bool = False
+    replay_held_audio: bool = False
 
 
 @attrs.frozen

@@ -192,15 +192,36 @@ def declare_chart() -> dict[str, Any]:
                 class conversation(State.Compound):  # noqa: N801
                     """Turns after the greeting."""
 
-                    listening = State(
-                        initial=True,
-                        exit=[
-                            "close_spill_over_window",
-                            "stop_discarding_overlap",
-                            "stop_holding_for_the_replay",
-                        ],
-                    )
-                    """The caller's turn."""
+                    class listening(  # noqa: N801
+                        State.Compound, initial=True, exit="close_spill_over_window"
+                    ):
+                        """The caller's turn. What is left of the greeting's overlap is a
+                        phase of it; :attr:`TurnController.state` reports ``listening`` in
+                        each (:func:`public_state`)."""
+
+                        listening_open = State(initial=True)
+                        """Nothing of the greeting's overlap is left to wait for."""
+
+                        discarding_overlap = State(exit="stop_discarding_overlap")
+                        """Speech that overlapped the greeting (``keep_listening``), or
+                        spilled over its end (``mute_input``), goes on: user turns are held
+                        until it ends, and what it said is discarded (``drop``)."""
+
+                        class replaying_held_audio(  # noqa: N801
+                            State.Compound,
+                            enter="hold_user_turns_through_the_replay",
+                            exit="resume_user_turns_after_the_replay",
+                        ):
+                            """The caller's audio held over the greeting (``mute_input`` +
+                            ``answer_whole``) is being replayed: user turns are held until
+                            its end (the unmute's outcome), so that it becomes one turn."""
+
+                            replay_unheard = State(initial=True)
+                            """No voice of the caller heard in the replay yet."""
+
+                            replay_heard_caller = State()
+                            """The caller's voice was heard in the replay: there is a turn
+                            to commit at its end."""
 
                     speaking = State()
                     """The agent's turn: a reply is being generated or played."""
@@ -237,8 +258,17 @@ def declare_chart() -> dict[str, Any]:
     )
     awaiting_agent = call.live.turn.awaiting_agent
     conversation = cast(State, call.live.turn.conversation)
-    listening, speaking, tool_loop = (
-        call.live.turn.conversation.listening,
+    listening = cast(State, call.live.turn.conversation.listening)
+    listening_open, discarding_overlap = (
+        call.live.turn.conversation.listening.listening_open,
+        call.live.turn.conversation.listening.discarding_overlap,
+    )
+    replaying_held_audio = cast(State, call.live.turn.conversation.listening.replaying_held_audio)
+    replay_unheard, replay_heard_caller = (
+        call.live.turn.conversation.listening.replaying_held_audio.replay_unheard,
+        call.live.turn.conversation.listening.replaying_held_audio.replay_heard_caller,
+    )
+    speaking, tool_loop = (
         call.live.turn.conversation.speaking,
         call.live.turn.conversation.tool_loop,
     )
@@ -294,12 +324,14 @@ def declare_chart() -> dict[str, Any]:
     user_speech_started |= (
         awaiting_user.to(None, on="stop_silence_timers")
         | greeting.to(None, on="note_overlap")
-        | listening.to(
-            None,
-            cond="in_spill_over_window",
+        # (opened only after a greeting that muted the input and drops an overlap)
+        | listening_open.to(
+            discarding_overlap,
+            cond=["mutes_greeting", "drops_overlap", "in_spill_over_window"],
             on=["stop_silence_timers", "hold_spill_over"],
         )
-        | listening.to(None, on=["stop_silence_timers", "note_caller_in_replay"])
+        | replay_unheard.to(replay_heard_caller, on="stop_silence_timers")
+        | listening.to(None, on="stop_silence_timers")
         # a barge-in into a tool step: its reply waits for LiveKit's decision
         | tool_loop.to(None, unless="input_is_muted", on="hold_tool_reply")
         | conversation.to(None, cond="holds_tool_reply", on="hold_tool_reply")
@@ -307,11 +339,8 @@ def declare_chart() -> dict[str, Any]:
 
     user_speech_ended |= (
         awaiting_user.to(None, on="start_silence_timers")
-        | listening.to(
-            None,
-            cond="discarding_overlap",
-            on=["discard_overlap", "start_silence_timers"],
-        )
+        # the overlap is over: discarded as its phase is left
+        | discarding_overlap.to(listening_open, on="start_silence_timers")
         | listening.to(None, on="start_silence_timers")
         | conversation.to(None, cond="holds_tool_reply", on="time_the_tool_reply_hold")
     )
@@ -377,23 +406,23 @@ def declare_chart() -> dict[str, Any]:
 
     def leave_greeting(
         cond: list[str],
-        before: str | list[str],
-        then: tuple[str, ...] = (),
-        states: tuple[State, State, State] = (greeting, listening, speaking),
+        target: State = listening,
+        unless: str | None = None,
+        before: str | None = None,
+        greeting: State = greeting,
     ) -> Any:
-        """The greeting's speech ended: each lock and overlap policy releases the caller
-        its own way (``before``; a muted input is unmuted by the greeting's exit), then it
-        is the caller's turn (and ``then``), or the agent's while a speech made in the
-        greeting is still in flight (the overlap then ends as when a reply starts in
-        ``listening``: its exit actions)."""
-        source, callers_turn, agents_turn = states
-        cond = ["is_greeting_speech", *cond]
-        return source.to(
-            agents_turn,
-            cond=[*cond, "another_speech_in_flight"],
+        """The greeting's speech ended: it is the caller's turn, or the agent's while a
+        speech made in the greeting is still in flight. A muted input is unmuted by the
+        greeting's exit (its held audio replayed under ``answer_whole``); user turns held
+        by the greeting that keeps listening are resumed (``before``), or go on being held
+        while the overlap it discards goes on."""
+        return greeting.to(
+            target,
+            cond=["is_greeting_speech", *cond],
+            unless=unless,
             before=before,
-            on=["note_speech_end", "close_spill_over_window", "stop_discarding_overlap"],
-        ) | source.to(callers_turn, cond=cond, before=before, on=["note_speech_end", *then])
+            on="note_speech_end",
+        )
 
     speech_ended = [
         "note_speech_end",
@@ -401,18 +430,32 @@ def declare_chart() -> dict[str, Any]:
         "allow_tools_after_final_reply",
         "say_tool_fallback_if_final_reply_silent",
     ]
+    agents_turn = "another_speech_in_flight"
+    committing = "resume_user_turns_committing_a_finished_overlap"
     agent_speech_ended = (
-        leave_greeting(
-            ["mutes_greeting", "answers_whole_overlap"],
-            [],
-            then=("hold_user_turns_through_the_replay",),
-        )
-        | leave_greeting(["mutes_greeting"], "open_spill_over_window")
+        # the greeting muted the input: held audio replayed through held user turns (one
+        # turn; not on a realtime model, whose server commits the replayed audio itself),
+        # or a spill-over's tail discarded (where LiveKit commits turns: a realtime
+        # model's server commits the tail before anything could hold it)
+        leave_greeting(["mutes_greeting", agents_turn], speaking)
         | leave_greeting(
-            ["answers_whole_overlap"], "resume_user_turns_committing_a_finished_overlap"
+            ["mutes_greeting", "answers_whole_overlap"],
+            replaying_held_audio,
+            unless="runs_realtime_model",
         )
-        | leave_greeting(["caller_is_speaking"], "discard_overlap_when_the_caller_stops")
-        | leave_greeting([], "clear_and_resume_user_turns")
+        | leave_greeting(
+            ["mutes_greeting", "drops_overlap"],
+            unless="model_detects_turns",
+            before="open_spill_over_window",
+        )
+        | leave_greeting(["mutes_greeting"])
+        # the greeting kept listening: its held turns resumed, an overlap answered whole
+        # (committed now if it is over), or dropped (once the caller stops, if they speak)
+        | leave_greeting(["answers_whole_overlap", agents_turn], speaking, before=committing)
+        | leave_greeting(["answers_whole_overlap"], before=committing)
+        | leave_greeting([agents_turn], speaking, before="clear_and_resume_user_turns")
+        | leave_greeting(["caller_is_speaking"], discarding_overlap)
+        | leave_greeting([], before="clear_and_resume_user_turns")
         | speaking.to(listening, cond="is_last_active_speech", on=speech_ended)
         | tool_loop.to(listening, cond="is_last_active_speech", on=speech_ended)
         | call_wide(on=speech_ended)
@@ -479,7 +522,8 @@ def declare_chart() -> dict[str, Any]:
     # for (a text or instructions) that fails twice, or has no text, ends the call.
     not_started, names_it = "greeting_start_not_done", "names_the_greeting_speech"
     effect_outcome = (
-        listening.to(None, cond="held_audio_replayed", on="commit_the_replay")
+        # the held audio is replayed: user turns are resumed as its phase is left
+        replaying_held_audio.to(listening_open, cond="is_unmute_outcome")
         | tool_loop.to(
             None,
             cond=["interrupt_not_done", "tool_loop_is_stopped"],
@@ -620,8 +664,10 @@ def declare_chart() -> dict[str, Any]:
     del greeting_awaiting_model, greeting_requested, greeting_playing, greeting_retry
     del retry_awaiting_model, retry_requested, retry_playing, not_started, names_it
     del conversation
-    del listening, speaking, tool_loop, caller_silent, caller_speaking
-    del leave_greeting, speech_ended, step_started, step_finished, interrupted
+    del listening, listening_open, discarding_overlap, replaying_held_audio
+    del replay_unheard, replay_heard_caller, speaking, tool_loop, caller_silent, caller_speaking
+    del leave_greeting, speech_ended, agents_turn, committing
+    del step_started, step_finished, interrupted
     del call_wide, when_model_free
     return dict(locals())
 
@@ -765,7 +811,7 @@ def transition_key(transition: Transition) -> tuple[str, int]:
     return transition.source.id, next(i for i, t in enumerate(declared) if t is transition)
 
 
-PHASED_STATES: tuple[str, ...] = ("greeting",)
+PHASED_STATES: tuple[str, ...] = ("greeting", "listening")
 """Compound states whose sub-states are phases of one state: :attr:`TurnController.state`
 (and a trace's steps, the invariants, the outcome monitor) report the compound's id in
 each; :attr:`TurnController.configuration` names the phase."""
@@ -807,12 +853,18 @@ def leaves_under(compound: str) -> frozenset[str]:
     return frozenset(state.id for state in walk_states([node]) if not state.states)
 
 
+def _and_phased(leaves: frozenset[str]) -> frozenset[str]:
+    """Atomic states, and the phased states among them as :attr:`TurnController.state`
+    reports them."""
+    return leaves | {public_state(leaf) for leaf in leaves}
+
+
 GREETING_STATES: frozenset[str] = leaves_under("greeting")
 """The greeting's phases (atomic states)."""
 
-LIVE_STATES: frozenset[str] = leaves_under("turn") | {"greeting"}
+LIVE_STATES: frozenset[str] = _and_phased(leaves_under("turn"))
 """States of a live call: the caller's voice runs beside them (atomic ones, and
-``greeting`` as :attr:`TurnController.state` reports its phases)."""
+``greeting`` and ``listening`` as :attr:`TurnController.state` reports their phases)."""
 
 
 def states_acting(event: str, action: str) -> frozenset[str]:
@@ -834,8 +886,9 @@ stopped as it is created (invariant I8)."""
 FIRST_WORDS_STATES: frozenset[str] = states_acting("user_turn_committed", "note_first_words")
 """Where the callee's first committed words are noted: the greeting answers them."""
 
-CONVERSATION_STATES: frozenset[str] = leaves_under("conversation")
-"""States after the greeting, where tool rounds are counted (invariant I3)."""
+CONVERSATION_STATES: frozenset[str] = _and_phased(leaves_under("conversation"))
+"""States after the greeting, where tool rounds are counted (invariant I3): atomic ones,
+and ``listening`` as :attr:`TurnController.state` reports its phases."""
 
 LOCKED_STATES: frozenset[str] = frozenset({"greeting"}) | GREETING_STATES
 """States drawn and checked as locked: no interrupt effect is ever emitted in them (the

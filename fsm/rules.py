@@ -8,7 +8,7 @@ never perform I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from typing import Literal, TypeVar
 
 import attrs
@@ -40,7 +40,7 @@ from .events import (
     UserTurnDeclined,
     UserTurnEnded,
 )
-from .machine import TIMERS, timers_declared
+from .machine import TIMERS, After, leaves_under, timers_declared
 from .policy import TurnPolicy
 
 GuardKind = Literal["policy", "event", "context", "voice", "state"]
@@ -111,10 +111,6 @@ class TurnRules:
         until = self.context.spill_over_until
         return until is not None and ev.at <= until
 
-    @guard("context")
-    def discarding_overlap(self) -> bool:
-        return self.context.discarding_overlap
-
     @guard("event")
     def is_first_words(self, ev: UserTurnCommitted) -> bool:
         return ev.item_id == self.context.first_words_item
@@ -130,6 +126,12 @@ class TurnRules:
     @guard("context")
     def runs_realtime_model(self) -> bool:
         return self.context.realtime_model
+
+    @guard("context")
+    def model_detects_turns(self) -> bool:
+        """The realtime model's server detects the caller's turns and commits them itself,
+        as it hears them: only a shut input gate holds them."""
+        return self.context.model_replies_to_turns
 
     @guard("policy")
     def drops_overlap(self) -> bool:
@@ -202,7 +204,7 @@ class TurnRules:
         """Too short to interrupt a playing reply, as LiveKit judges a turn at its end
         (``min_words``; not while the machine holds user turns: LiveKit's turn detection
         is manual then, and it counts no words)."""
-        held = turns_held(self.policy, machine.configuration_values, self.context)
+        held = turns_held(self.policy, machine.configuration_values)
         return not held and ev.words < self.context.min_words
 
     @guard("event")
@@ -214,10 +216,10 @@ class TurnRules:
         return self.context.tool_loop_stopped
 
     @guard("event")
-    def held_audio_replayed(self, ev: EffectOutcome) -> bool:
-        """The greeting's held audio has been replayed (or its unmute failed): the
-        outcome of its ``UnmuteInput`` comes when the replay is over."""
-        return self.context.replaying_held_audio and ev.effect == "unmute_input"
+    def is_unmute_outcome(self, ev: EffectOutcome) -> bool:
+        """In the replay of the greeting's held audio: it is over (or its unmute failed),
+        as the outcome of its ``UnmuteInput`` comes when the replay is over."""
+        return ev.effect == "unmute_input"
 
     @guard("event")
     def greeting_start_not_done(self, ev: EffectOutcome) -> bool:
@@ -354,14 +356,16 @@ class TurnRules:
             self._cancel_timer(timer.timer)
 
     def stop_silence_timers(self, state: State) -> None:
-        """The caller speaks: the timers of ``state`` that time their silence stop."""
-        for timer in timers_declared(state):
+        """The caller speaks: the timers running in ``state`` (declared by it or a state
+        around it) that time their silence stop."""
+        for timer in _timers_around(state):
             if timer.while_silent:
                 self._cancel_timer(timer.timer)
 
     def start_silence_timers(self, state: State) -> None:
-        """The caller stopped: the timers of ``state`` that time their silence start."""
-        for timer in timers_declared(state):
+        """The caller stopped: the timers running in ``state`` that time their silence
+        start."""
+        for timer in _timers_around(state):
             if timer.while_silent:
                 self._start_timer(timer.timer)
 
@@ -506,34 +510,22 @@ class TurnRules:
             self._unmute(replay_held_audio=replay)
 
     def hold_user_turns_through_the_replay(self) -> None:
-        """...as one turn: LiveKit would commit each utterance of the replay on its own, and
-        the reply to the first (its tool steps mute the input) would cut the next ones
-        apart. Held until the replay is over (the unmute's outcome comes then). Not with
-        a realtime model: its hold shuts the input gate, which would stop the replay (the
-        server commits the replayed audio itself)."""
-        if not self.context.realtime_model:
-            self.context.replaying_held_audio = True
-            self._hold_user_turns()
+        """The greeting's held audio is replayed: user turns are held until its end (the
+        unmute's outcome comes then), so that it becomes one turn: LiveKit would commit
+        each utterance of the replay on its own, and the reply to the first (its tool steps
+        mute the input) would cut the next ones apart. Not with a realtime model (the chart
+        enters no replay then): its hold shuts the input gate, which would stop the
+        replay, and the server commits the replayed audio itself."""
+        self._hold_user_turns()
 
-    def note_caller_in_replay(self) -> None:
-        if self.context.replaying_held_audio:
-            self.context.replay_heard_caller = True
-
-    def commit_the_replay(self, machine: StateChart) -> None:
-        """The held audio is replayed: what the caller said in it is one turn now; if the
-        caller still speaks, it becomes one when the caller stops."""
-        ctx = self.context
-        finished = ctx.replay_heard_caller and not _caller_speaks(machine)
-        ctx.replaying_held_audio = ctx.replay_heard_caller = False
-        self._resume_user_turns(commit_pending=finished)
-
-    def stop_holding_for_the_replay(self) -> None:
-        """Leaving ``listening`` (the agent speaks first, or the call ends) ends the wait
-        for the replay: the rest of it comes as turns of their own."""
-        ctx = self.context
-        if ctx.replaying_held_audio:
-            ctx.replaying_held_audio = ctx.replay_heard_caller = False
-            self._resume_user_turns(commit_pending=False)
+    def resume_user_turns_after_the_replay(self, target: object, machine: StateChart) -> None:
+        """Leaving the replay. At its end (back to ``listening_open``: its only way there)
+        what the caller said in it is one turn now; if they still speak, it becomes one
+        when they stop. Left otherwise (the agent speaks first, or the call ends), the
+        rest of it comes as turns of their own."""
+        over = getattr(target, "id", None) == "listening_open"
+        heard = "replay_heard_caller" in machine.configuration_values
+        self._resume_user_turns(commit_pending=over and heard and not _caller_speaks(machine))
 
     def open_spill_over_window(self, ev: Event) -> None:
         """Speech starting right after the unmute is the tail of a missed overlap."""
@@ -541,16 +533,14 @@ class TurnRules:
 
     def resume_user_turns_committing_a_finished_overlap(self, machine: StateChart) -> None:
         """``keep_listening`` + ``answer_whole``: an overlap already over is one turn now;
-        one still going on becomes a turn when the caller stops."""
+        one still going on becomes a turn when the caller stops. (Held at the input gate,
+        its audio is replayed: the model's server commits it.)"""
         finished = self.context.overlapped_greeting and not _caller_speaks(machine)
-        self._resume_user_turns(commit_pending=finished)
-
-    def discard_overlap_when_the_caller_stops(self) -> None:
-        """``keep_listening`` + ``drop``, the caller still speaking: discarded at its end."""
-        self.context.discarding_overlap = True
+        self._resume_user_turns(commit_pending=finished, replay_held_audio=True)
 
     def clear_and_resume_user_turns(self) -> None:
-        """``keep_listening`` + ``drop``, the caller silent: forget what was held."""
+        """``keep_listening`` + ``drop``, the caller silent or the agent's turn next: forget
+        what was held."""
         self.emit(fx.ClearUserTurn())
         self._resume_user_turns(commit_pending=False)
 
@@ -559,21 +549,13 @@ class TurnRules:
 
     def hold_spill_over(self) -> None:
         self.context.spill_over_until = None
-        self.context.discarding_overlap = True
         self._hold_user_turns()
 
     def stop_discarding_overlap(self, target: object) -> None:
-        """Leaving ``listening`` ends the overlap too (on hang-up without clearing it)."""
-        if self.context.discarding_overlap:
-            if _is_end(target):
-                self.context.discarding_overlap = False
-                self._resume_user_turns(commit_pending=False)
-            else:
-                self.discard_overlap()
-
-    def discard_overlap(self) -> None:
-        self.context.discarding_overlap = False
-        self.emit(fx.ClearUserTurn())
+        """The overlap is over (the caller stopped, or the agent speaks): what it said is
+        forgotten and user turns are resumed; on a hang-up, only resumed."""
+        if not _is_end(target):
+            self.emit(fx.ClearUserTurn())
         self._resume_user_turns(commit_pending=False)
 
     # -- input --------------------------------------------------------------------------
@@ -589,13 +571,25 @@ class TurnRules:
 
     # User turns are held exactly where :func:`turns_held` says: by the greeting that
     # keeps listening (its entry holds them, each way out resumes them, the hang-up too)
-    # and in ``listening`` while an overlap is discarded or the held audio replays.
+    # and in ``listening`` while an overlap is discarded or the held audio replays (their
+    # phases' exits resume them). A realtime model's server detects turns itself, as it
+    # hears them: there the hold shuts the input gate, holding the audio under
+    # ``answer_whole`` for the resume to replay.
 
     def _hold_user_turns(self) -> None:
-        self.emit(fx.HoldUserTurns())
+        at_gate = self.context.model_replies_to_turns
+        hold_audio = at_gate and self.policy.greeting_overlap == "answer_whole"
+        self.emit(fx.HoldUserTurns(at_input_gate=at_gate, hold_audio=hold_audio))
 
-    def _resume_user_turns(self, *, commit_pending: bool) -> None:
-        self.emit(fx.ResumeUserTurns(commit_pending=commit_pending))
+    def _resume_user_turns(self, *, commit_pending: bool, replay_held_audio: bool = False) -> None:
+        at_gate = self.context.model_replies_to_turns
+        self.emit(
+            fx.ResumeUserTurns(
+                commit_pending=commit_pending,
+                at_input_gate=at_gate,
+                replay_held_audio=at_gate and replay_held_audio,
+            )
+        )
 
     def note_user_turn(self) -> None:
         ctx = self.context
@@ -971,13 +965,26 @@ def input_muted(policy: TurnPolicy, active: Collection[object]) -> bool:
     )
 
 
-def turns_held(policy: TurnPolicy, active: Collection[object], context: TurnContext) -> bool:
+HOLDING_PHASES: frozenset[str] = frozenset(
+    {"discarding_overlap", "replaying_held_audio", *leaves_under("replaying_held_audio")}
+)
+"""The phases of ``listening`` that hold user turns (the replay's own phases too)."""
+
+
+def turns_held(policy: TurnPolicy, active: Collection[object]) -> bool:
     """Whether user turns are held with these states active (a configuration's states,
-    compound ones included) and this context: in the greeting that keeps listening, and
-    in ``listening`` while an overlap is discarded or the greeting's held audio replays."""
-    return ("greeting" in active and not policy.mutes_greeting) or (
-        "listening" in active and (context.discarding_overlap or context.replaying_held_audio)
-    )
+    compound ones included): in the greeting that keeps listening, and in ``listening``
+    while an overlap is discarded or the greeting's held audio replays."""
+    greeting_holds = "greeting" in active and not policy.mutes_greeting
+    return greeting_holds or not HOLDING_PHASES.isdisjoint(active)
+
+
+def _timers_around(state: State) -> Iterator[After]:
+    """The timers ``state`` and the states around it declare: those running in it."""
+    node: State | None = state
+    while node is not None:
+        yield from timers_declared(node)
+        node = node.parent
 
 
 def _caller_speaks(machine: StateChart) -> bool:

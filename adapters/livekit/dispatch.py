@@ -172,7 +172,7 @@ class Dispatcher:
         if self.observers:
             self._observe(step)
         if effects:
-            site = Site(self.site, step.after)
+            site = Site(self.site)
             for effect in effects:
                 self._execute(effect, before, site)
         self.outcomes.step(before, event, step.after, effects)

@@ -36,11 +36,15 @@ HoldUserTurns            ``session.update_options(turn_detection="manual")`` and
                          ``interruption["discard_audio_if_uninterruptible"] = False`` so
                          STT hears the overlap; through LiveKit's AEC warm-up (the STT
                          hears silence then) the gate holds the caller's audio too,
-                         replayed when it ends (:mod:`.warmup`)
+                         replayed when it ends (:mod:`.warmup`). ``at_input_gate`` (a
+                         realtime model's server turns): the gate shut, holding the
+                         audio with ``hold_audio``; nothing in a text-only session
 ResumeUserTurns          audio held through the warm-up replayed; previous turn detection
                          and discard setting restored;
                          ``session.commit_user_turn()`` when ``commit_pending`` (no wait
-                         for a final transcript when the held speech's is in)
+                         for a final transcript when the held speech's is in).
+                         ``at_input_gate``: the gate open, its held audio replayed with
+                         ``replay_held_audio`` (the server commits it as a turn)
 Interrupt                ``session.interrupt(force=...)``; refused when the current speech
                          does not allow interruptions (LiveKit raises). Forced, also
                          ``speech_handle.interrupt(force=True)`` on every speech not
@@ -89,8 +93,10 @@ capability); under server-side turn detection:
 =======================  =================================================================
 effect                   realtime lever
 =======================  =================================================================
-HoldUserTurns            the gate shut, holding the audio with ``answer_whole`` (the
-                         server would hear the caller and cancel); no-op for a spill-over
+HoldUserTurns            the gate shut (``at_input_gate``: the machine knows the server
+                         detects turns), holding the audio with ``answer_whole`` (the
+                         server would hear the caller and cancel); a spill-over is not
+                         held (the server commits it before anything could)
 ResumeUserTurns          gate open, held audio replayed (the server commits it as a turn)
 StartGreeting            ``generate_reply(instructions='Say exactly: ...')`` (no TTS),
                          once the machine suppressed the model's own reply to the first
@@ -261,6 +267,10 @@ def discard_preemptive_reply(port: LeverPort) -> None:
 
 
 def hold_user_turns(port: LeverPort, effect: fx.HoldUserTurns, site: Site) -> None:
+    if effect.at_input_gate:
+        if not port.text_only:  # (no audio reaches the model: the caller types)
+            port.require_gate().mute(hold_audio=effect.hold_audio)
+        return
     session = port.session
     interruption = session.options.interruption
     port.held_turn_settings = (
@@ -273,6 +283,10 @@ def hold_user_turns(port: LeverPort, effect: fx.HoldUserTurns, site: Site) -> No
 
 
 def resume_user_turns(port: LeverPort, effect: fx.ResumeUserTurns, site: Site) -> None:
+    if effect.at_input_gate:
+        if not port.text_only:
+            port.require_gate().unmute(replay_held_audio=effect.replay_held_audio)
+        return
     port.warmup.release()  # the audio held through LiveKit's AEC warm-up is heard now
     session = port.session
     if port.held_turn_settings is not None:

@@ -59,7 +59,7 @@ from turnfsm import TurnController
 from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.context_rules import SCOPED
-from turnfsm.machine import LIVE_STATES, PRE_GREETING_STATES
+from turnfsm.machine import LIVE_STATES, PRE_GREETING_STATES, public_state
 from turnfsm.spoken import spoken_prefix
 
 from .audio import InputGate, PlayedSegment
@@ -658,7 +658,7 @@ class StateAgreement:
     def check(self, where: str) -> None:
         adapter = self.adapter
         configuration = adapter.controller.configuration
-        state = configuration[0]
+        state = public_state(configuration[0])
         if adapter.closing or not adapter.attached or state not in LIVE_STATES:
             return
         agent, user = self._agent_state, self._user_state

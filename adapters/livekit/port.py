@@ -2,7 +2,7 @@
 
 A lever (:mod:`.levers`, :mod:`.realtime_levers`) is called as ``lever(port, effect,
 site)``: the effect says what the machine decided, the :class:`Site` where it runs (the
-LiveKit call site whose step emitted it, and the machine's state then), and the
+LiveKit call site whose step emitted it), and the
 :class:`LeverPort` what it acts on: the session, the input gate and the playout meter,
 the registries the adapter keeps (speeches, committed assistant messages, played
 segments), the timers, and the dispatcher's services for a
@@ -45,8 +45,6 @@ class Site:
     a lever that must act on its call site (``cancel_tool_reply()`` on a
     ``FunctionToolsExecutedEvent``, the greeting written into the hook's ``turn_ctx``)
     does so within that step."""
-    state: str
-    """The machine's state as the lever runs (the step's target)."""
 
 
 class Runner(Protocol):

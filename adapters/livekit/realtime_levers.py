@@ -9,13 +9,13 @@ takes the port, the effect and its site, as the pipeline's do (:mod:`.port`).
 =========================  ============================================================
 effect                     realtime lever
 =========================  ============================================================
-MuteInput / HoldUserTurns  under server turn detection: the :class:`~.audio.InputGate`
-                           shut, holding the audio with ``answer_whole`` (the model would
-                           hear the caller and cancel); ``ResumeUserTurns`` replays it,
-                           the model commits the overlap as one turn; ``ClearUserTurn``
-                           clears the model's input buffer. ``HoldUserTurns`` for a
-                           spill-over tail in ``listening`` is a no-op (the model commits
-                           it). Without server turn detection, the pipeline levers.
+MuteInput / HoldUserTurns  the pipeline levers: under server turn detection the machine
+                           holds user turns ``at_input_gate`` (the model would hear the
+                           caller and cancel): the :class:`~.audio.InputGate` shut,
+                           holding the audio with ``answer_whole``; ``ResumeUserTurns``
+                           replays it, the model commits the overlap as one turn;
+                           ``ClearUserTurn`` clears the model's input buffer. A
+                           spill-over tail is never held there (the model commits it).
 PauseModelReplies          ``update_options(turn_detection=<the session's, with
                            create_response and interrupt_response off>)``: what the
                            model committed before the gate shut (the lock's window) is
@@ -64,7 +64,6 @@ from livekit.agents.voice import SpeechHandle
 from turnfsm import effects as fx
 
 from . import levers
-from .log import logger
 from .port import Lever, LeverPort, Site
 from .realtime import RealtimeLink, say_exactly
 
@@ -76,8 +75,6 @@ class RealtimeLevers:
         self.link = link
         self.port = port
         self.levers: dict[type[fx.Effect], Lever] = {
-            fx.HoldUserTurns: self._hold_user_turns,
-            fx.ResumeUserTurns: self._resume_user_turns,
             fx.StartGreeting: self._start_greeting,
             fx.Say: self._say,
             fx.DropUnspokenText: self._drop_unspoken_text,
@@ -88,7 +85,6 @@ class RealtimeLevers:
             fx.ForbidTools: self._forbid_tools,
             fx.AllowTools: self._allow_tools,
         }
-        self._gate_holds_turns = False
         self._saved_tool_choice: Any = None
         self._tools_forbidden = False
         self._saved_turn_detection: Any = None
@@ -117,7 +113,6 @@ class RealtimeLevers:
             self._allow()
             self._resume()
         self._tools_forbidden = self._replies_paused = False
-        self._gate_holds_turns = False
         self.link.release()
 
     def _speak(self, port: LeverPort, text: str | None, instructions: str | None) -> SpeechHandle:
@@ -133,29 +128,6 @@ class RealtimeLevers:
         handle = self._speak(port, text, instructions)
         if not handle.done():
             self.link.await_response(handle.id, port.defer_outcome())
-
-    def _hold_user_turns(self, port: LeverPort, effect: fx.HoldUserTurns, site: Site) -> None:
-        if not self.link.server_turns:
-            levers.hold_user_turns(port, effect, site)
-            return
-        if site.state != "greeting":
-            logger.debug("turnfsm: realtime server turns: no spill-over hold")
-            return
-        if port.text_only:
-            return  # no audio reaches the model: the caller types, nothing to hold
-        hold = port.policy.greeting_overlap == "answer_whole"
-        port.require_gate().mute(hold_audio=hold)
-        self._gate_holds_turns = True
-
-    def _resume_user_turns(self, port: LeverPort, effect: fx.ResumeUserTurns, site: Site) -> None:
-        if not self.link.server_turns:
-            levers.resume_user_turns(port, effect, site)
-            return
-        if self._gate_holds_turns:
-            self._gate_holds_turns = False
-            # held overlap is answered whole after the greeting, never after the end
-            replay = port.policy.greeting_overlap == "answer_whole" and site.state != "ended"
-            port.require_gate().unmute(replay_held_audio=replay)
 
     def _start_greeting(self, port: LeverPort, effect: fx.StartGreeting, site: Site) -> None:
         self._ask(port, effect.text, effect.instructions)

@@ -133,19 +133,21 @@ def plausible_contexts(state: str, policy: TurnPolicy) -> list[TurnContext]:
         public_state(state) not in reachable_states(policy)
         or state.endswith("_awaiting_model")
         or (state.startswith("retry_") and policy.greeting is None)
+        or (state == "discarding_overlap" and policy.greeting_overlap != "drop")
+        or (state.startswith("replay_") and policy.greeting_overlap != "answer_whole")
+        or (state.startswith("replay_") and not policy.mutes_greeting)
     ):
         return []
     fresh = fresh_context(state, policy)
     timers = set(fresh.timers)
-    conversation = state in ("listening", "speaking", "tool_loop", "ended")
-    discarding = state == "listening" and policy.greeting_overlap == "drop"
+    conversation = public_state(state) in ("listening", "speaking", "tool_loop", "ended")
     # after a greeting, a speech in flight is the agent's turn: never one in listening
-    quiet = state == "listening" and policy.has_greeting
+    quiet = public_state(state) == "listening" and policy.has_greeting
+    window = state == "listening_open" and policy.mutes_greeting
     busy = attrs.evolve(
         fresh,
         overlapped_greeting=greeting,
-        discarding_overlap=discarding,
-        spill_over_until=(1.5 if discarding and policy.mutes_greeting else None),
+        spill_over_until=(1.5 if window and policy.greeting_overlap == "drop" else None),
         first_words_item="u1"
         if greeting and (policy.direction == "outbound" or policy.first_speaker == "user")
         else None,
@@ -210,7 +212,7 @@ def test_restore_refuses_an_unknown_configuration(configuration: object) -> None
 def test_restore_takes_a_state_alone_as_the_caller_silent() -> None:
     controller = TurnController(POLICIES[0])
     live = TurnContext(timers=frozenset({"max_duration"}))
-    controller.restore("listening", live)
-    assert controller.configuration == ("listening", "caller_silent")
+    controller.restore("listening", live)  # a phased state: its first phase
+    assert controller.configuration == ("listening_open", "caller_silent")
     controller.restore(("greeting_requested", "caller_speaking"), live)
     assert controller.snapshot()[0] == ("greeting_requested", "caller_speaking")

@@ -23,7 +23,7 @@ FALLBACK = "Sorry, I couldn't finish that. Could you ask me again?"
 
 def held(controller: TurnController) -> bool:
     """User turns are held (a ``HoldUserTurns`` in force), as the machine's state says."""
-    return turns_held(controller.policy, {controller.state}, controller.context)
+    return turns_held(controller.policy, {controller.state, controller.configuration[0]})
 
 
 def outbound(**options: Any) -> TurnController:
@@ -224,8 +224,7 @@ def test_a_speech_made_in_the_greeting_is_the_agents_turn_after_it(
     assert controller.state == "speaking"
     assert controller.context.active_speeches == {"r1"}
     # the input is released, user turns resumed: nothing held into the agent's turn (I2)
-    ctx = controller.context
-    assert (held(controller), ctx.discarding_overlap) == (False, False)
+    assert not held(controller)
     assert any(isinstance(e, fx.UnmuteInput) for e in effects) == (lock == "mute_input")
     assert not any(isinstance(e, fx.StartTimer) for e in effects)  # no idle: the agent talks
     controller.handle(ev.UserSpeechEnded(at=7.0))
@@ -445,14 +444,14 @@ def test_mute_input_answer_whole_replays_the_held_audio_as_one_turn() -> None:
     assert controller.handle(ev.UserSpeechStarted(at=5.1)) == ()  # no spill-over window
     assert controller.handle(ev.UserSpeechEnded(at=5.4)) == ()
     assert controller.state == "listening"
-    assert controller.context.replay_heard_caller
+    assert controller.configuration[0] == "replay_heard_caller"
     # another lever's outcome is not the replay's end
     assert controller.handle(ev.EffectOutcome(at=5.5, effect="start_timer", outcome="done")) == ()
     # the replay's unmute reports its outcome when the replay is over: one turn now
     replayed = ev.EffectOutcome(at=5.8, effect="unmute_input", outcome="done")
     assert controller.handle(replayed) == (fx.ResumeUserTurns(commit_pending=True),)
     assert not held(controller)
-    assert not controller.context.replaying_held_audio
+    assert controller.configuration[0] == "listening_open"
     assert controller.handle(replayed) == ()  # once
 
 
@@ -1313,7 +1312,7 @@ NON_FINAL = ["ringing", "awaiting_user", "greeting", "listening", "speaking", "t
 def test_hang_up_from_every_state_only_cleans_up(state: str, lock: str, overlap: str) -> None:
     controller = to_state(state, greeting_lock=lock, greeting_overlap=overlap)
     if state == "listening" and lock == "keep_listening" and overlap == "drop":
-        assert controller.context.discarding_overlap  # an overlap still being discarded
+        assert controller.configuration[0] == "discarding_overlap"  # an overlap goes on
     running = controller.context.timers
     released = input_muted(controller.policy, {controller.state}), held(controller)
     effects = controller.handle(ev.CallEnded(at=9.0, reason="hangup"))
@@ -1322,9 +1321,7 @@ def test_hang_up_from_every_state_only_cleans_up(state: str, lock: str, overlap:
     assert effects[-1] == fx.EndCall(reason="hangup")
     assert {e.timer for e in effects if isinstance(e, fx.CancelTimer)} == running
     assert (fx.UnmuteInput() in effects, fx.ResumeUserTurns() in effects) == released
-    context = controller.context
-    assert not context.timers
-    assert not context.discarding_overlap
+    assert not controller.context.timers
 
 
 def test_hang_up_inside_a_muted_greeting_releases_without_replay() -> None:

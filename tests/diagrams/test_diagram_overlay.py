@@ -51,13 +51,17 @@ def test_overlay_counts_each_transition_taken() -> None:
         "greeting_requested",
         "greeting_playing",
         "listening",
+        "listening_open",
         "ended",
     }
     assert diagram.warnings == ()
 
 
 def test_overlay_tells_alternatives_and_ignored_events_apart() -> None:
-    controller = TurnController(TurnPolicy(direction="outbound", greeting="Hi"))
+    policy = TurnPolicy(
+        direction="outbound", greeting="Hi", greeting_lock="mute_input", greeting_overlap="drop"
+    )
+    controller = TurnController(policy)
     for event in (
         ev.CallAnswered(at=1.0),
         ev.UserTurnCommitted(at=2.0, text="Hello?", item_id="u1"),
@@ -72,11 +76,11 @@ def test_overlay_tells_alternatives_and_ignored_events_apart() -> None:
     assert controller.trace is not None
     text = to_mermaid(build_diagram(policy=controller.trace.policy, trace=controller.trace))
     assert LOCKED_ONCE in text
-    # two transitions of user_speech_started stay in listening; only the unguarded one fired
-    assert "listening : user_speech_started [in_spill_over_window] / " in text
-    assert (
-        "listening : user_speech_started ×1 / stop_silence_timers, note_caller_in_replay\n" in text
-    )
+    # two transitions of user_speech_started from listening; only the unguarded one fired
+    spill_over = "user_speech_started [mutes_greeting, drops_overlap, in_spill_over_window] / "
+    assert f"listening_open --> discarding_overlap : {spill_over}" in text
+    note = text[text.index("    note right of listening\n") :]
+    assert "user_speech_started ×1 / stop_silence_timers\n" in note[: note.index("end note")]
 
 
 def test_overlay_labels_and_highlights_in_mermaid() -> None:
@@ -97,7 +101,7 @@ def test_overlay_labels_and_highlights_in_mermaid() -> None:
     assert LOCKED_ONCE in text
     # edges never taken stay as they are
     assert "    listening --> speaking : agent_speech_created / note_speech\n" in text
-    assert "    class ringing,awaiting_user,listening,ended visited\n" in text
+    assert "    class ringing,awaiting_user,listening_open,ended visited\n" in text
     assert "    class greeting_requested,greeting_playing lockedVisited\n" in text
     assert "trace of 7 steps" in text.splitlines()[1]
 
@@ -107,7 +111,7 @@ def test_overlay_in_dot_colours_taken_edges() -> None:
     dot = to_dot(build_diagram(policy=trace.policy, trace=trace))
     taken = next(line for line in dot.splitlines() if "ringing -> awaiting_user" in line)
     assert "penwidth=2.5" in taken
-    untaken = next(line for line in dot.splitlines() if "listening -> speaking" in line)
+    untaken = next(line for line in dot.splitlines() if "listening_open -> speaking" in line)
     assert "penwidth" not in untaken
 
 

@@ -83,5 +83,5 @@ async def test_a_backchannel_and_a_question_over_the_greeting_are_one_turn(
         assert resume.commit_pending, context
         assert resumed_at == pytest.approx(greeting_end * 1.25, abs=0.3), context
         assert not turns_held(
-            tc.controller.policy, {tc.controller.state}, tc.controller.context
+            tc.controller.policy, {tc.controller.state, tc.controller.configuration[0]}
         ), context

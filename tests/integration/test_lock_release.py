@@ -74,7 +74,7 @@ async def _barge_in_after_greeting(lock: str, settings: str) -> None:
             lambda: (
                 (gate is None or gate.held_seconds == 0)
                 and not turns_held(
-                    tc.controller.policy, {tc.controller.state}, tc.controller.context
+                    tc.controller.policy, {tc.controller.state, tc.controller.configuration[0]}
                 )
             ),
             timeout=0.5,
