@@ -99,9 +99,9 @@ TOOL_ROUND_FIELDS: tuple[str, ...] = (
     "final_reply_pending",
     "final_wait",
     "tools_forbidden",
-    "handing_over",
 )
-"""Fields a user turn's tool rounds set: at their defaults in the overlap phases."""
+"""Fields a user turn's tool rounds set: at their defaults in the overlap phases (not
+``handing_over``: a step's handover is noted wherever its end is told)."""
 
 RUNS_IN: Mapping[str, frozenset[str]] = {
     **TIMER_STATES,

@@ -10,7 +10,7 @@ import pytest
 from turnfsm import TurnController, TurnMachine, TurnPolicy
 from turnfsm import effects as fx
 from turnfsm.context import TurnContext
-from turnfsm.context_rules import reachable_states
+from turnfsm.context_rules import OVERLAP_PHASES, reachable_states
 from turnfsm.controller import handled_events
 from turnfsm.events import EVENT_TYPES, EVENTS_BY_NAME
 from turnfsm.machine import (
@@ -140,7 +140,9 @@ def plausible_contexts(state: str, policy: TurnPolicy) -> list[TurnContext]:
         return []
     fresh = fresh_context(state, policy)
     timers = set(fresh.timers)
+    # the greeting's overlap follows it before any tool round
     conversation = public_state(state) in ("listening", "speaking", "tool_loop", "ended")
+    conversation = conversation and state not in OVERLAP_PHASES
     # after a greeting, a speech in flight is the agent's turn: never one in listening
     quiet = public_state(state) == "listening" and policy.has_greeting
     window = state == "listening_open" and policy.mutes_greeting
