@@ -685,7 +685,6 @@ class TurnAdapter:
             return
         # the machine hears how each turn the caller ends meanwhile is counted
         self.turn_ends.watch(getattr(self.session, "_activity", None))
-        self.prerendered.tool_step_started()
         self.dispatch(ev.ToolStepStarted(at=self.now(), speech_id=speech_id, calls=1))
 
     def _on_function_tools_executed(self, event: FunctionToolsExecutedEvent) -> None:
@@ -696,7 +695,6 @@ class TurnAdapter:
         if speech_id is None:  # its start was not seen
             speech_id = self._current_speech_id()
             calls = translate.tool_calls(event)
-            self.prerendered.tool_step_started()
             self.dispatch(ev.ToolStepStarted(at=self.now(), speech_id=speech_id, calls=calls))
         self.port.tool_reply_holds.step_finished(speech_id)
         self.dispatch(translate.tool_step_finished(event, speech_id, self.now()))

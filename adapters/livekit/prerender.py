@@ -12,11 +12,10 @@ reaches the output without waiting for the TTS's first byte.
 The greeting is rendered first: the callee waits through its delay on nearly every call.
 The re-prompt (when the policy has an idle timeout and re-prompts) follows, once the
 greeting's is done: one TTS request at a time, so it never holds up the greeting's. The
-tool-cap fallback waits for the call's first tool step: a call that runs no tool never
-pays for it, and the cap comes ``max_tool_steps`` steps and a final reply later, long
-after its rendering is done. A fallback no step announced (a cap reached in a nested
-task's step) is rendered when the machine asks for the final reply without tools, while
-the model answers.
+tool-cap fallback is rendered when the machine asks for the final reply without tools
+(the cap), while the model answers: it is said only if that reply says nothing, a model
+round later. A call that never reaches the cap never pays for it, and a session whose
+policy asks nothing of its tool steps sends its TTS only what LiveKit alone sends.
 
 Rendering never changes the session's fate: it tries once (the live TTS keeps its
 retries), and its failure is not reported to the session as a TTS error (LiveKit counts
@@ -75,8 +74,6 @@ class PrerenderedTexts:
         self._renderings: dict[str, _Rendering] = {}
         self._last: asyncio.Task[None] | None = None
         """The rendering started last: the next one waits for it."""
-        self._fallback: str | None = None
-        """The policy's tool-cap fallback, once the call started."""
         self.expected_reply: str | None = None
         """A text a reply of the agent is about to carry (the greeting written into the
         turn context of the callee's first words): ``TurnAgent.tts_node`` plays it."""
@@ -84,16 +81,9 @@ class PrerenderedTexts:
     def start_call(self, policy: TurnPolicy) -> None:
         """The session's agent runs: render what the call may say word for word, the
         greeting first (if the policy has a text for it), then the re-prompt if the policy
-        re-prompts; the tool-cap fallback at the call's first tool step
-        (:meth:`tool_step_started`)."""
-        self._fallback = policy.tool_cap_fallback
+        re-prompts."""
         reprompts = policy.idle_timeout is not None and policy.idle_max_reprompts > 0
         self.start(policy.greeting, policy.idle_message if reprompts else None)
-
-    def tool_step_started(self) -> None:
-        """A tool step starts: render the tool-cap fallback, once a call (nothing before
-        :meth:`start_call`: a realtime model or a text-only session says it live)."""
-        self.start(self._fallback)
 
     def start(self, *texts: str | None) -> None:
         """Start synthesizing ``texts`` in order, each once every rendering started before

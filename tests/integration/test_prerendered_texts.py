@@ -1,6 +1,6 @@
 """Issue 23, point 1: the idle re-prompt and the tool-cap fallback are synthesized ahead,
 as the greeting is (tests/integration/test_prerendered_greeting.py): the re-prompt after
-it, one TTS request at a time, the fallback at the call's first tool step; each plays
+it, one TTS request at a time, the fallback at the cap, while the model answers; each plays
 from memory the moment the machine says it, or with the live TTS when its rendering
 failed or is not done yet, and its ``Say`` outcome says which.
 
@@ -16,7 +16,6 @@ import asyncio
 from typing import Any
 
 import pytest
-from livekit.agents import function_tool
 from turncalls import (
     GREETING,
     FailingOnceTTS,
@@ -119,7 +118,7 @@ async def _reprompt_rendering_fails(settings: str) -> None:
 async def _rendered_after_the_greeting(settings: str) -> None:
     """An outbound call whose callee does not speak yet: the greeting is rendered first,
     then the re-prompt, asked for once the greeting's is done: never two TTS requests at
-    a time. The agent has tools, but no tool step ran: no fallback is rendered."""
+    a time. The agent has tools; the fallback waits for the cap."""
     policy = TurnPolicy(direction="outbound", greeting=GREETING, idle_timeout=5.0)
     tts = TimedTTS(synthesis_delay=FIRST_BYTE)
     async with turn_call(policy, (), settings=settings, tts=tts, agent=LookupAgent()) as tc:
@@ -172,15 +171,18 @@ async def _fallback_call(
 
 
 async def _fallback_ready(settings: str) -> None:
-    """Rendered as the call's first tool step starts, ready long before the cap needs it."""
+    """Rendered as the machine asks for the final reply without tools, ready before that
+    reply (a model round) has said nothing."""
     tts = TimedTTS(synthesis_delay=FIRST_BYTE)
     tc, delay, detail = await _fallback_call(settings, tts)
     context = tc.describe()
     assert (detail, delay < FROM_MEMORY) == (PRERENDERED, True), context
     ((asked, text),) = tts.asked  # once, ahead
     assert text == tc.controller.policy.tool_cap_fallback, context
-    (step,) = tc.events("tool_step_started")
-    assert tc.call_time(asked) == pytest.approx(tc.at(step), abs=0.001), context
+    (capped,) = [
+        s for s in tc.steps if any(isinstance(e, fx.FinalReplyWithoutTools) for e in s.effects)
+    ]
+    assert tc.call_time(asked) == pytest.approx(tc.at(capped), abs=0.001), context
 
 
 async def _fallback_rendering_fails(settings: str) -> None:
@@ -200,37 +202,9 @@ async def _fallback_not_ready(settings: str) -> None:
     context = tc.describe()
     assert (detail, delay >= 5.0 - EPS) == (NOT_READY, True), context
     fallback = tc.controller.policy.tool_cap_fallback
-    # rendered whole at the first tool step, then said live, sentence by sentence
+    # rendered whole at the cap, then said live, sentence by sentence
     assert tts.texts[0] == fallback, context
     assert " ".join(tts.texts[1:]) == fallback, context
-
-
-@function_tool
-async def lookup() -> str:
-    """Look up the customer's appointment."""
-    return "Tuesday at ten."
-
-
-async def _fallback_of_tools_given_later(settings: str) -> None:
-    """The agent has no tools as the call starts; it gets one later (``update_tools``),
-    and its first tool step renders the fallback (once: the machine's ask for the final
-    reply without tools finds it started)."""
-    tts = TimedTTS(synthesis_delay=FIRST_BYTE)
-    agent = TurnAgent(instructions="Look things up.")
-
-    async def given_later() -> None:
-        await asyncio.sleep(0.1)
-        await agent.update_tools([lookup])
-
-    giving = asyncio.ensure_future(given_later())
-    tc, delay, detail = await _fallback_call(settings, tts, agent=agent)
-    await giving
-    context = tc.describe()
-    assert (detail, delay < FROM_MEMORY) == (PRERENDERED, True), context
-    ((asked, text),) = tts.asked
-    assert text == tc.controller.policy.tool_cap_fallback, context
-    (step,) = tc.events("tool_step_started")
-    assert tc.call_time(asked) == pytest.approx(tc.at(step), abs=0.001), context
 
 
 async def test_the_tool_cap_fallback_plays_pre_rendered_or_live_and_says_which() -> None:
@@ -242,7 +216,6 @@ async def test_the_tool_cap_fallback_plays_pre_rendered_or_live_and_says_which()
                 "ready": _fallback_ready,
                 "rendering fails": _fallback_rendering_fails,
                 "not ready": _fallback_not_ready,
-                "tools given later": _fallback_of_tools_given_later,
             }.items()
         }
     )
