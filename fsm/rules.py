@@ -828,6 +828,9 @@ class TurnRules:
         if not ctx.tool_loop_stopped and not ctx.capped and not ctx.handing_over:
             ctx.capped = True
             ctx.final_reply_pending = True
+            # an earlier turn's final reply may still play: not this turn's, its end
+            # neither allows tools again before this one is said nor says the fallback
+            ctx.final_speech_id = None
             if ctx.realtime_model:
                 # before the step's output reaches the model: no reply of it calls a tool
                 self._forbid_tools()
