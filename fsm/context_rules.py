@@ -69,7 +69,6 @@ SCOPED: Mapping[str, frozenset[str]] = {
             "tool_loop_stopped",
             "final_reply_pending",
             "final_wait",
-            "tools_forbidden",
             "reprompts",
             "model_replies_to_tools",
             "handing_over",
@@ -108,7 +107,6 @@ REALTIME: tuple[str, ...] = (
     "model_responding",
     "pending_cancels",
     "model_replies_paused",
-    "tools_forbidden",
     "final_wait",
     "final_after_speech",
 )
@@ -187,7 +185,7 @@ def _check_linked(context: TurnContext, policy: TurnPolicy) -> None:
             f"TurnContext.capped is set only at the cap: tool_rounds must be "
             f"{policy.max_tool_steps}, got {context.tool_rounds}"
         )
-    for name in (*AT_THE_CAP, "tools_forbidden"):
+    for name in AT_THE_CAP:
         if not context.capped and getattr(context, name) != getattr(_DEFAULTS, name):
             raise ValueError(f"TurnContext.{name} is set only once capped (capped=False)")
     if not context.realtime_model:
