@@ -116,9 +116,6 @@ class TurnContext:
     model_replies_paused: bool = False
     """A ``PauseModelReplies`` is in force."""
 
-    tools_forbidden: bool = False
-    """A ``ForbidTools`` is in force."""
-
     final_wait: RealtimeWait | None = None
     """What the final reply without tools waits for before it is asked of the model."""
 

@@ -67,7 +67,6 @@ SCOPED: Mapping[str, frozenset[str]] = {
             "tool_loop_stopped",
             "final_reply_pending",
             "final_wait",
-            "tools_forbidden",
             "reprompts",
             "model_replies_to_tools",
             "handing_over",
@@ -98,7 +97,6 @@ TOOL_ROUND_FIELDS: tuple[str, ...] = (
     "tool_loop_stopped",
     "final_reply_pending",
     "final_wait",
-    "tools_forbidden",
 )
 """Fields a user turn's tool rounds set: at their defaults in the overlap phases (not
 ``handing_over``: a step's handover is noted wherever its end is told)."""
@@ -123,7 +121,6 @@ REALTIME: tuple[str, ...] = (
     "model_responding",
     "pending_cancels",
     "model_replies_paused",
-    "tools_forbidden",
     "final_wait",
     "final_after_speech",
 )
@@ -202,7 +199,7 @@ def _check_linked(context: TurnContext, policy: TurnPolicy) -> None:
             f"TurnContext.capped is set only at the cap: tool_rounds must be "
             f"{policy.max_tool_steps}, got {context.tool_rounds}"
         )
-    for name in (*AT_THE_CAP, "tools_forbidden"):
+    for name in AT_THE_CAP:
         if not context.capped and getattr(context, name) != getattr(_DEFAULTS, name):
             raise ValueError(f"TurnContext.{name} is set only once capped (capped=False)")
     if not context.realtime_model:

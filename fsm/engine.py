@@ -37,12 +37,15 @@ True
 True
 
 The compiled engine builds no python-statemachine machine per call (one per chart and
-rules class, when the pair is first used, to read what it resolved); a rules method that
-asks for an argument outside :data:`ARGUMENTS`, a callback that is not a rules method
-(e.g. a method of the chart class), coroutine callbacks, history states, final states
-inside compound ones, invocations and engine settings other than
-:class:`~turnfsm.machine.TurnChart`'s are refused with :class:`UnsupportedChart`, naming
-what; ``TurnController(..., engine="reference")`` runs such a chart.
+rules class, when the pair is first used, to read what it resolved). It calls private
+methods of python-statemachine's engine to read that (``_prepare_entry_states``...) and
+overrides none; a private name may change in any minor release, so ``pyproject.toml``
+pins the minor version. A rules method that asks for an argument outside
+:data:`ARGUMENTS`, a callback that is not a rules method (e.g. a method of the chart
+class), coroutine callbacks, history states, final states inside compound ones,
+invocations and engine settings other than :class:`~turnfsm.machine.TurnChart`'s are
+refused with :class:`UnsupportedChart`, naming what; ``TurnController(...,
+engine="reference")`` runs such a chart.
 
 Regions are tried in document order (the turn, then the caller's voice), as the
 reference does after a restore. Mid-call, the reference tries them in the order it

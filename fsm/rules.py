@@ -593,6 +593,8 @@ class TurnRules:
 
     def note_user_turn(self) -> None:
         ctx = self.context
+        self._end_final_wait()
+        self._allow_tools()  # first: the cap's fields say whether they are forbidden
         ctx.spill_over_until = None
         ctx.tool_rounds = 0
         ctx.capped = False
@@ -600,8 +602,6 @@ class TurnRules:
         ctx.final_reply_pending = False
         ctx.reprompts = 0
         ctx.handing_over = False
-        self._end_final_wait()
-        self._allow_tools()
 
     def reject_user_turn(self, ev: UserTurnCommitted) -> None:
         self.emit(fx.RejectUserTurn(item_id=ev.item_id))
@@ -822,9 +822,12 @@ class TurnRules:
         if not ctx.tool_loop_stopped and not ctx.capped and not ctx.handing_over:
             ctx.capped = True
             ctx.final_reply_pending = True
+            # an earlier turn's final reply may still play: not this turn's, its end
+            # neither allows tools again before this one is said nor says the fallback
+            ctx.final_speech_id = None
             if ctx.realtime_model:
                 # before the step's output reaches the model: no reply of it calls a tool
-                self._forbid_tools()
+                self.emit(fx.ForbidTools())
                 self._stop_tool_replies_due()
                 self._final_reply_after_tool_speech(ev.speech_id)
             else:
@@ -890,14 +893,16 @@ class TurnRules:
         speech, created next, is noted as such)."""
         self._end_final_wait()
 
-    def _forbid_tools(self) -> None:
-        if not self.context.tools_forbidden:
-            self.context.tools_forbidden = True
-            self.emit(fx.ForbidTools())
+    def _tools_forbidden(self) -> bool:
+        """A ``ForbidTools`` is in force: a realtime model's cap forbade tools (as it
+        capped) and its final reply is still to come or playing; its end, the next user
+        turn or the call's end allows them again."""
+        ctx = self.context
+        to_come = ctx.final_reply_pending or ctx.final_speech_id is not None
+        return ctx.realtime_model and ctx.capped and to_come
 
     def _allow_tools(self) -> None:
-        if self.context.tools_forbidden:
-            self.context.tools_forbidden = False
+        if self._tools_forbidden():
             self.emit(fx.AllowTools())
 
     # -- realtime models ----------------------------------------------------------------

@@ -7,7 +7,8 @@ step, and the watchdogs (:data:`WATCHDOGS`) in every configuration. The alphabet
 finite (two speeches, two user turns, each timer, early and late times), and the policy
 bounds the counters, so the search ends.
 
->>> report = explore(TurnPolicy(direction="outbound", greeting="Hi", max_tool_steps=1))
+>>> policy = TurnPolicy(greeting="Thanks for calling.", interrupted_text="keep", max_tool_steps=1)
+>>> report = explore(policy)
 >>> report.violations
 []
 >>> report.configurations > 100

@@ -68,8 +68,7 @@ HoldToolReply            a gate for the speech (:class:`~.interruption.ToolReply
 ReleaseToolReply         the gate opened: the reply goes to the model (``send``), or the
                          node yields nothing (LiveKit's interruption has cancelled it)
 FinalReplyWithoutTools   ``session.generate_reply(tool_choice="none")``; its
-                         ``fallback_text`` pre-rendered meanwhile if the call's start did
-                         not (:mod:`.prerender`)
+                         ``fallback_text`` pre-rendered meanwhile (:mod:`.prerender`)
 StartTimer, CancelTimer  ``loop.call_later`` / ``TimerHandle.cancel``
 Say                      ``session.say(text)``, ``allow_interruptions=False`` when locked;
                          ``audio=`` its pre-rendered frames when ready (the greeting, the
@@ -460,9 +459,8 @@ def final_reply_without_tools(
     port: LeverPort, effect: fx.FinalReplyWithoutTools, site: Site
 ) -> None:
     port.session.generate_reply(tool_choice="none")
-    # the fallback, if the model calls tools anyway, is rendered while it answers (once a
-    # call: the start of the call rendered it already if its agent had tools then)
-    port.prerendered.start(effect.fallback_text)
+    if not port.text_only:  # the fallback, if the model calls tools anyway, is rendered
+        port.prerendered.start(effect.fallback_text)  # while it answers
 
 
 def start_timer(port: LeverPort, effect: fx.StartTimer, site: Site) -> None:

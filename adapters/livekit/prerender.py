@@ -10,13 +10,17 @@ await timer or the locked retry) with ``session.say(text, audio=...)``. Its firs
 reaches the output without waiting for the TTS's first byte.
 
 The greeting is rendered first: the callee waits through its delay on nearly every call.
-The re-prompt (when the policy has an idle timeout and re-prompts) and the fallback (when
-the agent has tools: every tool round counts against ``max_tool_steps``) follow, one TTS
-request at a time, each once the one before it is done, so they never hold up the
-greeting's. They are said on fewer calls, and a call that never says them paid one short
-TTS request each; a caller who does hear them hears them at once, as the greeting. A
-fallback the start could not foresee (tools an agent handed off to brings) is rendered
-when the machine asks for the final reply without tools, while the model answers.
+The re-prompt (when the policy has an idle timeout and re-prompts) follows, once the
+greeting's is done: one TTS request at a time, so it never holds up the greeting's. The
+tool-cap fallback is rendered when the machine asks for the final reply without tools
+(the cap), while the model answers: it is said only if that reply says nothing, a model
+round later. A call that never reaches the cap never pays for it, and a session whose
+policy asks nothing of its tool steps sends its TTS only what LiveKit alone sends.
+
+Rendering never changes the session's fate: it tries once (the live TTS keeps its
+retries), and its failure is not reported to the session as a TTS error (LiveKit counts
+those against ``max_unrecoverable_errors`` and closes the session past it). It is billed
+as any TTS request, and LiveKit reports its metrics as such.
 
 The live TTS is used instead, and the effect's outcome says so in its ``detail``
 (``audio: live TTS, <why>``; ``audio: pre-rendered`` otherwise), when:
@@ -37,7 +41,7 @@ from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass, field
 
 from livekit import rtc
-from livekit.agents import Agent, AgentSession, tts
+from livekit.agents import Agent, AgentSession, APIConnectOptions, tts
 from livekit.agents.utils import is_given
 from livekit.agents.voice.transcription.filters import filter_emoji, filter_markdown
 
@@ -47,6 +51,9 @@ PRERENDERED = "audio: pre-rendered"
 """The ``detail`` of an outcome whose speech played pre-rendered audio."""
 
 _FILTERS = {"filter_markdown": filter_markdown, "filter_emoji": filter_emoji}
+
+ONE_TRY = APIConnectOptions(max_retry=0)
+"""A rendering's connection options: a failed one is said live, which retries."""
 
 
 @dataclass
@@ -74,14 +81,9 @@ class PrerenderedTexts:
     def start_call(self, policy: TurnPolicy) -> None:
         """The session's agent runs: render what the call may say word for word, the
         greeting first (if the policy has a text for it), then the re-prompt if the policy
-        re-prompts, then the tool-cap fallback if the agent has tools."""
+        re-prompts."""
         reprompts = policy.idle_timeout is not None and policy.idle_max_reprompts > 0
-        tools = _has_tools(self._session)
-        self.start(
-            policy.greeting,
-            policy.idle_message if reprompts else None,
-            policy.tool_cap_fallback if tools else None,
-        )
+        self.start(policy.greeting, policy.idle_message if reprompts else None)
 
     def start(self, *texts: str | None) -> None:
         """Start synthesizing ``texts`` in order, each once every rendering started before
@@ -109,7 +111,11 @@ class PrerenderedTexts:
         try:
             spoken = await _transformed(text, self._session.options.tts_text_transforms)
             rendering.spoken = spoken
-            async with rendering.tts.synthesize(spoken) as stream:
+            stream = rendering.tts.synthesize(spoken, conn_options=ONE_TRY)
+            # LiveKit's stream reports its failure on the TTS, where the session counts it
+            # as its own; this one is not (its task runs after this step: in time)
+            stream._emit_error = _not_the_sessions  # type: ignore[method-assign]
+            async with stream:
                 async for audio in stream:
                     rendering.frames.append(audio.frame)
         except Exception:  # the live TTS says it then; the outcome's detail tells why
@@ -153,6 +159,10 @@ class PrerenderedTexts:
                 rendering.task.cancel()
 
 
+def _not_the_sessions(api_error: Exception, recoverable: bool) -> None:
+    """A rendering's failed attempt: :meth:`PrerenderedTexts.frames` tells it."""
+
+
 async def played(frames: list[rtc.AudioFrame]) -> AsyncIterator[rtc.AudioFrame]:
     """The frames as the audio stream LiveKit plays (``say(audio=)``, a ``tts_node``)."""
     for frame in frames:
@@ -174,15 +184,6 @@ def _own_tts_node(agent: Agent | None) -> bool:
         "tts_node" in vars(cls) and not getattr(vars(cls)["tts_node"], "plays_prerendered", False)
         for cls in type(agent).__mro__
         if cls is not Agent
-    )
-
-
-def _has_tools(session: AgentSession) -> bool:
-    """Whether the agent starts with tools to call (its own, the session's, or an MCP
-    server's), so that a turn can reach ``max_tool_steps``."""
-    agent = session.current_agent
-    return bool(
-        session.tools or agent.tools or (is_given(agent.mcp_servers) and agent.mcp_servers)
     )
 
 

@@ -110,8 +110,8 @@ class Diagram:
         states: the drawn state ids in declaration order, compound states before their
             children (states no call can reach under the policy left out).
         parents: each drawn state inside a compound state, mapped to that state.
-        start: the state a call starts in; ``start`` itself when no policy
-            decides it.
+        start: the state a call starts in; without a policy, the chart's initial
+            atomic state, where every call begins.
         finals: the final states.
         locked: the states drawn as locked.
         entry_exit: per state, its ``entry / ...`` and ``exit / ...`` lines.
@@ -184,7 +184,7 @@ def build_diagram(
     pairs = declared_transitions(machine_class)
     edges = tuple(transition_edge(transition) for transition, _ in pairs)
     if policy is None:
-        kept, start = edges, "start"
+        kept, start = edges, _first_leaf(machine_class)
         drawn_leaves = {state.id for state in atomic_states(machine_class)}
     else:
         reached = reach(policy, machine_class)
@@ -193,7 +193,7 @@ def build_diagram(
         kept = tuple(transition_edge(t) for t, _ in pairs if id(t) in fires)
     tree = {state.id: state for state in _walk_model(graph.states)}
     parents = {child.id: state.id for state in tree.values() for child in state.children}
-    drawn = set(drawn_leaves) | ({"start"} if policy is None else set())
+    drawn = set(drawn_leaves)
     for leaf in list(drawn):
         parent = parents.get(leaf)
         while parent is not None:
@@ -220,6 +220,17 @@ def build_diagram(
         omitted=tuple(edge for edge in edges if edge not in kept),
     )
     return diagram if trace is None else _overlay(diagram, trace, machine_class)
+
+
+def _first_leaf(machine_class: type[TurnChart]) -> str:
+    """The atomic state every call begins in, before a policy decides anything: the
+    chart's initial state, down its initial children (the first, where none is
+    declared, as python-statemachine enters them)."""
+    states = list(machine_class.states)
+    while states:
+        state = next((child for child in states if child.initial), states[0])
+        states = list(state.states)
+    return str(state.id)
 
 
 def _walk_model(states: Iterable[DiagramState]) -> Iterator[DiagramState]:
@@ -599,6 +610,33 @@ def _into_boxes(
     return merged
 
 
+def _initial_children(diagram: Diagram) -> dict[str | None, str]:
+    """Where each drawn compound state is entered by default, as drawn: its initial
+    child (under ``None``, the top level's). Where a child holds the start, that child
+    (the policy chose it); else the chart's initial child, left out where it is not drawn
+    (no call under the policy enters it). A parallel state has none: entering it enters
+    every region, each at its own initial child."""
+    holding_start = {diagram.start}
+    state = diagram.start
+    while state in diagram.parents:
+        state = diagram.parents[state]
+        holding_start.add(state)
+    initial: dict[str | None, str] = {}
+
+    def visit(parent: DiagramState | None, children: list[DiagramState]) -> None:
+        if parent is None or parent.type is not StateType.PARALLEL:
+            chosen = next((c for c in children if c.id in holding_start), None) or next(
+                (c for c in children if c.is_initial), None
+            )
+            if chosen is not None and chosen.id in diagram.states:
+                initial[parent.id if parent else None] = chosen.id
+        for child in children:
+            visit(child, child.children)
+
+    visit(None, diagram.graph.states)
+    return initial
+
+
 def _leaves(diagram: Diagram) -> set[str]:
     return set(diagram.states) - set(diagram.parents.values())
 
@@ -613,22 +651,16 @@ def _model(
     """python-statemachine's model of ``diagram``: its drawn states only, labelled and
     marked, with ``transitions``; ``boxes``: the only compound states kept as boxes
     (``None``: all), the others' children taking their place."""
-    path_to_start = {diagram.start}  # the start and the compound states holding it
-    state = diagram.start
-    while state in diagram.parents:
-        state = diagram.parents[state]
-        path_to_start.add(state)
     drawn = set(diagram.states)
     leaves = _leaves(diagram)
+    initial = _initial_children(diagram)
 
-    def rebuild(states: list[DiagramState]) -> list[DiagramState]:
-        # where a sibling holds the start, it is the initial one (the policy chose it)
-        on_path = any(state.id in path_to_start for state in states)
+    def rebuild(states: list[DiagramState], parent: str | None) -> list[DiagramState]:
         rebuilt: list[DiagramState] = []
         for state in states:
             if state.id not in drawn:
                 continue
-            children = rebuild(state.children)
+            children = rebuild(state.children, state.id)
             if state.children and children and boxes is not None and state.id not in boxes:
                 rebuilt += children  # not a box here: its children stand in its place
                 continue
@@ -640,12 +672,12 @@ def _model(
                     type=state.type,
                     actions=[DiagramAction(ActionType.INTERNAL, mermaid_text(x)) for x in lines],
                     children=children,
-                    is_initial=state.id in path_to_start if on_path else state.is_initial,
+                    is_initial=initial.get(parent) == state.id,
                 )
             )
         return rebuilt
 
-    states = rebuild(diagram.graph.states)
+    states = rebuild(diagram.graph.states, None)
     return DiagramGraph(
         name=diagram.title,
         states=states,
@@ -693,7 +725,9 @@ def _styled_states(diagram: Diagram) -> dict[str, list[str]]:
 
 def to_dot(diagram: Diagram) -> str:
     """The diagram as Graphviz DOT text, for ``dot -Tsvg``: compound states are clusters
-    (their own transitions and bookkeeping on the cluster's border and label)."""
+    (their own transitions and bookkeeping on the cluster's border and label), each with
+    its initial state marked by a dot's arrow; a parallel state's regions are dashed
+    clusters side by side in it, as UML draws regions."""
     out = [
         "digraph TurnMachine {",
         f'    label="{_dot_text(diagram.title)}";',
@@ -709,7 +743,10 @@ def to_dot(diagram: Diagram) -> str:
     for state in diagram.states:
         children.setdefault(diagram.parents.get(state), []).append(state)
     out += _dot_states(diagram, children, None, "    ")
-    out.append(f"    __start__ -> {_dot_node(diagram, children, diagram.start)};")
+    for parent, child in _initial_children(diagram).items():
+        start = "__start__" if parent is None else f"__initial_{parent}__"
+        head = f" [lhead=cluster_{child}]" if child in children else ""
+        out.append(f"    {start} -> {_dot_node(diagram, children, child)}{head};")
     for source, target, lines in _dot_edges(diagram):
         label = "".join(_dot_text(line) + "\\l" for line in lines)
         attributes = [f'label="{label}"']
@@ -737,6 +774,8 @@ def _dot_edges(diagram: Diagram) -> list[tuple[str, str, list[str]]]:
 def _dot_states(
     diagram: Diagram, children: Mapping[str | None, list[str]], parent: str | None, pad: str
 ) -> list[str]:
+    regions = parent in _parallel_states(diagram)
+    initial = _initial_children(diagram)
     out = []
     for state in children.get(parent, []):
         if state in children:
@@ -747,10 +786,11 @@ def _dot_states(
             out += [
                 f"{pad}subgraph cluster_{state} {{",
                 f"{pad}    label=<<b>{_html(state)}</b>{notes}>;",
-                f'{pad}    style="rounded"; color="#64748b";',
-                *_dot_states(diagram, children, state, pad + "    "),
-                f"{pad}}}",
+                f'{pad}    style="{"rounded,dashed" if regions else "rounded"}"; color="#64748b";',
             ]
+            if state in initial:
+                out.append(f'{pad}    __initial_{state}__ [shape=point, width=0.12, label=""];')
+            out += [*_dot_states(diagram, children, state, pad + "    "), f"{pad}}}"]
         else:
             attributes = [f"label={_dot_node_label(diagram, state)}"]
             if state in diagram.locked:
@@ -761,6 +801,10 @@ def _dot_states(
                 attributes.append("peripheries=2")
             out.append(f"{pad}{state} [{', '.join(attributes)}];")
     return out
+
+
+def _parallel_states(diagram: Diagram) -> set[str]:
+    return {s.id for s in _walk_model(diagram.graph.states) if s.type is StateType.PARALLEL}
 
 
 def _dot_node(diagram: Diagram, children: Mapping[str | None, list[str]], state: str) -> str:

@@ -200,10 +200,8 @@ def test_turnfsm_check_cli_prints_the_violation_path(
     assert "random calls: skipped" in out
     # the user's rules run compiled, checked against python-statemachine's engine
     assert re.search(r"engines compared \(E1\): [1-9]\d* steps", out), out
-    # the plain machine under the same policy, from JSON: every invariant holds
-    plain = {"direction": "outbound", "greeting": "Hi", "max_tool_steps": 1}
-    (tmp_path / "policy.json").write_text(json.dumps(plain))
-    assert main(["check", str(tmp_path / "policy.json"), "--random-calls", "20"]) == 0
+    # the plain machine under the same policy: every invariant holds
+    assert main(["check", str(policy), "--random-calls", "20"]) == 0
     out = capsys.readouterr().out
     assert "ok: no invariant broken" in out
     assert "random calls: 20" in out

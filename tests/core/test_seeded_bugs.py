@@ -411,6 +411,7 @@ def test_explorer_finds_the_untimed_reprompt() -> None:
         first_speaker="user",
         interrupted_text="keep",
         idle_timeout=5,
+        max_tool_steps=1,
         tool_reply_hold=None,
     )
     report = explore(policy, rules_class=RepromptNotTimed)

@@ -842,6 +842,33 @@ def test_tool_loop_runs_exactly_the_cap_then_one_final_reply(cap: int) -> None:
     )
 
 
+def test_an_earlier_turns_final_reply_ending_at_the_next_cap_leaves_tools_forbidden() -> None:
+    """Realtime: the final reply of turn 1 still plays when turn 2's rounds reach the cap.
+    It is not turn 2's final reply: its end neither allows tools again before turn 2's is
+    said (the model would be asked for it with tools) nor says the fallback over it."""
+    controller = user_first(max_tool_steps=1)
+    controller.handle(ev.RealtimeModelLinked(at=0.0, replies_to_turns=True))
+    controller.handle(ev.SessionStarted(at=0.0))
+    for turn, at in (("1", 1.0), ("2", 2.0)):
+        controller.handle(ev.UserTurnCommitted(at=at, text="Look it up.", item_id=f"u{turn}"))
+        controller.handle(ev.AgentSpeechCreated(at=at, speech_id=f"s{turn}"))
+        controller.handle(ev.ToolStepStarted(at=at + 0.1, speech_id=f"s{turn}"))
+        capped = controller.handle(ev.ToolStepFinished(at=at + 0.2, speech_id=f"s{turn}"))
+        assert capped == (fx.CancelToolReply(speech_id=f"s{turn}"), fx.ForbidTools())
+        if turn == "1":
+            step_said = ev.AgentSpeechEnded(at=1.3, speech_id="s1", played_seconds=1)
+            assert controller.handle(step_said) == (
+                fx.FinalReplyWithoutTools(fallback_text=FALLBACK),
+            )
+            controller.handle(ev.AgentSpeechCreated(at=1.4, speech_id="f1"))
+    assert controller.handle(ev.AgentSpeechEnded(at=2.3, speech_id="f1")) == ()
+    asked = controller.handle(ev.AgentSpeechEnded(at=2.4, speech_id="s2", played_seconds=1))
+    assert asked == (fx.FinalReplyWithoutTools(fallback_text=FALLBACK),)
+    controller.handle(ev.AgentSpeechCreated(at=2.5, speech_id="f2"))
+    said = ev.AgentSpeechEnded(at=3.0, speech_id="f2", played_seconds=0.5)
+    assert controller.handle(said) == (fx.AllowTools(),)
+
+
 def test_a_capped_step_that_hands_the_call_over_asks_no_final_reply() -> None:
     """The new agent speaks next (its on_enter); the old one, draining, says nothing."""
     controller = listening(max_tool_steps=1)

@@ -78,9 +78,8 @@ def _tool_speech_interrupted(tc: TurnCall) -> list[TraceStep]:
 def _result_spoken_whole(tc: TurnCall) -> None:
     call, context = tc.call, tc.describe()
     assert _tool_speech_interrupted(tc) == [], context
-    # synthesized once: the tool-cap fallback rendered as the call started (the agent has
-    # tools), then the tool's reply
-    assert call.tts.texts == [tc.controller.policy.tool_cap_fallback, APPOINTMENT], context
+    # synthesized once: the tool's reply (the tool-cap fallback waits for the cap)
+    assert call.tts.texts == [APPOINTMENT], context
     segments = call.audio_output.segments
     assert len(segments) == 1, context
     assert segments[0].interrupted is False, context

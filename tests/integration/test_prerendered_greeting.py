@@ -13,7 +13,15 @@ from collections.abc import AsyncIterable
 from typing import Any
 
 import pytest
-from turncalls import GREETING, FailingOnceTTS, run_scenarios, turn_call, wait_segment
+from livekit.agents.voice.agent_session import SessionConnectOptions
+from turncalls import (
+    GREETING,
+    FailingOnceTTS,
+    ProviderFailingTTS,
+    run_scenarios,
+    turn_call,
+    wait_segment,
+)
 
 from turnfsm import TurnPolicy
 from turnfsm.adapters.livekit import TurnAgent
@@ -40,14 +48,22 @@ def _greeting_outcome(tc: Any) -> Any:
 
 
 async def _greeted(
-    settings: str, *, hello_at: float = HELLO_AT, tts: ScriptedTTS | None = None, agent: Any = None
+    settings: str,
+    *,
+    hello_at: float = HELLO_AT,
+    tts: ScriptedTTS | None = None,
+    agent: Any = None,
+    **call_options: Any,
 ) -> tuple[Any, Any, float]:
     """Run the call until the greeting played whole: the call, its first segment, and the
-    time from the callee's turn commit to the greeting's first frame."""
+    time from the callee's turn commit to the greeting's first frame. ``call_options``:
+    further :func:`turn_call` arguments."""
     policy = TurnPolicy(direction="outbound", greeting=GREETING)
     tts = tts or ScriptedTTS(synthesis_delay=FIRST_BYTE)
     script = CallScript([UserLine(hello_at, "hello")])
-    async with turn_call(policy, script, settings=settings, tts=tts, agent=agent) as tc:
+    async with turn_call(
+        policy, script, settings=settings, tts=tts, agent=agent, **call_options
+    ) as tc:
         greeting = await wait_segment(tc.call, 0, timeout=hello_at + 12, finished=True)
         context = tc.describe()
         # the step that took the callee's first words (their final transcript)
@@ -84,6 +100,25 @@ async def _pre_rendering_fails(settings: str) -> None:
     assert delay >= FIRST_BYTE, context
 
 
+async def _provider_error_is_not_the_sessions(settings: str) -> None:
+    """The provider fails the rendering's request. LiveKit would retry it and report each
+    failure on the TTS, where the session counts it against ``max_unrecoverable_errors``
+    (none allowed here: one would close the call). A rendering tries once and keeps its
+    failure to itself: the session sees no error, and the live TTS says the greeting."""
+    errors: list[Any] = []
+    tc, outcome, delay = await _greeted(
+        settings,
+        tts=ProviderFailingTTS(GREETING, synthesis_delay=FIRST_BYTE),
+        before_start=lambda session: session.on("error", errors.append),
+        session_options={"conn_options": SessionConnectOptions(max_unrecoverable_errors=0)},
+    )
+    context = tc.describe()
+    assert outcome.detail == "audio: live TTS, pre-rendering failed", context
+    assert delay >= FIRST_BYTE, context
+    assert errors == [], context
+    assert tc.call.tts.texts == [GREETING, GREETING], context  # the rendering, the live one
+
+
 async def _own_tts_node(settings: str) -> None:
     agent = OwnVoiceAgent(instructions="You are on a call.")
     tc, outcome, delay = await _greeted(settings, agent=agent)
@@ -102,6 +137,7 @@ async def test_the_greeting_plays_pre_rendered_or_live_and_says_which() -> None:
                 "ready before hello": _ready_before_hello,
                 "hello before it is ready": _hello_before_it_is_ready,
                 "pre-rendering fails": _pre_rendering_fails,
+                "a provider error is not the session's": _provider_error_is_not_the_sessions,
                 "own tts_node": _own_tts_node,
             }.items()
         }

@@ -1,7 +1,8 @@
 """Issue 23, point 1: the idle re-prompt and the tool-cap fallback are synthesized ahead,
-as the greeting is (tests/integration/test_prerendered_greeting.py), after it, one TTS
-request at a time; each plays from memory the moment the machine says it, or with the
-live TTS when its rendering failed or is not done yet, and its ``Say`` outcome says which.
+as the greeting is (tests/integration/test_prerendered_greeting.py): the re-prompt after
+it, one TTS request at a time, the fallback at the cap, while the model answers; each plays
+from memory the moment the machine says it, or with the live TTS when its rendering
+failed or is not done yet, and its ``Say`` outcome says which.
 
 The TTS takes ``FIRST_BYTE`` (a hosted TTS's usual delay) to its first audio, or far
 longer where a rendering must still be running when the text is said; a text that plays
@@ -15,7 +16,6 @@ import asyncio
 from typing import Any
 
 import pytest
-from livekit.agents import function_tool
 from turncalls import (
     GREETING,
     FailingOnceTTS,
@@ -40,6 +40,8 @@ FROM_MEMORY = 0.005
 NOT_READY = "audio: live TTS, pre-rendering not done in time"
 FAILED = "audio: live TTS, pre-rendering failed"
 FINAL = "I could not find anything."
+MODEL_FIRST_TOKEN = 1.0
+"""A hosted model's time to its first token."""
 
 
 class TimedTTS(ScriptedTTS):
@@ -115,19 +117,18 @@ async def _reprompt_rendering_fails(settings: str) -> None:
 
 async def _rendered_after_the_greeting(settings: str) -> None:
     """An outbound call whose callee does not speak yet: the greeting is rendered first,
-    then the re-prompt, then the fallback (the agent has tools), each asked for once the
-    one before it is done: never two TTS requests at a time."""
+    then the re-prompt, asked for once the greeting's is done: never two TTS requests at
+    a time. The agent has tools; the fallback waits for the cap."""
     policy = TurnPolicy(direction="outbound", greeting=GREETING, idle_timeout=5.0)
     tts = TimedTTS(synthesis_delay=FIRST_BYTE)
     async with turn_call(policy, (), settings=settings, tts=tts, agent=LookupAgent()) as tc:
-        await tc.call.wait_until(lambda: len(tts.asked) == 3, timeout=3)
+        await tc.call.wait_until(lambda: len(tts.asked) == 2, timeout=3)
         await tc.call.sleep_until(tc.now() + 1.0)
         context = tc.describe()
         texts = [text for _, text in tts.asked]
-        assert texts == [GREETING, policy.idle_message, policy.tool_cap_fallback], context
+        assert texts == [GREETING, policy.idle_message], context
         times = [at for at, _ in tts.asked]
         assert times[1] - times[0] >= FIRST_BYTE - EPS, context
-        assert times[2] - times[1] >= FIRST_BYTE - EPS, context
 
 
 async def test_the_reprompt_plays_pre_rendered_or_live_and_says_which() -> None:
@@ -151,9 +152,12 @@ async def _fallback_call(
     settings: str, tts: ScriptedTTS, *, agent: TurnAgent | None = None, **llm_options: Any
 ) -> tuple[TurnCall, float, str]:
     """The question; a model that calls the tool in every round, ``tool_choice="none"``
-    too, so the final reply plays nothing and the fallback is said. Returns the call, the
-    delay from the step that said the fallback to its first frame, and its outcome."""
+    too, so the final reply plays nothing and the fallback is said. The model takes a
+    hosted model's time to its first token (``MODEL_FIRST_TOKEN``) unless ``llm_options``
+    say otherwise. Returns the call, the delay from the step that said the fallback to its
+    first frame, and its outcome."""
     policy = TurnPolicy(direction="inbound", first_speaker="user", max_tool_steps=1)
+    llm_options = {"time_to_first_token": MODEL_FIRST_TOKEN, **llm_options}
     llm = ScriptedLLM([FINAL], always_call_tool="lookup", ignore_tool_choice=True, **llm_options)
     script = CallScript([UserLine(0.3, "question")])
     agent = agent if agent is not None else LookupAgent()
@@ -167,11 +171,18 @@ async def _fallback_call(
 
 
 async def _fallback_ready(settings: str) -> None:
-    tts = ScriptedTTS(synthesis_delay=FIRST_BYTE)
+    """Rendered as the machine asks for the final reply without tools, ready before that
+    reply (a model round) has said nothing."""
+    tts = TimedTTS(synthesis_delay=FIRST_BYTE)
     tc, delay, detail = await _fallback_call(settings, tts)
     context = tc.describe()
     assert (detail, delay < FROM_MEMORY) == (PRERENDERED, True), context
-    assert tts.texts == [tc.controller.policy.tool_cap_fallback], context  # once, ahead
+    ((asked, text),) = tts.asked  # once, ahead
+    assert text == tc.controller.policy.tool_cap_fallback, context
+    (capped,) = [
+        s for s in tc.steps if any(isinstance(e, fx.FinalReplyWithoutTools) for e in s.effects)
+    ]
+    assert tc.call_time(asked) == pytest.approx(tc.at(capped), abs=0.001), context
 
 
 async def _fallback_rendering_fails(settings: str) -> None:
@@ -191,39 +202,9 @@ async def _fallback_not_ready(settings: str) -> None:
     context = tc.describe()
     assert (detail, delay >= 5.0 - EPS) == (NOT_READY, True), context
     fallback = tc.controller.policy.tool_cap_fallback
-    # rendered whole as the call started, then said live, sentence by sentence
+    # rendered whole at the cap, then said live, sentence by sentence
     assert tts.texts[0] == fallback, context
     assert " ".join(tts.texts[1:]) == fallback, context
-
-
-@function_tool
-async def lookup() -> str:
-    """Look up the customer's appointment."""
-    return "Tuesday at ten."
-
-
-async def _fallback_of_tools_given_later(settings: str) -> None:
-    """The agent has no tools as the call starts (nothing rendered then); it gets one
-    later (``update_tools``): the fallback is rendered as the machine asks for the final
-    reply without tools, while the model answers (1 s, a hosted model's first token)."""
-    tts = TimedTTS(synthesis_delay=FIRST_BYTE)
-    agent = TurnAgent(instructions="Look things up.")
-
-    async def given_later() -> None:
-        await asyncio.sleep(0.1)
-        await agent.update_tools([lookup])
-
-    giving = asyncio.ensure_future(given_later())
-    tc, delay, detail = await _fallback_call(settings, tts, agent=agent, time_to_first_token=1.0)
-    await giving
-    context = tc.describe()
-    assert (detail, delay < FROM_MEMORY) == (PRERENDERED, True), context
-    ((asked, text),) = tts.asked
-    assert text == tc.controller.policy.tool_cap_fallback, context
-    (capped,) = [
-        s for s in tc.steps if any(isinstance(e, fx.FinalReplyWithoutTools) for e in s.effects)
-    ]
-    assert tc.call_time(asked) == pytest.approx(tc.at(capped), abs=0.001), context
 
 
 async def test_the_tool_cap_fallback_plays_pre_rendered_or_live_and_says_which() -> None:
@@ -235,7 +216,6 @@ async def test_the_tool_cap_fallback_plays_pre_rendered_or_live_and_says_which()
                 "ready": _fallback_ready,
                 "rendering fails": _fallback_rendering_fails,
                 "not ready": _fallback_not_ready,
-                "tools given later": _fallback_of_tools_given_later,
             }.items()
         }
     )

@@ -14,7 +14,15 @@ from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from livekit.agents import Agent, AgentSession, function_tool
+from livekit.agents import (
+    DEFAULT_API_CONNECT_OPTIONS,
+    Agent,
+    AgentSession,
+    APIConnectionError,
+    APIConnectOptions,
+    function_tool,
+    tts,
+)
 
 from turnfsm import TurnController, TurnPolicy
 from turnfsm import effects as fx
@@ -254,6 +262,31 @@ class FailingOnceTTS(ScriptedTTS):
             self.failed = True
             raise ConnectionError("the TTS provider is unreachable")
         return super().synthesize(text, **options)
+
+
+class ProviderFailingTTS(ScriptedTTS):
+    """Its first synthesis of ``text`` fails as a provider's request does: the stream
+    opens and every attempt of it fails (``APIConnectionError``), which LiveKit retries
+    per the request's ``conn_options`` and reports on the TTS; the others work."""
+
+    def __init__(self, text: str, **options: Any) -> None:
+        super().__init__(**options)
+        self.failing_text = text
+        self.failed = False
+
+    def synthesize(
+        self, text: str, *, conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS
+    ) -> tts.ChunkedStream:
+        if self.failed or text != self.failing_text:
+            return super().synthesize(text, conn_options=conn_options)
+        self.failed = True
+        self.texts.append(text)
+        return _UnreachableStream(tts=self, input_text=text, conn_options=conn_options)
+
+
+class _UnreachableStream(tts.ChunkedStream):
+    async def _run(self, output_emitter: tts.AudioEmitter) -> None:
+        raise APIConnectionError("the TTS provider is unreachable")
 
 
 APPOINTMENT_QUESTION = LINES["question"].text

@@ -32,6 +32,7 @@ from support.realtime_client import connect, open_socket
 
 _T = TypeVar("_T")
 
+LONG_AUTO_REPLY = " ".join(["Auto reply nobody should hear, as it goes on and on."] * 3)
 _STREAMED = {"response.output_audio.delta", "response.output_audio_transcript.delta"}
 """Left out of the comparison: how many chunks stream before a cancel lands depends, in real
 time, on the machine's speed."""
@@ -104,14 +105,17 @@ def test_a_turnfsm_call_has_the_same_trace_shape_on_both_transports() -> None:
     """The outbound greeting after "Hello?", the model's own reply to it suppressed: the
     same decisions (the steps that move the machine or emit effects) and the same
     responses. Steps that decide nothing (a lever's outcome, a transcript) are left out:
-    in real time, under load, the order of two arriving at one moment varies."""
+    in real time, under load, the order of two arriving at one moment varies. The model's
+    own reply is long (about 8 s of speech): its cancel lands before it is done even on a
+    busy machine (a short one once finished first over TCP, under load, and its text was
+    committed and dropped: a late cancel, which tests/realtime's fault cases cover)."""
 
     async def scenario(transport: Transport) -> list[str]:
         server = RealtimeTestServer(RealtimeScript(), fidelity=IDEAL, transport=transport)
         async with server:
             call = Call(server)
             try:
-                _, controller, _ = await greet_after_hello(call)
+                _, controller, _ = await greet_after_hello(call, auto_reply=LONG_AUTO_REPLY)
             finally:
                 await call.aclose()
         assert controller.trace is not None

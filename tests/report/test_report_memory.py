@@ -1,9 +1,9 @@
 """Issue 13, point 5, and issue 22: ``turnfsm report`` streams its input. It holds one
 trace at a time; what grows with the number of calls is their rows (the calls table, the
 groups and the exact percentiles need each call's id, start, agent, policy, times and
-counts): under a kilobyte a call, measured by tracemalloc's peak over 5,000 traces
-against 2,500, the page written in pieces. (Timelines are drawn and written one at a
-time; the row keeps only that one was: they are left out here, 7,500 files to write.)
+counts): under a kilobyte a call, measured by tracemalloc's peak over 2,000 traces
+against 1,000, the page written in pieces. (Timelines are drawn and written one at a
+time; the row keeps only that one was: they are left out here, 3,000 files to write.)
 
 A memory figure, not a timing: the run's duration is not asserted.
 """
@@ -17,7 +17,9 @@ from pathlib import Path
 from simcalls import simulated_traces
 
 DISTINCT = 50
-"""Distinct calls; the 5,000 files repeat them (what is measured is the folding)."""
+"""Distinct calls; the files repeat them (what is measured is the folding)."""
+SMALL, LARGE = 1000, 2000
+"""The two runs compared: their difference is what a call more costs."""
 
 
 MEASURE = """
@@ -44,10 +46,10 @@ def _peak_bytes(folder: Path, out: Path) -> int:
     return int(result.stdout.split()[-1])
 
 
-def test_memory_is_bounded_over_5000_traces(tmp_path: Path, summary_line: object) -> None:
+def test_memory_is_bounded_over_2000_traces(tmp_path: Path, summary_line: object) -> None:
     texts = [trace.to_jsonl() for trace in simulated_traces(DISTINCT)]
     peaks = {}
-    for count in (2500, 5000):
+    for count in (SMALL, LARGE):
         folder = tmp_path / str(count)
         folder.mkdir()
         for number in range(count):
@@ -57,13 +59,14 @@ def test_memory_is_bounded_over_5000_traces(tmp_path: Path, summary_line: object
             tmp_path / f"report-{count}.html"
         ).read_text(encoding="utf-8")
     summary_line(  # type: ignore[operator]
-        f"report memory: tracemalloc peak {peaks[2500] / 1e3:.0f} kB over 2500 traces, "
-        f"{peaks[5000] / 1e3:.0f} kB over 5000"
+        f"report memory: tracemalloc peak {peaks[SMALL] / 1e3:.0f} kB over {SMALL} traces, "
+        f"{peaks[LARGE] / 1e3:.0f} kB over {LARGE}"
     )
     # The first few thousand reads fill one-off interpreter caches (measured: ~0.6 MB,
     # flat after ~3,000 policy headers), which is why the smaller run is not a few hundred
-    # traces. A trace held per call would add ~20 kB a call; a row is under 1 kB (800 B).
-    per_call = (peaks[5000] - peaks[2500]) / 2500
+    # traces; the rest of that filling counts here (791 B a call from 1,000 to 2,000
+    # traces, 724 B from 2,500 to 5,000). A trace held per call would add ~20 kB a call.
+    per_call = (peaks[LARGE] - peaks[SMALL]) / (LARGE - SMALL)
     summary_line(f"report memory: {per_call:.0f} bytes more per call")  # type: ignore[operator]
     assert per_call < 1500, peaks
-    assert peaks[5000] < 8_000_000, peaks
+    assert peaks[LARGE] < 4_000_000, peaks

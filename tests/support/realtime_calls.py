@@ -222,12 +222,17 @@ async def wait_finished(segment: PlayoutSegment, timeout: float = 15.0) -> None:
         await asyncio.sleep(0.01)
 
 
+AUTO_REPLY = "Auto reply nobody should hear."
+"""What the model would answer "Hello?" with on its own."""
+
+
 async def greet_after_hello_started(
-    call: Call, greeting: str = SHORT_GREETING, **model: Any
+    call: Call, greeting: str = SHORT_GREETING, *, auto_reply: str = AUTO_REPLY, **model: Any
 ) -> tuple[AgentSession, TurnController]:
-    """An outbound call whose model would answer "Hello?" on its own: answered, and the
-    callee starts saying "Hello?" (0.6 s). ``model``: further ``RealtimeModel`` arguments."""
-    call.server.script.policy = scripted_model(["Auto reply nobody should hear."])
+    """An outbound call whose model would answer "Hello?" on its own (``auto_reply``):
+    answered, and the callee starts saying "Hello?" (0.6 s). ``model``: further
+    ``RealtimeModel`` arguments."""
+    call.server.script.policy = scripted_model([auto_reply])
     session, adapter, controller = await call.start(
         TurnPolicy(direction="outbound", greeting=greeting), **model
     )
@@ -237,10 +242,10 @@ async def greet_after_hello_started(
 
 
 async def greet_after_hello(
-    call: Call,
+    call: Call, *, auto_reply: str = AUTO_REPLY
 ) -> tuple[AgentSession, TurnController, PlayoutSegment]:
     """`greet_after_hello_started`, and the short greeting plays to its end."""
-    session, controller = await greet_after_hello_started(call)
+    session, controller = await greet_after_hello_started(call, auto_reply=auto_reply)
     greeting = await call.segment_playing(0)
     await wait_finished(greeting)
     return session, controller, greeting
