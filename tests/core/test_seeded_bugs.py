@@ -350,10 +350,13 @@ def test_hypothesis_state_machine_catches_the_tool_cap_bug() -> None:
     class BrokenCalls(TurnCalls):
         rules_class = ToolCapOffByOne
 
+    # The search is fixed (derandomized), yet the calls it draws depend on what the
+    # process ran before (not traced down): the bug was found after 268 calls with this
+    # file alone, after 2,079 beside test_extension.py (not within the 1,000 it had).
     quick = settings(
         settings.get_profile("turnfsm-core"),
-        max_examples=1_000,
-        derandomize=True,  # a fixed search, so this test cannot flake
+        max_examples=6_000,
+        derandomize=True,
         phases=[Phase.generate],  # no shrinking: finding it is the point
         print_blob=False,
     )
