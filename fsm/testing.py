@@ -523,8 +523,8 @@ def explore(
     # The monitor's check of a step reads only its shadow, the states before and after,
     # the event and the effects: few distinct checks stand for many steps. Each is made
     # once and its outcome kept: the checked monitor (shared by every configuration it
-    # is reached in, as the explorer changes no monitor in place but a fresh copy) and
-    # its shadow, or the breach.
+    # is reached in, as the explorer changes no monitor in place but a fresh copy; its
+    # step count is its first path's) and its shadow, or the breach.
     checks_from: dict[Hashable, dict[Hashable, _Checked]] = {}
     while queue:
         configuration, context, monitor = queue.popleft()
