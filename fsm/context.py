@@ -132,6 +132,11 @@ class TurnContext:
         """A hashable copy of every field, for exploration and comparison."""
         return _field_values(self)  # type: ignore[no-any-return]
 
+    @classmethod
+    def from_snapshot(cls, snapshot: tuple[Any, ...]) -> TurnContext:
+        """The context a :meth:`snapshot` was taken of (a new one)."""
+        return cls(*snapshot)
+
     def copy(self) -> TurnContext:
         """An independent copy (a step's checkpoint, a restore): ~10x cheaper than
         ``copy.copy`` or ``attrs.evolve``, which the controller would pay on every step."""

@@ -24,6 +24,7 @@ module does not, and importing it imports no LiveKit (``fsm/`` is pure).
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections import deque
 from collections.abc import Callable, Hashable, Iterator, Sequence
@@ -402,6 +403,23 @@ def fresh_context(state: str, policy: TurnPolicy) -> TurnContext:
     )
 
 
+@attrs.frozen
+class _Step:
+    """Where an event takes a (configuration, context)."""
+
+    effects: tuple[fx.Effect, ...]
+    configuration: tuple[str, ...]
+    snapshot: tuple[Any, ...]
+    """The context's :meth:`~turnfsm.context.TurnContext.snapshot` (kept rather than the
+    context: many steps share one)."""
+    moves: tuple[tuple[str, str, str], ...]
+    """The step's :func:`region_moves`."""
+
+
+_Checked = tuple[SafetyMonitor, Hashable] | InvariantViolation
+"""The monitor's check of a step: the monitor after it and its shadow, or the breach."""
+
+
 def explore(
     policy: TurnPolicy,
     *,
@@ -467,43 +485,74 @@ def explore(
     handled_in: dict[tuple[str, ...], frozenset[str]] = {}
     handled_by_state = handled_events(machine_class)
     start = (controller.configuration, controller.context, SafetyMonitor(policy))
+    origin = _key(start[0], start[1].snapshot(), start[2].shadow())
     # every configuration's first way in (parent key, event): shortest paths, breadth-first
-    seen: dict[Hashable, tuple[Hashable, ev.Event] | None] = {_key(*start): None}
-    queue = deque([start])
+    seen: dict[Hashable, tuple[Hashable, ev.Event] | None] = {origin: None}
     steps = 0
     states: set[str] = set()
     moves: set[tuple[str, str, str]] = set()
     # the session's fact is the first event of a call: start after it
     told = REALTIME_LINK if realtime else INTERRUPTION_SETTINGS
-    origin = _key(*start)
     monitor = start[2].copy()
     effects = controller.handle(told)
     monitor.check(public_state(start[0][0]), told, controller.state, effects)
     linked = (controller.configuration, controller.context.copy(), monitor)
     moves.update(region_moves(start[0], told.name, linked[0], machine_class))
-    seen[_key(*linked)] = (origin, told)
+    seen[_key(linked[0], linked[1].snapshot(), monitor.shadow())] = (origin, told)
     queue = deque([linked])
     if reached is not None:
         reached(queue[0][0], queue[0][1].copy())
     violations: list[str] = []
     paths: list[tuple[ev.Event, ...]] = []
     watched = 0
+    # A configuration is the machine's states, its context and the monitor's shadow, but
+    # the controller never reads the monitor: the same states and context, reached with
+    # another shadow, take the same steps. So each step the controller takes is kept, and
+    # taken once (and compared with the reference engine then, if its decisions are new).
+    steps_from: dict[Hashable, dict[ev.Event, _Step]] = {}
+    # one tuple per distinct context, however many steps kept end in it (the memory, and
+    # the garbage collector's walks through it, grow with the distinct contexts alone)
+    snapshots: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+
+    @functools.cache  # asked on every step, of few distinct arguments
+    def step_moves(
+        before: tuple[str, ...], event_name: str, after: tuple[str, ...]
+    ) -> tuple[tuple[str, str, str], ...]:
+        return tuple(region_moves(before, event_name, after, machine_class))
+
+    # The monitor's check of a step reads only its shadow, the states before and after,
+    # the event and the effects: few distinct checks stand for many steps. Each is made
+    # once and its outcome kept: the checked monitor (shared by every configuration it
+    # is reached in, as the explorer changes no monitor in place but a fresh copy; its
+    # step count is its first path's) and its shadow, or the breach.
+    checks_from: dict[Hashable, dict[Hashable, _Checked]] = {}
     while queue:
         configuration, context, monitor = queue.popleft()
         state = public_state(configuration[0])
         states.add(state)
-        here = _key(configuration, context, monitor)
+        snapshot = _interned(snapshots, context.snapshot())
+        shadow = monitor.shadow()
+        here = _key(configuration, snapshot, shadow)
         handled = handled_in.get(configuration)
         if handled is None:  # as the controller decides what it ignores
             handled = frozenset().union(*(handled_by_state[leaf] for leaf in configuration))
             handled_in[configuration] = handled
+        taken_here = steps_from.setdefault((configuration, snapshot), {})
+        checked_here = checks_from.setdefault((shadow, state), {})
         for event in alphabet:
-            shadow = monitor.copy()
             steps += 1
+            kept = taken_here.get(event)
             if event.name not in handled:
                 # ignored: the controller returns nothing and changes nothing (no need to
                 # run it); the monitor still sees the step
-                effects, after_configuration, after_context = (), configuration, context
+                step = _Step(
+                    (),
+                    configuration,
+                    snapshot,
+                    step_moves(configuration, event.name, configuration),
+                )
+            elif kept is not None:  # taken from here before, with another shadow
+                step = kept
             else:
                 # resumed unchecked (checked once, when first reached), the context
                 # copied: a step changes it in place
@@ -516,7 +565,13 @@ def explore(
                 finally:
                     if engine is not None:
                         engine.decisions = None
-                after_configuration, after_context = controller.configuration, controller.context
+                step = _Step(
+                    effects,
+                    controller.configuration,
+                    _interned(snapshots, controller.context.snapshot()),
+                    step_moves(configuration, event.name, controller.configuration),
+                )
+                taken_here[event] = step
                 decided = (tuple(decisions), event.name)
                 if decisions and decided not in compared:
                     compared.add(decided)
@@ -529,22 +584,30 @@ def explore(
                         )
                         paths.append((*_path_to(seen, here), event))
                         continue
-            try:
-                shadow.check(state, event, public_state(after_configuration[0]), effects)
-            except InvariantViolation as breach:
-                violations.append(f"{breach} [in {_named(configuration)} on {event!r}]")
+            after_state = public_state(step.configuration[0])
+            check = (event, after_state, step.effects)
+            checked = checked_here.get(check)
+            if checked is None:
+                after_monitor = monitor.copy()
+                try:
+                    after_monitor.check(state, event, after_state, step.effects)
+                    checked = (after_monitor, after_monitor.shadow())
+                except InvariantViolation as breach:
+                    checked = breach
+                checked_here[check] = checked
+            if isinstance(checked, InvariantViolation):
+                violations.append(f"{checked} [in {_named(configuration)} on {event!r}]")
                 paths.append((*_path_to(seen, here), event))
                 continue
-            moves.update(
-                region_moves(configuration, event.name, after_configuration, machine_class)
-            )
-            after = (after_configuration, after_context, shadow)
-            key = _key(*after)
+            after_monitor, after_shadow = checked
+            moves.update(step.moves)
+            key = _key(step.configuration, step.snapshot, after_shadow)
             if key not in seen:
                 # as restore() would, once per configuration: a context some call reaches
                 # that restore() refuses is a breach of the context rules (C1)
+                after_context = TurnContext.from_snapshot(step.snapshot)
                 try:
-                    check_context(after[1], policy, after[0] if by_state else None)
+                    check_context(after_context, policy, step.configuration if by_state else None)
                 except ValueError as refused:
                     violations.append(
                         f"C1 context refused: {refused} [in {_named(configuration)} on {event!r}]"
@@ -552,13 +615,13 @@ def explore(
                     paths.append((*_path_to(seen, here), event))
                     continue
                 if reached is not None:
-                    reached(after[0], after[1].copy())
+                    reached(step.configuration, after_context.copy())
                 seen[key] = (here, event)
                 if len(seen) > max_configurations:
                     raise RuntimeError(f"more than {max_configurations} configurations")
-                queue.append((after[0], after[1].copy(), after[2]))
-                watched += _watched(policy, after[0])
-                problem = watchdog_problem(controller, after[0], after[1].copy())
+                queue.append((step.configuration, after_context, after_monitor))
+                watched += _watched(policy, step.configuration)
+                problem = watchdog_problem(controller, step.configuration, after_context.copy())
                 if problem is not None:  # a path to the configuration, ending with the event
                     violations.append(f"{problem} [reached on {event!r}]")
                     paths.append(_path_to(seen, key))
@@ -678,7 +741,16 @@ def _named(configuration: tuple[str, ...]) -> str:
     return " + ".join(configuration)
 
 
-def _key(configuration: tuple[str, ...], context: TurnContext, monitor: SafetyMonitor) -> Hashable:
+def _interned(
+    kept: dict[tuple[Any, ...], tuple[Any, ...]], value: tuple[Any, ...]
+) -> tuple[Any, ...]:
+    """The tuple in ``kept`` equal to ``value``, or ``value``, now kept."""
+    return kept.setdefault(value, value)
+
+
+def _key(configuration: tuple[str, ...], snapshot: Hashable, shadow: Hashable) -> Hashable:
+    """A configuration's identity: its states, its context's :meth:`~TurnContext.snapshot`
+    and the monitor's :meth:`~turnfsm.invariants.SafetyMonitor.shadow`."""
     if configuration[0] == "ended":  # nothing is emitted after the end, whatever came before
         return configuration
-    return configuration, context.snapshot(), monitor.shadow()
+    return configuration, snapshot, shadow
