@@ -351,7 +351,11 @@ class SafetyMonitor:
             f"asked {asks} of a model with an active response or an unanswered cancel"
             f" ({sorted(self.cancels_pending)}), on {event.name}",
         )
-        if isinstance(event, ev.ModelReplyStarted) and before in UNTIL_THE_GREETING:
+        if (
+            isinstance(event, ev.ModelReplyStarted)
+            and self.realtime
+            and before in UNTIL_THE_GREETING
+        ):
             _require(
                 fx.SuppressReply(speech_id=event.speech_id) in effects,
                 "I10",

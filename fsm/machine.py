@@ -305,12 +305,17 @@ def declare_chart() -> dict[str, Any]:
 
     call_answered = ringing.to(greeting, cond="agent_speaks_first") | ringing.to(awaiting_user)
 
-    def call_wide(on: str | list[str], regions: tuple[State, State] = (connecting, turn)) -> Any:
+    def call_wide(
+        on: str | list[str],
+        regions: tuple[State, State] = (connecting, turn),
+        cond: str | list[str] | None = None,
+    ) -> Any:
         """Bookkeeping in every state of the call: targetless, on the call's regions but
         not the caller's voice. (Declared on ``call`` itself, it would be a candidate in the
         voice region too, and its actions would run twice, beside a turn's transition.)"""
         before_live, live_turn = regions
-        return before_live.to(None, on=on) | live_turn.to(None, on=on)
+        guards = {} if cond is None else {"cond": cond}
+        return before_live.to(None, on=on, **guards) | live_turn.to(None, on=on, **guards)
 
     call_ended = in_call.to(ended, on="note_end_reason")
 
@@ -597,9 +602,11 @@ def declare_chart() -> dict[str, Any]:
     interruption_settings = call_wide(on="note_interruption_settings")
 
     # Realtime models (RealtimeLink): what the model does on its own, and the waits for it.
+    # The model's events are taken once a realtime model is linked (runs_realtime_model):
+    # a pipeline has no such model, and one told of it anyway changes nothing.
     realtime_model_linked = call_wide(on="note_model_link")
 
-    model_response_created = call_wide(on="note_model_responding")
+    model_response_created = call_wide(on="note_model_responding", cond="runs_realtime_model")
 
     def when_model_free(
         free: str,
@@ -613,9 +620,9 @@ def declare_chart() -> dict[str, Any]:
         end by themselves, eventless, once the model is free.)"""
         return conversation.to(
             None,
-            cond=["final_reply_waits_for_response_done", free],
+            cond=["runs_realtime_model", "final_reply_waits_for_response_done", free],
             on=[note, "ask_final_reply"],
-        ) | everywhere(on=note)
+        ) | everywhere(on=note, cond="runs_realtime_model")
 
     # the greeting is asked for once the model is free: at once on a pipeline or with
     # a free model (eventless: in the step that enters the wait), else when its response
@@ -625,27 +632,29 @@ def declare_chart() -> dict[str, Any]:
 
     model_response_done = when_model_free("no_cancel_pending", "note_model_free")
 
-    model_cancel_sent = call_wide(on="note_cancel_sent")
+    model_cancel_sent = call_wide(on="note_cancel_sent", cond="runs_realtime_model")
 
     model_cancel_answered = when_model_free("model_free_once_answered", "note_cancel_answered")
 
     # the model's own reply: never before nor in the greeting (the greeting replaces it);
     # after tool output, adopted as the final reply, suppressed as a second one, or let through
     model_reply_started = (
-        connecting.to(None, on="suppress_model_reply")
-        | awaiting_user.to(None, on="suppress_model_reply")
-        | greeting.to(None, on="suppress_model_reply")
+        connecting.to(None, cond="runs_realtime_model", on="suppress_model_reply")
+        | awaiting_user.to(None, cond="runs_realtime_model", on="suppress_model_reply")
+        | greeting.to(None, cond="runs_realtime_model", on="suppress_model_reply")
         | conversation.to(
             None,
-            cond="final_reply_awaits_model_reply",
+            cond=["runs_realtime_model", "final_reply_awaits_model_reply"],
             on=["note_model_replies_to_tools", "adopt_final_reply"],
         )
         | conversation.to(
             None,
-            cond="is_unwanted_tool_reply",
+            cond=["runs_realtime_model", "is_unwanted_tool_reply"],
             on=["note_model_replies_to_tools", "suppress_model_reply"],
         )
-        | conversation.to(None, cond="is_tool_reply", on="note_model_replies_to_tools")
+        | conversation.to(
+            None, cond=["runs_realtime_model", "is_tool_reply"], on="note_model_replies_to_tools"
+        )
     )
 
     # the wait for the model is over: the greeting is asked for anyway (a refusal is

@@ -1369,3 +1369,56 @@ def test_nothing_after_the_end(state: str) -> None:
     for event in event_alphabet():
         assert controller.handle(event) == (), event
         assert controller.state == "ended"
+
+
+# -- a realtime model's events on a pipeline ---------------------------------------------
+
+MODEL_EVENTS = (
+    ev.ModelResponseCreated(at=0.5, response_id="r1"),
+    ev.ModelResponseDone(at=0.5, response_id="r1"),
+    ev.ModelCancelSent(at=0.5, cancel_id="c1", response_id="r1"),
+    ev.ModelCancelAnswered(at=0.5, cancel_id="c1"),
+    ev.ModelReplyStarted(at=0.5, speech_id="s1"),
+    ev.ModelReplyStarted(at=0.5, speech_id="s1", after_tool_output=True),
+)
+
+
+def test_a_realtime_models_events_change_nothing_on_a_pipeline() -> None:
+    """The adapter reports a realtime model's events only from the model's link. A
+    pipeline told of one anyway (an embedder's own adapter, a stray event) changes
+    nothing, in any state a call passes through: before, the greeting waited for the
+    response of a model the call does not have, and started without the callee's first
+    words (I7; found by the hypothesis state machine)."""
+    policy = TurnPolicy(first_speaker="user", greeting="Hi", max_tool_steps=1)
+    call = [
+        ev.SessionStarted(at=1.0),
+        ev.UserTranscript(at=1.5, text="Hello?", is_final=True),
+        ev.AgentSpeechCreated(at=1.6, speech_id="s1", source="reply"),
+        ev.AgentSpeechEnded(at=3.0, speech_id="s1"),
+        ev.UserTurnCommitted(at=4.0, text="When do you open?", item_id="u2"),
+        ev.AgentSpeechCreated(at=4.1, speech_id="s2", source="reply"),
+        ev.ToolStepStarted(at=4.2, speech_id="s2", calls=1),
+    ]
+    controller = TurnController(policy, strict=True, keep_text=True)
+    controller.handle(ev.InterruptionSettings(at=0.0, min_words=0))
+    visited = []
+    for next_event in (*call, None):
+        before = controller.snapshot()
+        visited.append(controller.state)
+        for stray in MODEL_EVENTS:
+            assert controller.handle(stray) == (), (controller.state, stray)
+            assert controller.snapshot() == before, (controller.state, stray)
+        if next_event is not None:
+            controller.handle(next_event)
+    assert visited == [
+        "start", "awaiting_user", "greeting", "greeting", "listening", "listening",
+        "speaking", "tool_loop",
+    ]  # fmt: skip
+    # the call goes on as if nothing had been said: the greeting carries the first words
+    replay = TurnController(policy, strict=True, keep_text=True)
+    replay.handle(ev.InterruptionSettings(at=0.0, min_words=0))
+    replay.handle(ev.ModelResponseCreated(at=0.5, response_id="r1"))
+    replay.handle(ev.SessionStarted(at=1.0))
+    effects = replay.handle(ev.UserTranscript(at=1.5, text="Hello?", is_final=True))
+    (greeting,) = [e for e in effects if isinstance(e, fx.StartGreeting)]
+    assert greeting.first_words == "Hello?"
