@@ -111,10 +111,11 @@ class CallMetrics:
     lever's refusal ("no assistant message committed") is counted."""
 
     dropped_chars: int
-    """Unspoken characters dropped, over the drops that could be measured: the message's
-    length less what the lever kept of it, the words the caller heard to their end, as the
-    lever measured them at the output and reported in its outcome (``effect_outcome``'s
-    ``text_chars`` and ``heard_chars``). Lengths only, so redaction changes nothing."""
+    """Unspoken characters dropped, over the drops that could be measured: the length of
+    the speech's whole text less what the lever kept of it (the words the caller heard to
+    their end, measured at the output), as the lever reported them in its outcome
+    (``effect_outcome``'s ``text_chars`` and ``heard_chars``). Lengths only, so redaction
+    changes nothing."""
 
     unmeasured_drops: int
     """Drops no outcome measured: the lever refused or failed, its outcome is not in the

@@ -87,6 +87,11 @@ def test_a_format_3_trace_reads_without_the_synchronizers_text() -> None:
     assert list(replay(trace, keep_text=True).steps) == list(trace.steps)
     metrics = call_metrics(trace)
     assert (metrics.drops, metrics.dropped_chars, metrics.unmeasured_drops) == (1, 0, 1)
+    # format 4 has no such field: the same lines under its header are refused
+    lines = raw.splitlines()
+    lines[0] = lines[0].replace('"turnfsm_trace": 3', '"turnfsm_trace": 4')
+    with pytest.raises(TraceFormatError, match="unknown fields \\['played_text'\\]"):
+        Trace.parse(lines)
 
 
 @pytest.mark.parametrize(
