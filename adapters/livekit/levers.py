@@ -47,7 +47,8 @@ Interrupt                ``session.interrupt(force=...)``; refused when the curr
                          scheduled yet (it is created before LiveKit schedules it). With
                          ``speech_id``: ``speech_handle.interrupt()`` on that one only
 DropUnspokenText         the committed assistant message edited in place to the words
-                         played to their end (:mod:`.heard`), or emptied and removed
+                         played to their end (:mod:`.heard`; a text-only session's:
+                         kept whole, all of it was read), or emptied and removed
                          (``agent.update_chat_ctx``, ``session.history.remove``);
                          its outcome tells the lengths measured (``text_chars``,
                          ``heard_chars``); refused when LiveKit committed none
@@ -393,8 +394,17 @@ def cut_to_heard(
     """Cut ``message``, whose whole text is ``text``, to what the caller heard of it
     (``heard()``: the lever's measure; nothing under ``keep="nothing"``) and report both
     lengths in the effect's outcome, where the call metrics read the cut. Returns what it
-    kept: empty, the lever removes the message."""
-    kept = "" if effect.keep == "nothing" else heard()
+    kept: empty, the lever removes the message.
+
+    A text-only session plays no audio to measure: its caller read every word sent, which
+    is what LiveKit committed, so all of it is kept (was: the adapter's speech end carried
+    the text sent; with no playout to measure, the message was removed)."""
+    if effect.keep == "nothing":
+        kept = ""
+    elif port.text_only:
+        kept = message.text_content or ""
+    else:
+        kept = heard()
     port.note_cut(text_chars=len(text), heard_chars=len(kept))
     message.content = [kept] if kept else []
     return kept
