@@ -139,7 +139,6 @@ def scripted_call() -> list[ev.Event]:
                 speech_id="s9",
                 interrupted=True,
                 played_seconds=1.5,
-                played_text="Of course, you can pay",
             ),
             ev.AssistantMessageCommitted(
                 at=t(0.01), speech_id="s9", text="Of course, by card.", interrupted=True

@@ -127,16 +127,16 @@ class Interrupt(Effect):
 class DropUnspokenText(Effect):
     """Make the committed text of an interrupted speech match what was heard.
 
-    ``keep="spoken"`` replaces it with the spoken prefix; ``keep="nothing"`` removes
-    the assistant item. ``played_text`` is the heard text when the output chain knew it;
-    otherwise the adapter derives the prefix from ``played_seconds``.
+    ``keep="spoken"`` replaces it with the words the caller heard to their end, as the
+    adapter measures them at the output; ``keep="nothing"`` removes the assistant item.
+    The lever reports what it measured in its ``EffectOutcome`` (``text_chars``,
+    ``heard_chars``): the call metrics read the cut there.
     """
 
     name: ClassVar[str] = "drop_unspoken_text"
     speech_id: Label
     keep: Literal["spoken", "nothing"] = "spoken"
     played_seconds: float = 0.0
-    played_text: Text | None = None
 
 
 @attrs.frozen

@@ -182,8 +182,6 @@ class AgentSpeechEnded(Event):
     speech_id: Label = ""
     interrupted: bool = False
     played_seconds: float = attrs.field(default=0.0, converter=_seconds)
-    played_text: Text | None = None
-    """What the caller heard, when the output chain knows it (a transcript synchronizer)."""
 
 
 @attrs.frozen
@@ -341,6 +339,15 @@ class EffectOutcome(Event):
     """The speech the effect was about, when there is one."""
     detail: Label = ""
     """A short reason, never transcript text."""
+    text_chars: int | None = None
+    """A ``drop_unspoken_text`` done: the length in characters of the speech's whole text
+    the lever cut (all of it known: a realtime model's own transcript, of which LiveKit
+    commits only a prefix behind a transcript synchronizer). Lengths only: the texts
+    never leave the process."""
+    heard_chars: int | None = None
+    """A ``drop_unspoken_text`` done: the length of what the lever kept of that text, the
+    words the caller heard to their end as it measured them (0: it removed the message).
+    ``None`` for every other outcome."""
 
 
 @attrs.frozen

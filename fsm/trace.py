@@ -2,8 +2,8 @@
 
 The first line is a header: the format version, the turnfsm version that wrote it, the
 call (:class:`CallInfo`: its id, start time and agent) and the policy; each further line
-is one step ``{"at", "event", "before", "after", "effects"}``. Format 1 traces (a header
-with the policy alone) are still read. A trace file is untrusted input: reading is JSON
+is one step ``{"at", "event", "before", "after", "effects"}``. Traces of every earlier
+format (:data:`READ_VERSIONS`) are still read. A trace file is untrusted input: reading is JSON
 only, bounded (:data:`MAX_LINE_BYTES`, :data:`MAX_TRACE_BYTES`), and checks every value
 (types, ranges, known names and state ids, real Unicode), so whatever is read replays and
 draws; anything else raises :class:`TraceFormatError` naming the line. The one exception
@@ -47,13 +47,19 @@ from .invariants import InvariantViolation
 from .machine import STATES
 from .policy import TurnPolicy
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 """The format written: 2 names the call and the turnfsm version in the header; 3 names
-each timer's expiry as an event of its own (``idle_timer_expired``)."""
+each timer's expiry as an event of its own (``idle_timer_expired``); 4 measures a cut
+reply in its drop's outcome (``effect_outcome``'s ``text_chars`` and ``heard_chars``),
+and ``agent_speech_ended`` and ``drop_unspoken_text`` no longer carry ``played_text``."""
 
-READ_VERSIONS: tuple[int, ...] = (1, 2, 3)
+READ_VERSIONS: tuple[int, ...] = (1, 2, 3, 4)
 """The formats read: 1 is a header with the policy alone; before 3, a timer's expiry is
-``{"name": "timer_fired", "timer": ...}``, read as that timer's own event."""
+``{"name": "timer_fired", "timer": ...}``, read as that timer's own event; before 4,
+``agent_speech_ended`` and ``drop_unspoken_text`` may hold ``played_text`` (a transcript
+synchronizer's text, which keeps words nobody heard: it never was the cut), read
+without it (their drops are then unmeasured, ``CallMetrics.unmeasured_drops`` in
+turnfsm.tools.metrics)."""
 
 MAX_LINE_BYTES = 1_000_000
 """The longest line read, in bytes, its newline aside (a step is a few hundred bytes): a
@@ -544,6 +550,7 @@ _HEADER_KEYS: dict[int, frozenset[str]] = {
     1: frozenset({"turnfsm_trace", "policy", "dropped_steps"}),
     2: frozenset({"turnfsm_trace", "turnfsm_version", "call", "policy", "dropped_steps"}),
     3: frozenset({"turnfsm_trace", "turnfsm_version", "call", "policy", "dropped_steps"}),
+    4: frozenset({"turnfsm_trace", "turnfsm_version", "call", "policy", "dropped_steps"}),
 }
 """The keys a header of each format may hold."""
 
@@ -618,6 +625,18 @@ def _timer_fired(data: Any) -> Any:
     return {**fields, "name": kind.name}
 
 
+_PLAYED_TEXT_OF = frozenset({ev.AgentSpeechEnded.name, fx.DropUnspokenText.name})
+"""What held ``played_text`` before format 4."""
+
+
+def _without_played_text(data: Any) -> Any:
+    """A format 1 to 3 speech end or drop without its ``played_text`` (format 4);
+    anything else as it is."""
+    if not isinstance(data, dict) or data.get("name") not in _PLAYED_TEXT_OF:
+        return data
+    return {key: value for key, value in data.items() if key != "played_text"}
+
+
 def _step_from_dict(record: dict[str, Any], states: frozenset[str], version: int) -> TraceStep:
     if missing := sorted(STEP_KEYS - set(record)):
         raise ValueError(f"step is missing {missing}")
@@ -632,6 +651,9 @@ def _step_from_dict(record: dict[str, Any], states: frozenset[str], version: int
         if record[key] not in states:
             raise ValueError(f"{key}: unknown state {show(record[key])}")
     event_data = record["event"] if version >= 3 else _timer_fired(record["event"])
+    if version < 4:
+        event_data = _without_played_text(event_data)
+        effects = [_without_played_text(effect) for effect in effects]
     event = _build(ev.EVENTS_BY_NAME, event_data, "event")
     at = record["at"]
     if isinstance(at, bool) or not isinstance(at, int | float) or at != event.at:

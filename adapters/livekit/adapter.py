@@ -642,13 +642,10 @@ class TurnAdapter:
                 segment, self.port.assistant_messages.get(handle.id)
             )
             played_seconds = self.played_seconds.get(handle.id, 0.0)
-            played_text = segment.synchronized_transcript if segment else None
             if self.port.text_only:
-                played_text, played_seconds = self._text_sent(handle.id)
+                played_seconds = self._text_seconds(handle.id)
             self.dispatch(
-                translate.speech_ended(
-                    handle, self.now(), played_seconds=played_seconds, played_text=played_text
-                )
+                translate.speech_ended(handle, self.now(), played_seconds=played_seconds)
             )
         except Exception as error:
             self.dispatcher.report_failure("speech done", error, handle.id)
@@ -660,14 +657,14 @@ class TurnAdapter:
         for call_id in [c for c, speech in self._tool_calls.items() if speech == handle.id]:
             del self._tool_calls[call_id]
 
-    def _text_sent(self, speech_id: str) -> tuple[str | None, float]:
-        """What a text-only session's caller got of a speech: the text it sent (no audio
-        plays), and how long it takes to say at LiveKit's standard rate (so a reply that
-        said something is never taken for a silent one)."""
+    def _text_seconds(self, speech_id: str) -> float:
+        """How long the text a text-only session sent of a speech takes to say at
+        LiveKit's standard rate (no audio plays): a reply that said something is never
+        taken for a silent one."""
         sent = self.forwarded_texts.get(speech_id)
         if sent is None and (message := self.assistant_messages.get(speech_id)) is not None:
             sent = message.text_content
-        return sent, estimated_seconds(sent) if sent else 0.0
+        return estimated_seconds(sent) if sent else 0.0
 
     def _current_speech_id(self) -> str:
         speech = self.session.current_speech

@@ -160,8 +160,6 @@ class PlayedSegment:
     played_seconds: float
     """Audio the caller heard (the sink's playback position)."""
     interrupted: bool
-    synchronized_transcript: str | None
-    """What the chain's transcript synchronizer says was heard, if there is one."""
     timed_text: tuple[tuple[float, str], ...] = ()
     """``(start, text)``: where in the segment's audio each piece of its text starts, as
     the TTS reported it (empty when it did not)."""
@@ -270,7 +268,6 @@ class PlayoutMeter(AudioOutput):
                 pushed_seconds=max(log.pushed, played) if log is not None else played,
                 played_seconds=played,
                 interrupted=event.interrupted,
-                synchronized_transcript=event.synchronized_transcript,
                 timed_text=tuple(log.timed) if log is not None else (),
                 complete=log is None or log.complete or not event.interrupted,
             )

@@ -244,6 +244,13 @@ class Dispatcher:
             raise RuntimeError("note_outcome_detail() is for a running lever")
         self._outcome.done_detail = detail
 
+    def note_cut(self, *, text_chars: int, heard_chars: int) -> None:
+        """For a drop lever: the lengths it measured of the message it cut and of what it
+        kept (the words heard), said in its ``done`` outcome."""
+        if self._outcome is None:
+            raise RuntimeError("note_cut() is for a running lever")
+        self._outcome.cut = (text_chars, heard_chars)
+
     def defer_outcome(self) -> PendingOutcome:
         """For a lever: its outcome is reported later, by its call site (``resolve``)."""
         if self._outcome is None:

@@ -9,7 +9,9 @@ outcome    when
 done       the lever returned, and every future it started (``port.track``)
            resolved; or, for a deferred outcome, the lever's call site confirmed it
            (the turn hook whose reply carries the greeting let LiveKit reply);
-           ``detail`` says how, where it matters (``audio: pre-rendered``)
+           ``detail`` says how, where it matters (``audio: pre-rendered``); a
+           drop's outcome says what it measured of the cut message
+           (``text_chars``, ``heard_chars``)
 refused    LiveKit declined: the lever raised :class:`EffectRefused` (an interrupt of a
            speech that does not allow interruptions, a lock of an interrupted speech),
            or a deferred outcome was refused (the turn hook stopped the reply that
@@ -20,7 +22,7 @@ failed     the lever, or a future it started, raised; ``detail`` is the error's 
            :data:`UNFINISHED`
 =========  ==========================================================================
 
-``detail`` never carries transcript text.
+``detail`` never carries transcript text, nor does any outcome: a cut is told in lengths.
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ class PendingOutcome:
         self.done_detail = ""
         """What a ``done`` outcome says of how the lever did it (never transcript text):
         e.g. whether a speech's audio was pre-rendered (:mod:`.prerender`)."""
+        self.cut: tuple[int, int] | None = None
+        """What a ``done`` drop measured: ``(text_chars, heard_chars)``."""
         self.reported = False
 
     def track(self, future: asyncio.Future[Any]) -> None:
@@ -108,12 +112,15 @@ class PendingOutcome:
             if self._failure is not None:
                 self._finish("failed", self._failure)
             else:
-                self._finish("done", self.done_detail)
+                self._finish("done", self.done_detail, self.cut)
 
-    def _finish(self, outcome: ev.EffectOutcomeKind, detail: str) -> None:
+    def _finish(
+        self, outcome: ev.EffectOutcomeKind, detail: str, cut: tuple[int, int] | None = None
+    ) -> None:
         if self.reported:
             return
         self.reported = True
+        text_chars, heard_chars = cut if cut is not None else (None, None)
         self._report(
             ev.EffectOutcome(
                 at=self._now(),
@@ -121,5 +128,7 @@ class PendingOutcome:
                 outcome=outcome,
                 speech_id=self.speech_id,
                 detail=detail,
+                text_chars=text_chars,
+                heard_chars=heard_chars,
             )
         )

@@ -51,9 +51,11 @@ Interrupt                ``session.interrupt(force=...)``; refused when the curr
                          scheduled yet (it is created before LiveKit schedules it). With
                          ``speech_id``: ``speech_handle.interrupt()`` on that one only
 DropUnspokenText         the committed assistant message edited in place to the words
-                         played to their end (:mod:`.heard`), or emptied and removed
+                         played to their end (:mod:`.heard`; a text-only session's:
+                         kept whole, all of it was read), or emptied and removed
                          (``agent.update_chat_ctx``, ``session.history.remove``);
-                         refused when LiveKit committed none
+                         its outcome tells the lengths measured (``text_chars``,
+                         ``heard_chars``); refused when LiveKit committed none
 ClearUserTurn            ``session.clear_user_turn()``
 RejectUserTurn           ``StopResponse`` from ``TurnAgent.on_user_turn_completed``, or
                          the item removed from the history; at LiveKit's end of the
@@ -391,10 +393,35 @@ def committed_message(port: LeverPort, effect: fx.DropUnspokenText) -> llm.ChatM
 def apply_drop(port: LeverPort, effect: fx.DropUnspokenText, message: llm.ChatMessage) -> None:
     """Make ``message`` hold only what the caller heard (edits are in place: the agent's
     context and the session history share the message object)."""
-    heard = "" if effect.keep == "nothing" else heard_text(port, effect, message)
-    message.content = [heard] if heard else []
-    if not heard:
+    text = message.text_content or ""  # in full (the adapter restored it)
+    if not cut_to_heard(port, effect, message, text, lambda: heard_text(port, effect, message)):
         _remove_message(port, message)
+
+
+def cut_to_heard(
+    port: LeverPort,
+    effect: fx.DropUnspokenText,
+    message: llm.ChatMessage,
+    text: str,
+    heard: Callable[[], str],
+) -> str:
+    """Cut ``message``, whose whole text is ``text``, to what the caller heard of it
+    (``heard()``: the lever's measure; nothing under ``keep="nothing"``) and report both
+    lengths in the effect's outcome, where the call metrics read the cut. Returns what it
+    kept: empty, the lever removes the message.
+
+    A text-only session plays no audio to measure: its caller read every word sent, which
+    is what LiveKit committed, so all of it is kept (was: the adapter's speech end carried
+    the text sent; with no playout to measure, the message was removed)."""
+    if effect.keep == "nothing":
+        kept = ""
+    elif port.text_only:
+        kept = message.text_content or ""
+    else:
+        kept = heard()
+    port.note_cut(text_chars=len(text), heard_chars=len(kept))
+    message.content = [kept] if kept else []
+    return kept
 
 
 def heard_text(port: LeverPort, effect: fx.DropUnspokenText, message: llm.ChatMessage) -> str:

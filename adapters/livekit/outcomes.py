@@ -21,8 +21,9 @@ O3      no_reply_to_overlap_fragment    no reply answers part of the speech that
                                         (held audio replayed, every transcript of it kept)
 O4      committed_text_heard            an interrupted reply leaves in the history no more
                                         words than the caller heard, measured apart from
-                                        the lever (playout meter, the text's timing),
-                                        unless ``interrupted_text="keep"``
+                                        the lever (playout meter, the text's timing;
+                                        a text-only session: the text sent), unless
+                                        ``interrupted_text="keep"``
 O5      tool_rounds_capped              LiveKit runs at most ``max_tool_steps`` tool rounds
                                         per user turn (``function_tools_executed``)
 O6      input_released                  the input gate is open and user turns are not
@@ -107,6 +108,9 @@ class Watched(Protocol):
 
     @property
     def assistant_messages(self) -> dict[str, llm.ChatMessage]: ...
+
+    @property
+    def forwarded_texts(self) -> dict[str, str]: ...
 
     @property
     def agent_hook(self) -> object | None: ...
@@ -448,7 +452,10 @@ class OutcomeMonitor:
             return
         in_history = self.adapter.session.history.get_by_id(message.id) is not None
         committed = len(_words(message.text_content or "")) if in_history else 0
-        heard = self._words_heard(segment, message.id, full) if segment is not None else 0
+        if self.adapter.port.text_only:  # no audio: the caller read all of the text sent
+            heard = len(_words(self.adapter.forwarded_texts.get(event.speech_id) or full))
+        else:
+            heard = self._words_heard(segment, message.id, full) if segment is not None else 0
         if committed > heard + UNHEARD_WORDS_TOLERATED:
             self.breach(
                 "O4",

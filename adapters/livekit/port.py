@@ -54,6 +54,8 @@ class Runner(Protocol):
 
     def note_outcome_detail(self, detail: str) -> None: ...
 
+    def note_cut(self, *, text_chars: int, heard_chars: int) -> None: ...
+
     def defer_outcome(self) -> PendingOutcome: ...
 
 
@@ -118,6 +120,10 @@ class LeverPort:
     def note_outcome_detail(self, detail: str) -> None:
         """How the running lever carried out its effect, said in its ``done`` outcome."""
         self._runner().note_outcome_detail(detail)
+
+    def note_cut(self, *, text_chars: int, heard_chars: int) -> None:
+        """What the running drop lever measured of its cut, said in its ``done`` outcome."""
+        self._runner().note_cut(text_chars=text_chars, heard_chars=heard_chars)
 
     def defer_outcome(self) -> PendingOutcome:
         """The running lever's outcome, reported later by its call site (``resolve``)."""

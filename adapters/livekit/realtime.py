@@ -711,6 +711,13 @@ class RealtimeLink:
     def _on_tools_executed(self, event: FunctionToolsExecutedEvent) -> None:
         self._tool_event = event
 
+    def whole_text(self, message: llm.ChatMessage) -> str:
+        """All of the message's text that is known: the model's own transcript (LiveKit
+        commits only a synchronizer's prefix of it when one is in the chain), else the
+        message's, as :func:`.heard.heard_of_model` cuts it."""
+        item = self._items.get(message.id)
+        return (item.transcript if item is not None else "") or message.text_content or ""
+
     def heard(self, port: LeverPort, effect: fx.DropUnspokenText, message: llm.ChatMessage) -> str:
         """The words of the message played to their end (:func:`.heard.heard_of_model`:
         the model's own transcript over its own audio, never the synchronizer's text)."""

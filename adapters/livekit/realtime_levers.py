@@ -39,7 +39,8 @@ DropUnspokenText           for every message cut short (interrupted, or its audi
                            end (:mod:`.heard`; never the transcript synchronizer's text):
                            over the item's own audio length once all of it came, else at
                            the slowest of its rate, the model's earlier rates and a slow
-                           prior, one word earlier; nothing heard → removed.
+                           prior, one word earlier; nothing heard → removed. Its
+                           outcome tells the lengths measured, as the pipeline's does.
                            Server side, LiveKit truncates an interrupted message
                            (``conversation.item.truncate``, ``audio_end_ms`` = played ms)
                            and the plugin's mirror gets the heard text; a message the
@@ -210,8 +211,13 @@ class RealtimeLevers:
     ) -> None:
         link = self.link
         message = levers.committed_message(port, effect)
-        heard = "" if effect.keep == "nothing" else link.heard(port, effect, message)
-        message.content = [heard] if heard else []
+        heard = levers.cut_to_heard(
+            port,
+            effect,
+            message,
+            link.whole_text(message),
+            lambda: link.heard(port, effect, message),
+        )
         if not heard:
             link.delete_items([message.id])
             return

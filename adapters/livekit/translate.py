@@ -36,7 +36,7 @@ speech handle interrupted (``speech_handle.``   ``AgentSpeechInterrupted`` (befo
 ``wait_if_not_interrupted``)                     ``AgentSpeechEnded``)
 speech handle done                               ``AgentSpeechEnded`` (played seconds from
                                                  :class:`~.audio.PlayoutMeter`; a text-only
-                                                 session's, from the text sent)
+                                                 session's, its text's at LiveKit's rate)
 ``conversation_item_added``, role assistant      ``AssistantMessageCommitted`` (an interrupted
                                                  reply in full: the text
                                                  ``TurnAgent.transcription_node`` forwarded,
@@ -130,16 +130,13 @@ def speech_created(
     )
 
 
-def speech_ended(
-    handle: SpeechHandle, at: float, *, played_seconds: float, played_text: str | None
-) -> ev.AgentSpeechEnded:
+def speech_ended(handle: SpeechHandle, at: float, *, played_seconds: float) -> ev.AgentSpeechEnded:
     """A speech handle is done, with what of it played."""
     return ev.AgentSpeechEnded(
         at=at,
         speech_id=handle.id,
         interrupted=handle.interrupted,
         played_seconds=played_seconds,
-        played_text=played_text,
     )
 
 

@@ -26,7 +26,6 @@ so a redacted trace gives the same figures as a kept one.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
@@ -35,7 +34,7 @@ import attrs
 from .. import effects as fx
 from .. import events as ev
 from ..policy import GreetingOverlap, TurnPolicy
-from ..trace import MAX_LINE_BYTES, Trace, TraceStep
+from ..trace import Trace, TraceStep
 
 BARGE_IN_STATES: frozenset[str] = frozenset({"greeting", "listening", "speaking", "tool_loop"})
 """States where an interrupted agent speech that played audio is a barge-in by the caller.
@@ -48,9 +47,6 @@ _SAY_COUNTS: dict[str, str] = {
     "greeting": "greeting_retries",
 }
 """The count each reason of a ``Say`` adds to."""
-
-_REDACTED = re.compile(r"\[redacted(?: (\d+) chars)?\]")
-"""A redacted text: ``[redacted N chars]`` keeps its length, ``[redacted]`` hides it."""
 
 
 @attrs.frozen
@@ -115,13 +111,16 @@ class CallMetrics:
     lever's refusal ("no assistant message committed") is counted."""
 
     dropped_chars: int
-    """Unspoken characters dropped, over the drops that could be measured."""
+    """Unspoken characters dropped, over the drops that could be measured: the length of
+    the speech's whole text less what the lever kept of it (the words the caller heard to
+    their end, measured at the output), as the lever reported them in its outcome
+    (``effect_outcome``'s ``text_chars`` and ``heard_chars``). Lengths only, so redaction
+    changes nothing."""
 
     unmeasured_drops: int
-    """Drops the trace cannot measure: the heard text is unknown (the adapter cut by played
-    time), or the texts were redacted without their lengths.
-    The heard text is the drop's own, or else the interrupted speech's ``played_text``
-    (the message may be committed before the speech ends)."""
+    """Drops no outcome measured: the lever refused or failed, its outcome is not in the
+    trace (a bounded trace let it go, the call ended first), or the trace was written
+    before outcomes measured drops (format 3 and earlier)."""
 
     tool_rounds: int
     """Tool rounds run (parallel calls in one step count once)."""
@@ -175,9 +174,11 @@ class CallMeter:
         self._barged: set[str] = set()
         """Interrupted in a state where an interruption is the caller's (a barge-in, if
         the speech played audio)."""
-        self._message_chars: dict[str, int | None] = {}
-        self._heard_chars: dict[str, int | None] = {}
+        self._committed: set[str] = set()
+        """Speeches LiveKit committed a message for."""
         self._drops: list[fx.DropUnspokenText] = []
+        self._measured_drops: dict[str, tuple[int, int]] = {}
+        """Speech -> ``(text_chars, heard_chars)``, as its drop's lever measured them."""
         self._counts: Counter[str] = Counter()
         self._overlapped = False
         """The caller talked over the greeting being played."""
@@ -215,23 +216,31 @@ class CallMeter:
             if event.speech_id in self._greeting_speeches and self._greeting_heard_at is None:
                 self._greeting_heard_at = step.at
         elif isinstance(event, ev.AssistantMessageCommitted):
-            self._message_chars[event.speech_id] = _length(event.text)
+            self._committed.add(event.speech_id)
         elif isinstance(event, ev.ToolStepStarted) and step.after == "tool_loop":
             refused = any(isinstance(effect, fx.CancelToolReply) for effect in step.effects)
             self._counts["tool_rounds_refused" if refused else "tool_rounds"] += 1
-        elif isinstance(event, ev.EffectOutcome) and event.outcome != "done":
-            self._outcomes.append(event)
-        if isinstance(event, ev.AgentSpeechEnded):
-            if event.played_text is not None:
-                self._heard_chars[event.speech_id] = _length(event.played_text)
-            if event.played_seconds > 0:
-                self._played.add(event.speech_id)
+        elif isinstance(event, ev.EffectOutcome):
+            self._count_outcome(event)
+        if isinstance(event, ev.AgentSpeechEnded) and event.played_seconds > 0:
+            self._played.add(event.speech_id)
         if isinstance(event, ev.AgentSpeechInterrupted) or (
             isinstance(event, ev.AgentSpeechEnded) and event.interrupted
         ):
             self._interrupted.add(event.speech_id)
             if step.before in BARGE_IN_STATES:
                 self._barged.add(event.speech_id)
+
+    def _count_outcome(self, outcome: ev.EffectOutcome) -> None:
+        if outcome.outcome != "done":
+            self._outcomes.append(outcome)
+        elif (
+            outcome.effect == fx.DropUnspokenText.name
+            and outcome.speech_id is not None
+            and outcome.text_chars is not None
+            and outcome.heard_chars is not None
+        ):
+            self._measured_drops[outcome.speech_id] = (outcome.text_chars, outcome.heard_chars)
 
     def _count(self, step: TraceStep, effect: fx.Effect) -> None:
         if isinstance(effect, fx.EndCall) and self._end_reason is None:
@@ -258,7 +267,7 @@ class CallMeter:
     def result(self) -> CallMetrics:
         """The call's metrics so far."""
         audible = self._started | self._played
-        nothing_to_drop = {drop.speech_id for drop in self._drops} - self._message_chars.keys()
+        nothing_to_drop = {drop.speech_id for drop in self._drops} - self._committed
         drops = [drop for drop in self._drops if drop.speech_id not in nothing_to_drop]
         outcomes = Counter(
             f"{outcome.effect}:{outcome.outcome}"
@@ -269,18 +278,12 @@ class CallMeter:
         )
         dropped_chars = unmeasured = 0
         for drop in drops:
-            full = self._message_chars.get(drop.speech_id)
-            spoken = (
-                _length(drop.played_text)
-                if drop.played_text is not None
-                else self._heard_chars.get(drop.speech_id)
-            )
-            if full is not None and drop.keep == "nothing":
-                dropped_chars += full
-            elif full is not None and spoken is not None:
-                dropped_chars += max(0, full - spoken)
-            else:
+            measured = self._measured_drops.get(drop.speech_id)
+            if measured is None:
                 unmeasured += 1
+            else:
+                text_chars, heard_chars = measured
+                dropped_chars += max(0, text_chars - heard_chars)
         heard, answered = self._greeting_heard_at, self._answered_at
         counts = self._counts
         return CallMetrics(
@@ -333,16 +336,3 @@ def _answers(step: TraceStep) -> bool:
     if step.before == "ringing":
         return step.after not in ("ringing", "ended")
     return step.event.name == "session_started"
-
-
-def _length(text: str) -> int | None:
-    """The length of a transcript field, kept or redacted; ``None`` when redacted without
-    its length, or with one no trace line could hold (``[redacted <5,000 digits> chars]``
-    is no length: ``int()`` refuses so many digits)."""
-    match = _REDACTED.fullmatch(text)
-    if match is None:
-        return len(text)
-    claimed = match[1]
-    if claimed is None or len(claimed) > len(str(MAX_LINE_BYTES)):
-        return None
-    return int(claimed) if int(claimed) <= MAX_LINE_BYTES else None

@@ -1087,7 +1087,9 @@ some of its audio played.</li>
 <li><b>Discarded speech</b>: an agent speech stopped before any of its audio played, such as
 a reply LiveKit prepared early and threw away (preemptive generation); not a barge-in.</li>
 <li><b>Dropped text</b>: the part of an interrupted reply the caller never heard, removed
-from the history; a drop is unmeasured when only the played time is known. A speech
+from the history, as the drop's lever measured it (the words played to their end, told
+in lengths in its outcome); a drop is unmeasured when no such outcome is in the trace (the
+lever refused or failed, or the trace is older than format 4). A speech
 LiveKit committed no text for left nothing to drop (nor is that lever's refusal counted).</li>
 <li><b>Tool-round cap</b>: the policy's <code>max_tool_steps</code> reached; one final reply
 without tools was asked for.</li>

@@ -82,10 +82,8 @@ def test_the_text_fields_are_the_words_people_say() -> None:
     assert {name: fields for name, fields in texts.items() if fields} == {
         "UserTranscript": ("text",),
         "UserTurnCommitted": ("text",),
-        "AgentSpeechEnded": ("played_text",),
         "AssistantMessageCommitted": ("text",),
         "StartGreeting": ("text", "instructions", "first_words"),
-        "DropUnspokenText": ("played_text",),
         "FinalReplyWithoutTools": ("fallback_text",),
         "Say": ("text", "first_words"),
     }

@@ -11,6 +11,7 @@ import pytest
 from turnfsm import Trace, TraceFormatError, TurnController, TurnPolicy, replay
 from turnfsm import effects as fx
 from turnfsm import events as ev
+from turnfsm.tools.metrics import call_metrics
 from turnfsm.trace import FORMAT_VERSION, REDACTED, redact
 
 POLICY = TurnPolicy(
@@ -36,9 +37,7 @@ CALL: list[ev.Event] = [
     ev.ToolStepStarted(at=5.7, speech_id="s1", calls=2),
     ev.ToolStepFinished(at=6.0, speech_id="s1", calls=2),
     ev.AgentSpeechCreated(at=6.1, speech_id="s2", source="tool_reply"),
-    ev.AgentSpeechEnded(
-        at=7.0, speech_id="s2", interrupted=True, played_seconds=0.8, played_text=HEARD
-    ),
+    ev.AgentSpeechEnded(at=7.0, speech_id="s2", interrupted=True, played_seconds=0.8),
     ev.AssistantMessageCommitted(
         at=7.1, item_id="a1", speech_id="s2", text=REPLY, interrupted=True
     ),
@@ -112,7 +111,7 @@ def test_replay_of_a_changed_trace_differs() -> None:
 def test_transcripts_are_redacted_by_default() -> None:
     trace, effects = record()
     text = trace.to_jsonl()
-    for secret in (SAID, HEARD, REPLY, "Hello?"):
+    for secret in (SAID, REPLY, "Hello?", POLICY.tool_cap_fallback):
         assert secret not in text
     committed = trace.steps[10].event
     assert isinstance(committed, ev.UserTurnCommitted)
@@ -121,33 +120,48 @@ def test_transcripts_are_redacted_by_default() -> None:
     message = trace.steps[16].event
     assert isinstance(message, ev.AssistantMessageCommitted)
     assert message.text == REDACTED
-    ended = trace.steps[15]
-    assert isinstance(ended.event, ev.AgentSpeechEnded)
-    assert ended.event.played_text == REDACTED
-    (drop,) = (e for e in ended.effects if isinstance(e, fx.DropUnspokenText))
-    assert drop.played_text == REDACTED
+    capped = trace.steps[13]
+    (final,) = (e for e in capped.effects if isinstance(e, fx.FinalReplyWithoutTools))
+    assert final.fallback_text == REDACTED
     # the effects the adapter executes are never redacted
-    assert (
-        fx.DropUnspokenText(speech_id="s2", keep="spoken", played_seconds=0.8, played_text=HEARD)
-        in effects[15]
-    )
+    assert fx.FinalReplyWithoutTools(fallback_text=POLICY.tool_cap_fallback) in effects[13]
 
 
 def test_text_is_kept_on_request() -> None:
     trace, _ = record(keep_text=True)
     text = trace.to_jsonl()
-    for secret in (SAID, HEARD, REPLY):
+    for secret in (SAID, REPLY, POLICY.tool_cap_fallback):
         assert secret in text
     assert "redacted" not in text
 
 
-def test_missing_played_text_stays_none() -> None:
-    controller = TurnController(POLICY)
-    controller.handle(ev.AgentSpeechEnded(at=0.0, speech_id="x", played_text=None))
+def test_a_drops_measured_cut_survives_redaction_and_the_file() -> None:
+    """The drop's lever reports the cut it made in lengths (issue 21): no text, so a
+    redacted trace keeps them, and the call metrics read the cut from them."""
+    controller = TurnController(POLICY)  # text redacted
+    for event in CALL[:-2]:
+        controller.handle(event)
+    controller.handle(
+        ev.EffectOutcome(
+            at=7.2,
+            effect="drop_unspoken_text",
+            outcome="done",
+            speech_id="s2",
+            text_chars=len(REPLY),
+            heard_chars=len(HEARD),
+        )
+    )
     assert controller.trace is not None
-    event = controller.trace.steps[0].event
-    assert isinstance(event, ev.AgentSpeechEnded)
-    assert event.played_text is None
+    read = Trace.parse(controller.trace.to_jsonl().splitlines())
+    outcome = read.steps[-1].event
+    assert isinstance(outcome, ev.EffectOutcome)
+    assert (outcome.text_chars, outcome.heard_chars) == (len(REPLY), len(HEARD))
+    metrics = call_metrics(read)
+    assert (metrics.drops, metrics.dropped_chars, metrics.unmeasured_drops) == (
+        1,
+        len(REPLY) - len(HEARD),
+        0,
+    )
 
 
 # -- malformed traces ----------------------------------------------------------------------
@@ -218,9 +232,12 @@ def header(**changes: object) -> str:
 @pytest.mark.parametrize(
     ("first", "message"),
     [
-        (None, "line 1: header: turnfsm_trace must be 1 or 2 or 3, got None"),  # a step first
-        (header(turnfsm_trace=4), "line 1: header: turnfsm_trace must be 1 or 2 or 3, got 4"),
-        (header(turnfsm_trace="1"), "line 1: header: turnfsm_trace must be 1 or 2 or 3, got '1'"),
+        (None, "line 1: header: turnfsm_trace must be 1 or 2 or 3 or 4, got None"),  # a step
+        (header(turnfsm_trace=5), "line 1: header: turnfsm_trace must be 1 or 2 or 3 or 4, got 5"),
+        (
+            header(turnfsm_trace="1"),
+            "line 1: header: turnfsm_trace must be 1 or 2 or 3 or 4, got '1'",
+        ),
         (header(policy="outbound"), "line 1: header: policy must be an object"),
         (
             header(policy={**POLICY.to_dict(), "direction": "sideways"}),
@@ -255,17 +272,17 @@ def test_read_reports_the_line_of_a_file(tmp_path: Path) -> None:
     [
         ev.UserTranscript(at=1.0, text=SAID, is_final=False),
         ev.UserTurnCommitted(at=2.0, text=SAID, item_id="u1"),
-        ev.AgentSpeechEnded(at=3.0, speech_id="s1", interrupted=True, played_text=HEARD),
+        ev.AssistantMessageCommitted(at=3.0, speech_id="s1", text=REPLY, interrupted=True),
         fx.Say(text=REPLY, reason="reprompt"),
         fx.StartGreeting(text=REPLY, instructions=SAID, in_reply_to="u1"),
-        fx.DropUnspokenText(speech_id="s1", keep="spoken", played_seconds=1.0, played_text=HEARD),
+        fx.FinalReplyWithoutTools(fallback_text=HEARD),
     ],
 )
 def test_redaction_copies_an_event_or_effect_as_rebuilding_it_would(item: object) -> None:
     """An event's or effect's redaction is a copy with its texts replaced (not rebuilt:
     that cost more than the rest of a step): equal to the item built again with them."""
     redacted = redact(item)
-    names = [name for name in ("text", "instructions", "played_text") if hasattr(item, name)]
+    names = [name for name in ("text", "instructions", "fallback_text") if hasattr(item, name)]
     rebuilt = type(item)(**{**_fields(item), **dict.fromkeys(names, REDACTED)})
     assert redacted == rebuilt
     assert repr(redacted) == repr(rebuilt)

@@ -12,11 +12,16 @@ import pytest
 from test_trace_format import CALL, POLICY
 
 from turnfsm import Trace, TraceFormatError, TraceWriter, TurnController, replay
+from turnfsm.tools.metrics import call_metrics
 from turnfsm.trace import FORMAT_VERSION, CallInfo
 
 FORMAT_1 = Path(__file__).parent / "traces" / "format-1.jsonl"
 """A trace written by turnfsm before the header named the call (format 1), kept as
 written."""
+
+FORMAT_3 = Path(__file__).parent / "traces" / "format-3.jsonl"
+"""A trace written by turnfsm before drops were measured in their outcome (format 3, text
+kept): its speech end and drop hold ``played_text``, a transcript synchronizer's text."""
 
 CALL_INFO = CallInfo(
     call_id="call-_+15550100_Xk2p", started_at="2025-06-02T09:30:12.5Z", agent_name="caller"
@@ -35,7 +40,7 @@ def test_the_header_names_the_call_and_the_turnfsm_that_wrote_it(tmp_path: Path)
     path = tmp_path / "call.jsonl"
     controller = _recorded(path)
     header = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
-    assert header["turnfsm_trace"] == FORMAT_VERSION == 3
+    assert header["turnfsm_trace"] == FORMAT_VERSION == 4
     assert header["call"] == {
         "call_id": "call-_+15550100_Xk2p",
         "started_at": "2025-06-02T09:30:12.5Z",
@@ -67,6 +72,28 @@ def test_a_format_1_trace_still_reads_and_replays() -> None:
     assert list(replay(trace).steps) == list(trace.steps)
 
 
+def test_a_format_3_trace_reads_without_the_synchronizers_text() -> None:
+    """Its ``played_text`` never was the cut (the synchronizer keeps words nobody heard):
+    it is read without it, and its drop counts as unmeasured, not as the cut it was not."""
+    raw = FORMAT_3.read_text(encoding="utf-8")
+    assert json.loads(raw.splitlines()[0])["turnfsm_trace"] == 3
+    assert raw.count('"played_text": "Your balance"') == 2  # the speech's end and its drop
+    trace = Trace.read(FORMAT_3)
+    assert trace.call == CALL_INFO
+    ended = [s for s in trace if s.event.name == "agent_speech_ended"]
+    assert [s.event.played_seconds for s in ended] == [1.6, 0.8]
+    drops = [e for s in ended for e in s.effects if e.name == "drop_unspoken_text"]
+    assert [(d.speech_id, d.keep) for d in drops] == [("s2", "spoken")]
+    assert list(replay(trace, keep_text=True).steps) == list(trace.steps)
+    metrics = call_metrics(trace)
+    assert (metrics.drops, metrics.dropped_chars, metrics.unmeasured_drops) == (1, 0, 1)
+    # format 4 has no such field: the same lines under its header are refused
+    lines = raw.splitlines()
+    lines[0] = lines[0].replace('"turnfsm_trace": 3', '"turnfsm_trace": 4')
+    with pytest.raises(TraceFormatError, match="unknown fields \\['played_text'\\]"):
+        Trace.parse(lines)
+
+
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
@@ -85,7 +112,7 @@ def test_call_details_are_checked_at_the_door(field: str, value: object, message
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"turnfsm_trace": 4}, "header: turnfsm_trace must be 1 or 2 or 3, got 4"),
+        ({"turnfsm_trace": 5}, "header: turnfsm_trace must be 1 or 2 or 3 or 4, got 5"),
         ({"call": "room-1"}, "header: call must be an object"),
         ({"call": {"call_id": "x", "room": "y"}}, "header: call has unknown keys ['room']"),
         ({"call": {"started_at": "noon"}}, "CallInfo.started_at must be an ISO 8601 time"),

@@ -144,7 +144,6 @@ def test_good_events_still_build_and_integers_become_seconds() -> None:
     event = ev.AgentSpeechEnded(at=3, speech_id="s1", played_seconds=2)
     assert (event.at, event.played_seconds) == (3.0, 2.0)
     assert isinstance(event.at, float)
-    assert ev.AgentSpeechEnded(at=1.0, played_text=None).played_text is None
 
 
 # -- handle() is all or nothing -------------------------------------------------------------

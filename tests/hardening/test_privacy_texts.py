@@ -16,7 +16,7 @@ import logging
 from pathlib import Path
 
 import pytest
-from hardening_calls import FALLBACK, GREETING, HEARD, IDLE, POLICY, REPLY, SAID, call_events
+from hardening_calls import FALLBACK, GREETING, IDLE, POLICY, REPLY, SAID, call_events
 
 from turnfsm import Trace, TraceWriter, TurnController, TurnPolicy
 from turnfsm import effects as fx
@@ -25,7 +25,7 @@ from turnfsm.tools.diagram import build_diagram, to_dot, to_mermaid
 from turnfsm.tools.timeline import render_timeline
 from turnfsm.trace import REDACTED
 
-PRIVATE = [GREETING, "Dr Chen", IDLE, "Mrs Jones", FALLBACK, SAID, "fourth of May", REPLY, HEARD]
+PRIVATE = [GREETING, "Dr Chen", IDLE, "Mrs Jones", FALLBACK, SAID, "fourth of May", REPLY]
 
 
 def idle_and_capped_call() -> list[ev.Event]:

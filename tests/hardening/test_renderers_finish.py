@@ -129,7 +129,7 @@ def test_the_svg_is_valid_xml_whatever_a_speech_id_holds(speech_id: str) -> None
         ev.UserTurnCommitted(at=1.0, text=f"hello {speech_id}", item_id=speech_id),
         ev.AgentSpeechCreated(at=1.1, speech_id=speech_id, source="say"),
         ev.AgentSpeechStarted(at=1.2, speech_id=speech_id),
-        ev.AgentSpeechEnded(at=3.0, speech_id=speech_id, interrupted=True, played_text=speech_id),
+        ev.AgentSpeechEnded(at=3.0, speech_id=speech_id, interrupted=True),
     ]:
         controller.handle(event)
     assert controller.trace is not None

@@ -4,7 +4,9 @@ Interrupted by ``session.interrupt()`` or by the callee's barge-in (``stop``), w
 ``TranscriptSynchronizer`` in the output chain, with a plain text output, and with no
 text output: ``interrupted_text="spoken"`` keeps the spoken prefix (within one word of
 what was played), ``"drop"`` keeps nothing of that reply, ``"keep"`` the full text; the
-agent's ``chat_ctx`` and ``session.history`` always agree.
+agent's ``chat_ctx`` and ``session.history`` always agree, and the drop's outcome tells
+the cut it made in lengths (``text_chars``, ``heard_chars``), which the call metrics
+read (``dropped_chars``).
 
 Plain LiveKit commits the full text without a synchronizer (see
 ``tests/sim/test_livekit_baselines.py``) and the synchronized prefix with one. A slow TTS
@@ -18,6 +20,7 @@ from turncalls import SETTING_ROWS, run_scenarios, turn_call, wait_segment
 
 from turnfsm import TurnPolicy
 from turnfsm.adapters.sim import LINES, CallScript, ScriptedLLM, ScriptedTTS, UserLine
+from turnfsm.tools.metrics import metrics_of
 
 LONG_REPLY = (
     "Good morning, this is the clinic calling to confirm your appointment for Tuesday "
@@ -128,6 +131,20 @@ async def _interrupted_reply(
             )
             (message,) = [m for m in call.messages("assistant") if m.text_content == committed]
             assert message.interrupted, context
+        if keep != "keep":  # the lever's outcome measured the cut it made, lengths only
+            kept = left[0] if left else ""
+            (cut,) = [
+                s.event
+                for s in tc.events("effect_outcome")
+                if s.event.effect == "drop_unspoken_text" and s.event.outcome == "done"
+            ]
+            assert (cut.text_chars, cut.heard_chars) == (len(reply), len(kept)), context
+            assert tc.controller.trace is not None
+            metrics = metrics_of(policy, tc.controller.trace.steps)
+            assert (metrics.dropped_chars, metrics.unmeasured_drops) == (
+                len(reply) - len(kept),
+                0,
+            ), context
 
 
 @pytest.mark.parametrize("settings", SETTING_ROWS)

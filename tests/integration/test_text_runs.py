@@ -18,9 +18,11 @@ from livekit.agents import Agent, AgentSession, AgentTask, RunContext, function_
 from turnfsm import TurnController, TurnPolicy
 from turnfsm.adapters.livekit import TurnAgent, attach
 from turnfsm.adapters.sim import LLMRequest, ScriptedLLM, ScriptedReply, ScriptedToolCall
+from turnfsm.events import EffectOutcome
 from turnfsm.tools.cli import PRESETS
 
 GREETING = "Hi, this is Ada from Acme Dental."
+ANSWER = "We open at nine on weekdays and at ten on Saturdays, and we close at six every day."
 
 
 def history(session: AgentSession) -> list[tuple[str, str]]:
@@ -294,3 +296,36 @@ async def test_an_own_words_greeting_that_awaits_the_caller_does_not_hold_the_st
     livekit = await _greet_through_a_task(None)
     assert livekit[1] is AskName  # the task runs: the greeting's tool awaits it
     assert await _greet_through_a_task(TurnPolicy()) == livekit
+
+
+@pytest.mark.parametrize("keep", ["spoken", "drop"])
+async def test_a_reply_cut_in_a_text_session_keeps_the_text_the_caller_read(keep: str) -> None:
+    """No audio plays, so the caller read every word sent before the cut: ``spoken`` keeps
+    them all, its drop's outcome measuring nothing dropped (was: the message was removed,
+    there being no playout to measure); ``drop`` removes it, all of it measured dropped."""
+    llm = ScriptedLLM([ANSWER, "Okay."], chars_per_second=20.0)  # cut 1.5 s in
+    policy = TurnPolicy(direction="inbound", first_speaker="user", interrupted_text=keep)  # type: ignore[arg-type]
+    async with text_session(llm) as session:
+        controller = TurnController(policy, strict=True, keep_text=True)
+        attach(session, controller)
+        await session.start(TurnAgent(instructions="x"))
+        session.generate_reply(user_input="When are you open?")
+        await asyncio.sleep(1.5)
+        session.interrupt()
+        await asyncio.sleep(0.5)
+        read = [text for role, text in history(session) if role == "assistant"]
+        assert controller.trace is not None
+        (cut,) = [
+            s.event
+            for s in controller.trace.steps
+            if isinstance(s.event, EffectOutcome) and s.event.effect == "drop_unspoken_text"
+        ]
+    if keep == "spoken":
+        assert len(read) == 1, read
+        assert 10 < len(read[0]) < len(ANSWER), read
+        assert ANSWER.startswith(read[0]), read
+        assert (cut.text_chars, cut.heard_chars) == (len(read[0]), len(read[0])), cut
+    else:
+        assert read == [], read
+        assert cut.heard_chars == 0, cut
+        assert (cut.text_chars or 0) > 10, cut

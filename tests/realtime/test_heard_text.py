@@ -17,6 +17,7 @@ from turnfsm.adapters.livekit.port import LeverPort
 from turnfsm.adapters.livekit.realtime import RealtimeLink
 from turnfsm.adapters.livekit.text import estimated_seconds
 from turnfsm.adapters.sim.realtime import FIDELITY_MATRIX
+from turnfsm.events import EffectOutcome
 from turnfsm.spoken import spoken_prefix
 
 from support.realtime_calls import scripted_model, served_call, words_heard
@@ -127,6 +128,16 @@ async def test_the_outcome_monitor_catches_a_wrong_cut_of_the_levers_own_rule(cu
         assert isinstance(message, llm.ChatMessage)
         kept = len((message.text_content or "").split())
         played_to_their_end = len(words_heard(server, ANSWER, answer.played))
+        # the lever's outcome tells the cut it made, in lengths: what the history keeps
+        assert adapter.controller.trace is not None
+        (measured,) = [
+            s.event
+            for s in adapter.controller.trace.steps
+            if isinstance(s.event, EffectOutcome) and s.event.effect == "drop_unspoken_text"
+        ]
+        assert measured.outcome == "done"
+        assert measured.heard_chars == len(message.text_content or ""), measured
+        assert measured.text_chars == len(ANSWER), measured  # the model's whole transcript
         o4 = [str(b) for b in adapter.outcomes.breaches if b.check == "O4"]
         if cut == "standard-rate":
             assert kept >= played_to_their_end + 2  # the wrong cut kept unheard words

@@ -18,15 +18,6 @@ from turnfsm import effects as fx
 LIVE = {"greeting", "listening", "speaking", "tool_loop"}
 
 
-def text_length(text: str) -> int | None:
-    """A text's length, kept or redacted; unknown (None) when redacted without it."""
-    if text == "[redacted]":
-        return None
-    if text.startswith("[redacted ") and text.endswith(" chars]"):
-        return int(text[len("[redacted ") : -len(" chars]")])
-    return len(text)
-
-
 def call_figures(trace: Trace) -> dict[str, Any]:
     steps = trace.steps
     effects = [(step, effect) for step in steps for effect in step.effects]
@@ -56,15 +47,16 @@ def call_figures(trace: Trace) -> dict[str, Any]:
     ]
     to_greeting = max(0.0, heard[0].at - answers[0].at) if answers and heard else None
 
-    messages = {
-        s.event.speech_id: text_length(s.event.text)
+    messages = {s.event.speech_id for s in steps if s.event.name == "assistant_message_committed"}
+    # what each drop's lever measured of its cut, in its done outcome
+    cuts = {
+        s.event.speech_id: s.event.text_chars - s.event.heard_chars
         for s in steps
-        if s.event.name == "assistant_message_committed"
-    }
-    heard = {
-        s.event.speech_id: text_length(s.event.played_text)
-        for s in steps
-        if s.event.name == "agent_speech_ended" and s.event.played_text is not None
+        if s.event.name == "effect_outcome"
+        and s.event.effect == "drop_unspoken_text"
+        and s.event.outcome == "done"
+        and s.event.text_chars is not None
+        and s.event.heard_chars is not None
     }
 
     def speeches(condition: Any) -> set[str]:
@@ -90,22 +82,10 @@ def call_figures(trace: Trace) -> dict[str, Any]:
         )
     )
     asked = effects_of(fx.DropUnspokenText)
-    empty = {d.speech_id for d in asked} - set(messages)  # no text committed: none to drop
+    empty = {d.speech_id for d in asked} - messages  # no text committed: none to drop
     drops = [d for d in asked if d.speech_id not in empty]
-    dropped = unmeasured = 0
-    for drop in drops:
-        full = messages.get(drop.speech_id)
-        spoken = text_length(drop.played_text) if drop.played_text is not None else None
-        if drop.played_text is None:
-            spoken = heard.get(drop.speech_id)
-        if full is None:
-            unmeasured += 1
-        elif drop.keep == "nothing":
-            dropped += full
-        elif spoken is None:
-            unmeasured += 1
-        else:
-            dropped += max(0, full - spoken)
+    dropped = sum(max(0, cuts[d.speech_id]) for d in drops if d.speech_id in cuts)
+    unmeasured = sum(1 for d in drops if d.speech_id not in cuts)
 
     tool_starts = [
         s for s in steps if s.event.name == "tool_step_started" and s.after == "tool_loop"

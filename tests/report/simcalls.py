@@ -32,9 +32,7 @@ class Driver:
     """Feeds one controller, keeps the call's clock and answers its effects."""
 
     def __init__(self, policy: TurnPolicy, rng: random.Random, call: CallInfo) -> None:
-        self.controller = TurnController(
-            policy, strict=True, keep_text=True, call=call
-        )  # dropped text is measured from the text
+        self.controller = TurnController(policy, strict=True, keep_text=True, call=call)
         self.rng = rng
         self.t = 0.0
         self.timers: dict[str, float] = {}
@@ -43,6 +41,9 @@ class Driver:
         """Speeches created and not ended; an ``Interrupt`` cuts them all."""
         self.committed: set[str] = set()
         """Speeches whose assistant message was committed."""
+        self.heard_chars: dict[str, int] = {}
+        """Of each reply cut by a barge-in, the characters its drop's lever measures as
+        heard (words played to their end)."""
         self.serial = 0
         self.greeting_fails = rng.random() < 0.05
         """The greeting's start fails (the machine says it again, locked)."""
@@ -66,15 +67,29 @@ class Driver:
         if self.controller.is_ended:
             raise CallOver
         for effect in effects:  # each lever reports what it did, after the step
+            outcome = self.outcome(effect)
+            text_chars, heard_chars = (
+                self.measured_cut(effect)
+                if isinstance(effect, fx.DropUnspokenText) and outcome == "done"
+                else (None, None)
+            )
             self.send(
                 ev.EffectOutcome(
                     at=self.t,
                     effect=effect.name,
-                    outcome=self.outcome(effect),
+                    outcome=outcome,
                     speech_id=getattr(effect, "speech_id", None) or None,
+                    text_chars=text_chars,
+                    heard_chars=heard_chars,
                 )
             )
         return effects
+
+    def measured_cut(self, drop: fx.DropUnspokenText) -> tuple[int, int]:
+        """What the drop's lever measures, as the adapter's does: the message's length and
+        what it kept of it (nothing, under ``keep="nothing"``)."""
+        kept = 0 if drop.keep == "nothing" else self.heard_chars.get(drop.speech_id, 0)
+        return len(REPLY), kept
 
     def outcome(self, effect: fx.Effect) -> str:
         if isinstance(effect, fx.StartGreeting) and self.greeting_fails:
@@ -140,7 +155,9 @@ class Driver:
         self.send(ev.UserSpeechStarted(at=self.t))
         self.advance(0.4)
         if speech in self.active:
-            heard = REPLY[: self.rng.randrange(5, 40)] if self.rng.random() < 0.6 else None
+            self.heard_chars[speech] = (
+                self.rng.randrange(5, 40) if self.rng.random() < 0.6 else 0
+            )  # nothing heard to its end: the lever removes the message
             message = ev.AssistantMessageCommitted(
                 at=self.t, speech_id=speech, text=REPLY, interrupted=True
             )
@@ -148,9 +165,7 @@ class Driver:
             message_first = self.rng.random() < 0.5  # LiveKit commits it before or after
             if message_first:
                 self.commit(message)
-            self.end(
-                speech, interrupted=True, played_seconds=barge_in_after + 0.4, played_text=heard
-            )
+            self.end(speech, interrupted=True, played_seconds=barge_in_after + 0.4)
             if not message_first:
                 self.commit(message)
         self.user_turn(speaking=True)

@@ -1,5 +1,7 @@
 """Per-call metrics on the text forms a trace can hold: kept, redacted with its length,
-redacted without it (then the drop is counted, not measured).
+redacted without it. A drop is measured by its lever's outcome (the message's length and
+what it kept, issue 21), lengths only: every text form gives the same figures; a drop
+without that outcome is counted, not measured.
 
 Issue 22: a speech stopped before any of its audio played (a reply LiveKit prepared
 early and threw away: preemptive generation, on by default) is a discarded speech, not a
@@ -26,13 +28,25 @@ FULL = "Your appointment is on Tuesday at ten in the morning."
 HEARD = "Your appointment is"
 
 
-def _interrupted_reply(message_first: bool) -> tuple[TurnPolicy, list[TraceStep]]:
+def _drop_done(speech_id: str, full: str, heard: str, at: float = 3.1) -> ev.EffectOutcome:
+    """A drop's outcome as the adapter's lever reports it: the lengths it measured."""
+    return ev.EffectOutcome(
+        at=at,
+        effect="drop_unspoken_text",
+        outcome="done",
+        speech_id=speech_id,
+        text_chars=len(full),
+        heard_chars=len(heard),
+    )
+
+
+def _interrupted_reply(
+    message_first: bool, *, measured: bool = True
+) -> tuple[TurnPolicy, list[TraceStep]]:
     policy = TurnPolicy(direction="inbound", first_speaker="user")
     controller = TurnController(policy, keep_text=True)
     message = ev.AssistantMessageCommitted(at=3.0, speech_id="s1", text=FULL, interrupted=True)
-    end = ev.AgentSpeechEnded(
-        at=3.0, speech_id="s1", interrupted=True, played_seconds=1.0, played_text=HEARD
-    )
+    end = ev.AgentSpeechEnded(at=3.0, speech_id="s1", interrupted=True, played_seconds=1.0)
     for event in (
         ev.SessionStarted(at=0.0),
         ev.UserTurnCommitted(at=1.0, text="When is it?", item_id="u1"),
@@ -40,6 +54,7 @@ def _interrupted_reply(message_first: bool) -> tuple[TurnPolicy, list[TraceStep]
         ev.AgentSpeechStarted(at=2.0, speech_id="s1"),
         ev.AgentSpeechInterrupted(at=2.9, speech_id="s1"),
         *((message, end) if message_first else (end, message)),
+        *((_drop_done("s1", FULL, HEARD),) if measured else ()),
     ):
         controller.handle(event)
     assert controller.trace is not None
@@ -81,17 +96,33 @@ def test_dropped_characters_per_text_form(form: str, message_first: bool) -> Non
     metrics = metrics_of(policy, _texts(steps, FORMS[form]))
     assert metrics.drops == 1
     assert metrics.barge_ins == 1
-    if form == "redacted":
-        assert (metrics.dropped_chars, metrics.unmeasured_drops) == (0, 1)
-    else:
-        assert (metrics.dropped_chars, metrics.unmeasured_drops) == (len(FULL) - len(HEARD), 0)
+    assert (metrics.dropped_chars, metrics.unmeasured_drops) == (len(FULL) - len(HEARD), 0)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_drop_without_its_measured_outcome_is_counted_not_measured(form: str) -> None:
+    """No outcome measured it (the lever failed, the trace predates format 4): the text
+    committed is no measure of the cut, whatever its form."""
+    policy, steps = _interrupted_reply(True, measured=False)
+    metrics = metrics_of(policy, _texts(steps, FORMS[form]))
+    assert (metrics.drops, metrics.dropped_chars, metrics.unmeasured_drops) == (1, 0, 1)
+
+
+CUTS = {
+    "answer": ("We open at nine. On Tuesdays we stay open late.", "We open at nine."),
+    "s1": (FULL, ""),
+}
+"""Speech -> (its message, what its drop's lever measures as heard)."""
 
 
 def _outcomes(controller: TurnController, effects: tuple[fx.Effect, ...], at: float) -> None:
     """Report each effect's outcome as the adapter does (a drop with no message to trim is
-    refused: LiveKit committed none)."""
+    refused: LiveKit committed none; a done one tells the lengths it measured)."""
     for effect in effects:
         speech_id = getattr(effect, "speech_id", None)
+        if isinstance(effect, fx.DropUnspokenText) and speech_id in CUTS:
+            controller.handle(_drop_done(speech_id, *CUTS[speech_id], at=at))
+            continue
         refused = isinstance(effect, fx.DropUnspokenText) and speech_id in ("pre", "early")
         # as the adapter's lever: LiveKit committed no message for these
         controller.handle(
@@ -108,7 +139,7 @@ def _outcomes(controller: TurnController, effects: tuple[fx.Effect, ...], at: fl
 def test_speeches_discarded_before_any_audio_are_their_own_category() -> None:
     policy = TurnPolicy(direction="outbound", greeting="Hi, this is Ada.")
     controller = TurnController(policy, strict=True, keep_text=True)
-    full = "We open at nine. On Tuesdays we stay open late."
+    full, heard = CUTS["answer"]
     for event in (
         ev.CallAnswered(at=0.0),
         ev.UserSpeechStarted(at=1.1),
@@ -127,13 +158,7 @@ def test_speeches_discarded_before_any_audio_are_their_own_category() -> None:
         ev.AgentSpeechStarted(at=11.9, speech_id="answer"),
         ev.AgentSpeechInterrupted(at=13.0, speech_id="answer"),
         ev.AssistantMessageCommitted(at=13.0, speech_id="answer", text=full, interrupted=True),
-        ev.AgentSpeechEnded(
-            at=13.0,
-            speech_id="answer",
-            interrupted=True,
-            played_seconds=1.05,
-            played_text="We open at nine.",
-        ),
+        ev.AgentSpeechEnded(at=13.0, speech_id="answer", interrupted=True, played_seconds=1.05),
         # a preemptive reply to "Wait, stop", replaced by LiveKit before it played
         ev.AgentSpeechCreated(at=13.6, speech_id="early"),
         ev.AgentSpeechCreated(at=14.3, speech_id="reply"),
@@ -153,7 +178,7 @@ def test_speeches_discarded_before_any_audio_are_their_own_category() -> None:
     assert metrics.barge_ins == 1
     assert metrics.discarded_speeches == 2
     assert metrics.drops == 1
-    assert metrics.dropped_chars == len(full) - len("We open at nine.")
+    assert metrics.dropped_chars == len(full) - len(heard)
     assert metrics.unmeasured_drops == 0
     assert metrics.lever_outcomes == {}
     assert metrics.agent_speeches == 3
@@ -179,7 +204,7 @@ def test_a_discarded_speech_whose_text_was_committed_is_a_drop() -> None:
         ev.UserSpeechStarted(at=1.7),
         ev.AgentSpeechInterrupted(at=1.8, speech_id="s1"),
         ev.AssistantMessageCommitted(at=1.8, speech_id="s1", text=FULL, interrupted=True),
-        ev.AgentSpeechEnded(at=1.8, speech_id="s1", interrupted=True, played_text=""),
+        ev.AgentSpeechEnded(at=1.8, speech_id="s1", interrupted=True),
     )
     assert (metrics.barge_ins, metrics.discarded_speeches) == (0, 1)
     assert (metrics.drops, metrics.dropped_chars) == (1, len(FULL))
