@@ -49,6 +49,7 @@ from .machine import (
     TurnChart,
     TurnMachine,
     atomic_states,
+    entry_leaves,
     handled_events,
     leaf_states,
     public_states,
@@ -414,10 +415,7 @@ def _named(machine_class: type[TurnChart]) -> dict[str, tuple[str, ...]]:
     named = dict(_configurations(machine_class))
     for state in walk_states(machine_class.states):
         if state.id in PHASED_STATES:
-            first = state
-            while first.states:
-                first = next(child for child in first.states if child.initial)
-            named[state.id] = named[first.id]
+            named[state.id] = named[entry_leaves(state)[0]]
     return named
 
 

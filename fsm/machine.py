@@ -723,6 +723,16 @@ def walk_states(states: Any) -> Iterator[State]:
         yield from walk_states(state.states)
 
 
+def entry_leaves(state: State) -> list[str]:
+    """The atomic states entering ``state`` ends in: every region of a parallel state,
+    a compound state's initial child, down the tree."""
+    if not state.states:
+        return [str(state.id)]
+    if state.parallel:
+        return [leaf for region in state.states for leaf in entry_leaves(region)]
+    return entry_leaves(next(child for child in state.states if child.initial))
+
+
 VOICE_REGION = "caller_voice"
 """The region beside the turn that follows the caller's voice."""
 

@@ -36,7 +36,15 @@ import attrs
 from statemachine import State
 from statemachine.transition import Transition
 
-from .machine import TIMERS, TurnChart, TurnMachine, atomic_states, leaf_transitions, walk_states
+from .machine import (
+    TIMERS,
+    TurnChart,
+    TurnMachine,
+    atomic_states,
+    entry_leaves,
+    leaf_transitions,
+    walk_states,
+)
 from .policy import TurnPolicy
 from .rules import POLICY_GUARDS, TurnRules
 
@@ -167,14 +175,14 @@ def _entered_leaves(state: State, source: State) -> list[str]:
     own (down the initial children) and, where it enters a parallel state from outside,
     those of the regions beside it. A move within one region (the caller's voice falling
     silent) enters nothing beside it."""
-    entered = _entry_leaves(state)
+    entered = entry_leaves(state)
     inside = set(_ancestors(source))
     node = state
     while node.parent is not None:
         if node.parent.parallel and node.parent not in inside:
             for region in node.parent.states:
                 if region is not node:
-                    entered += _entry_leaves(region)
+                    entered += entry_leaves(region)
         node = node.parent
     return entered
 
@@ -184,13 +192,3 @@ def _ancestors(state: State) -> Iterator[State]:
     while node is not None:
         yield node
         node = node.parent
-
-
-def _entry_leaves(state: State) -> list[str]:
-    """The atomic states entering ``state`` ends in: every region of a parallel state,
-    a compound state's initial child, down the tree."""
-    if not state.states:
-        return [str(state.id)]
-    if state.parallel:
-        return [leaf for region in state.states for leaf in _entry_leaves(region)]
-    return _entry_leaves(next(child for child in state.states if child.initial))

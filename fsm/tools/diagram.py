@@ -52,6 +52,7 @@ from ..machine import (
     TurnChart,
     TurnMachine,
     atomic_states,
+    entry_leaves,
     walk_states,
 )
 from ..policy import TurnPolicy
@@ -224,13 +225,8 @@ def build_diagram(
 
 def _first_leaf(machine_class: type[TurnChart]) -> str:
     """The atomic state every call begins in, before a policy decides anything: the
-    chart's initial state, down its initial children (the first, where none is
-    declared, as python-statemachine enters them)."""
-    states = list(machine_class.states)
-    while states:
-        state = next((child for child in states if child.initial), states[0])
-        states = list(state.states)
-    return str(state.id)
+    chart's initial state, down its initial children."""
+    return entry_leaves(next(state for state in machine_class.states if state.initial))[0]
 
 
 def _walk_model(states: Iterable[DiagramState]) -> Iterator[DiagramState]:
