@@ -25,7 +25,7 @@ from turnfsm.machine import (
     handled_events,
     leaf_states,
     leaf_transitions,
-    voice_states,
+    region_states,
 )
 
 from .callscript import Step, transitions_on
@@ -132,16 +132,18 @@ class TransitionsTurnMachine:
 
 def dict_table(machine_class: type[TurnChart] = TurnMachine) -> dict[tuple[str, str, int], str]:
     """``(state, event, branch) -> next state`` for every transition; branch -1 stays
-    (also for the events only the caller's voice beside a live state takes)."""
+    (also for the events only a region beside a live state takes, the caller's voice)."""
     table: dict[tuple[str, str, int], str] = {}
     for source, event, branch, transition in moves(machine_class):
         table[source, event, branch] = settled(transition.target) if transition.target else source
         table[source, event, -1] = source
     handled = handled_events(machine_class)
-    voice_events = frozenset().union(*(handled[voice.id] for voice in voice_states(machine_class)))
+    beside = frozenset().union(
+        *(handled[leaf.id] for leaves in region_states(machine_class).values() for leaf in leaves)
+    )
     for state in leaf_states(machine_class):
         if state.id in LIVE_STATES:
-            for event in voice_events:
+            for event in beside:
                 table.setdefault((state.id, event, -1), state.id)
     return table
 

@@ -43,6 +43,9 @@ from .rules import TurnRules, input_muted
 
 _CONVERSATION_AND_END = CONVERSATION_STATES | {"ended"}
 
+SILENT, SPEAKING = VOICE_STATES
+"""The caller's voice (its region beside the turn)."""
+
 SCOPED: Mapping[str, frozenset[str]] = {
     **dict.fromkeys(
         (
@@ -135,7 +138,7 @@ def check_context(
     configuration: tuple[str, ...] | None = None,
 ) -> None:
     """Refuse a context no call under ``policy`` can be in, in ``configuration`` when
-    given (its state, then the caller's voice while live): see the module's rules.
+    given (its state, then one state of each region beside it while live): see the module's rules.
 
     Raises:
         TypeError: a field of the wrong kind (``tool_rounds="2"``).
@@ -257,8 +260,8 @@ def _check_state(context: TurnContext, policy: TurnPolicy, configuration: tuple[
                 f"TurnContext.{name} is {getattr(context, name)!r} in {state!r}: it is set "
                 f"only in {sorted(states)}"
             )
-    if input_muted(policy, {state}) and configuration[1:] != VOICE_STATES[:1]:
-        raise ValueError(f"a muted caller is {VOICE_STATES[0]}, not {configuration[1:]}")
+    if input_muted(policy, {state}) and SPEAKING in configuration:
+        raise ValueError(f"a muted caller is {SILENT}, not {SPEAKING}")
     if state == "ended" and context.end_reason is None:
         raise ValueError("TurnContext.end_reason must say why the call ended")
     if state in ("speaking", "tool_loop") and not context.active_speeches:
@@ -330,10 +333,10 @@ def _check_listening_phase(
             f"no call under this policy is in {phase!r}: only with greeting_lock="
             "'mute_input' and greeting_overlap='answer_whole', without a realtime model"
         )
-    if phase == "replay_unheard" and configuration[1:] != VOICE_STATES[:1]:
+    if phase == "replay_unheard" and SPEAKING in configuration:
         raise ValueError(
-            f"the caller is {VOICE_STATES[0]} in 'replay_unheard' (their voice in the replay "
-            f"makes it 'replay_heard_caller'), not {configuration[1:]}"
+            f"the caller is {SILENT} in 'replay_unheard' (their voice in the replay "
+            f"makes it 'replay_heard_caller'), not {SPEAKING}"
         )
 
 

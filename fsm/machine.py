@@ -46,6 +46,7 @@ False
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, cast
@@ -737,40 +738,84 @@ VOICE_REGION = "caller_voice"
 """The region beside the turn that follows the caller's voice."""
 
 
-def _in_voice_region(state: State) -> bool:
-    node: State | None = state
-    while node is not None and node.id != VOICE_REGION:
+def side_region_of(state: State) -> State | None:
+    """The region beside the turn that ``state`` is in (itself, if it is one), if any: a
+    region of a parallel state but its first, which is the turn's. (The outermost such
+    region, where regions nest.)"""
+    found, node = None, state
+    while node.parent is not None:
+        if node.parent.parallel and node.id != node.parent.states[0].id:
+            found = node
         node = node.parent
-    return node is not None
+    return found
 
 
 @functools.cache
-def _atomic_by_region(
-    machine_class: type[TurnChart],
-) -> tuple[tuple[State, ...], tuple[State, ...]]:
-    """The atomic states, in declaration order: the call's, and the caller's voice's.
-    (Cached: a chart class is never changed once declared.)"""
-    atomic = [state for state in walk_states(machine_class.states) if not state.states]
-    return (
-        tuple(state for state in atomic if not _in_voice_region(state)),
-        tuple(state for state in atomic if _in_voice_region(state)),
+def side_regions(machine_class: type[TurnChart] = TurnMachine) -> tuple[State, ...]:
+    """The regions beside the turn, in document order: every region of a parallel state
+    but its first (the turn's own). (Cached: a chart class never changes.)"""
+    return tuple(
+        state for state in walk_states(machine_class.states) if side_region_of(state) is state
     )
 
 
+@functools.cache
+def _atomic(machine_class: type[TurnChart]) -> tuple[State, ...]:
+    return tuple(state for state in walk_states(machine_class.states) if not state.states)
+
+
 def leaf_states(machine_class: type[TurnChart] = TurnMachine) -> tuple[State, ...]:
-    """The states a call can be in (the atomic ones outside the caller's voice), in
-    declaration order."""
-    return _atomic_by_region(machine_class)[0]
+    """The states a call can be in (the atomic ones outside the regions beside the turn),
+    in declaration order."""
+    return tuple(state for state in _atomic(machine_class) if side_region_of(state) is None)
+
+
+@functools.cache
+def region_states(
+    machine_class: type[TurnChart] = TurnMachine,
+) -> Mapping[str, tuple[State, ...]]:
+    """The atomic states of each region beside the turn, by the region's id, in document
+    order (regions and states)."""
+    return MappingProxyType(
+        {
+            region.id: tuple(s for s in walk_states([region]) if not s.states)
+            for region in side_regions(machine_class)
+        }
+    )
 
 
 def voice_states(machine_class: type[TurnChart] = TurnMachine) -> tuple[State, ...]:
     """The states of the caller's voice, beside the turn while the call is live."""
-    return _atomic_by_region(machine_class)[1]
+    return region_states(machine_class)[VOICE_REGION]
 
 
 def atomic_states(machine_class: type[TurnChart] = TurnMachine) -> tuple[State, ...]:
-    """The call's states, then the caller's voice's: every atomic state of the chart."""
-    return (*leaf_states(machine_class), *voice_states(machine_class))
+    """The call's states, then each region's beside the turn: every atomic state of the
+    chart."""
+    return (
+        *leaf_states(machine_class),
+        *(state for states in region_states(machine_class).values() for state in states),
+    )
+
+
+def _configurations_in(states: Any) -> Iterator[tuple[str, ...]]:
+    """The configurations (atomic states, in document order) inside any one of ``states``."""
+    for state in states:
+        if not state.states:
+            yield (state.id,)
+        elif state.parallel:
+            for parts in itertools.product(*(list(_configurations_in([r])) for r in state.states)):
+                yield tuple(leaf for part in parts for leaf in part)
+        else:
+            yield from _configurations_in(state.states)
+
+
+@functools.cache
+def configurations(machine_class: type[TurnChart] = TurnMachine) -> tuple[tuple[str, ...], ...]:
+    """Every configuration of the chart, as :attr:`TurnController.configuration` names it:
+    one atomic state per active region, in document order (the turn's first, then one of
+    each region beside it while the call is live)."""
+    return tuple(_configurations_in(machine_class.states))
 
 
 def _names(transition: Transition) -> list[str]:
@@ -780,11 +825,12 @@ def _names(transition: Transition) -> list[str]:
 def leaf_transitions(state: State) -> Iterator[Transition]:
     """The event transitions that can fire in ``state``, in the order they are tried: its
     own, then its parents'. One after an unguarded transition of its event never fires
-    there, and is left out. For the caller's voice, those of its region only: the
-    call's own (``call.to(ended)``) are the turn's moves, taken once for both."""
+    there, and is left out. For a state of a region beside the turn (the caller's
+    voice), those of its region only: the call's own (``call.to(ended)``) are the turn's
+    moves, taken once for every region."""
     closed: set[str] = set()
     node: State | None = state
-    last = VOICE_REGION if _in_voice_region(state) else None
+    last = side_region_of(state)
     while node is not None:
         for transition in node.transitions:
             names = set(_names(transition))
@@ -792,14 +838,14 @@ def leaf_transitions(state: State) -> Iterator[Transition]:
                 yield transition
                 if not any(not spec.is_convention for spec in transition.cond):
                     closed |= names
-        node = None if node.id == last else node.parent
+        node = None if node is last else node.parent
 
 
 @functools.cache
 def handled_events(
     machine_class: type[TurnChart] = TurnMachine,
 ) -> Mapping[str, frozenset[str]]:
-    """For each atomic state id (the caller's voice too), the events that have at least
+    """For each atomic state id (the regions' beside the turn too), the events that have at least
     one transition from it. (Cached, read-only: a chart class never changes.)"""
     return MappingProxyType(
         {
@@ -811,7 +857,7 @@ def handled_events(
 
 def declared_moves(machine_class: type[TurnChart] = TurnMachine) -> set[tuple[str, str, str]]:
     """(source, event, target) for every declared transition, from every atomic state it
-    can fire in (the caller's voice too), named as :attr:`TurnController.state` reports
+    can fire in (the regions' beside the turn too), named as :attr:`TurnController.state` reports
     them (a move between the greeting's phases stays in ``greeting``); a targetless
     transition stays in its state."""
     public = public_states(machine_class)
@@ -862,7 +908,13 @@ them (the greeting's phases, not ``greeting``)."""
 STATES: tuple[str, ...] = tuple(dict.fromkeys(public_state(leaf) for leaf in LEAF_STATES))
 """The states a call can be in, as :attr:`TurnController.state` reports them."""
 
-VOICE_STATES: tuple[str, ...] = tuple(state.id for state in voice_states())
+REGION_STATES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {region: tuple(state.id for state in states) for region, states in region_states().items()}
+)
+"""The atomic states of each region beside the turn while the call is live, by region
+(``TurnController.configuration`` names one of each after the turn's)."""
+
+VOICE_STATES: tuple[str, ...] = REGION_STATES[VOICE_REGION]
 """The caller's voice while the call is live (``TurnController.configuration``)."""
 
 
@@ -882,12 +934,12 @@ GREETING_STATES: frozenset[str] = leaves_under("greeting")
 """The greeting's phases (atomic states)."""
 
 LIVE_STATES: frozenset[str] = _and_phased(leaves_under("turn"))
-"""States of a live call: the caller's voice runs beside them (atomic ones, and
+"""States of a live call: the regions beside the turn run beside them (atomic ones, and
 ``greeting`` and ``listening`` as :attr:`TurnController.state` reports their phases)."""
 
 
 def states_acting(event: str, action: str) -> frozenset[str]:
-    """The call's states (outside the caller's voice) where the chart handles ``event``
+    """The call's states (outside the regions beside the turn) where the chart handles ``event``
     with a transition that runs ``action``: a state set read from the chart itself."""
     return frozenset(
         state.id

@@ -693,7 +693,7 @@ def watchdog_problem(
     # what the machine waits for ends: every speech it tracks, then the caller's voice
     for speech_id in sorted(context.active_speeches):
         controller.handle(ev.AgentSpeechEnded(at=LATE, speech_id=speech_id, played_seconds=1.0))
-    if controller.configuration[-1] == "caller_speaking":
+    if "caller_speaking" in controller.configuration:
         controller.handle(ev.UserSpeechEnded(at=LATE))
     back = controller.state == "listening" and "idle" in controller.context.timers
     if back or controller.state == "ended":
@@ -728,13 +728,15 @@ def region_moves(
     after: tuple[str, ...],
     machine_class: type[TurnChart] = TurnMachine,
 ) -> Iterator[tuple[str, str, str]]:
-    """A step's moves: the state's, and the caller's voice's on the events its region
-    handles (its eventless silencing by a mute, and its end with the call, belong to the
-    turn's step). States are named as :attr:`~turnfsm.TurnController.state` reports
-    them, as :func:`~turnfsm.machine.declared_moves` does."""
+    """A step's moves: the state's, and each region's beside it on the events that region
+    handles (a region's eventless moves, and its end with the call, belong to the turn's
+    step). States are named as :attr:`~turnfsm.TurnController.state` reports them, as
+    :func:`~turnfsm.machine.declared_moves` does."""
     yield public_state(before[0]), event, public_state(after[0])
-    if len(before) > 1 and event in handled_events(machine_class)[before[1]]:
-        yield before[1], event, after[-1]
+    handled = handled_events(machine_class)
+    for region, leaf in enumerate(before[1:], start=1):
+        if event in handled[leaf]:
+            yield leaf, event, after[region] if region < len(after) else after[0]
 
 
 def _named(configuration: tuple[str, ...]) -> str:

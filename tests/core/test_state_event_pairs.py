@@ -202,7 +202,15 @@ def test_non_events_are_refused() -> None:
 
 @pytest.mark.parametrize(
     "configuration",
-    ["dancing", ("listening", "dancing"), ("ringing", "caller_silent"), ("caller_silent",), ()],
+    [
+        "dancing",
+        ("listening", "dancing"),
+        ("ringing", "caller_silent"),
+        ("caller_silent",),
+        ("speaking", "caller_silent", "caller_speaking"),  # one region, twice
+        ("caller_silent", "speaking"),  # the turn's state first
+        (),
+    ],
 )
 def test_restore_refuses_an_unknown_configuration(configuration: object) -> None:
     controller = TurnController(POLICIES[0])
@@ -216,5 +224,9 @@ def test_restore_takes_a_state_alone_as_the_caller_silent() -> None:
     live = TurnContext(timers=frozenset({"max_duration"}))
     controller.restore("listening", live)  # a phased state: its first phase
     assert controller.configuration == ("listening_open", "caller_silent")
+    controller.restore(
+        ("speaking",), TurnContext(timers=live.timers, active_speeches=frozenset({"s1"}))
+    )
+    assert controller.configuration == ("speaking", "caller_silent")  # regions left out
     controller.restore(("greeting_requested", "caller_speaking"), live)
     assert controller.snapshot()[0] == ("greeting_requested", "caller_speaking")
