@@ -30,6 +30,7 @@ from .fields import check_fields
 from .machine import (
     CONVERSATION_STATES,
     LIVE_STATES,
+    MODEL_STATES,
     TIMER_STATES,
     TIMERS,
     VOICE_STATES,
@@ -46,6 +47,9 @@ _CONVERSATION_AND_END = CONVERSATION_STATES | {"ended"}
 SILENT, SPEAKING = VOICE_STATES
 """The caller's voice (its region beside the turn)."""
 
+CANCELLING = leaves_under("model_cancelling")
+"""The realtime model's states while a cancel of it is on its way."""
+
 SCOPED: Mapping[str, frozenset[str]] = {
     **dict.fromkeys(
         (
@@ -56,8 +60,6 @@ SCOPED: Mapping[str, frozenset[str]] = {
         ),
         frozenset({"greeting"}),
     ),
-    # paused from the model's link until the greeting has played (issue 19)
-    "model_replies_paused": frozenset({"start", "ringing", "awaiting_user", "greeting"}),
     "spill_over_until": frozenset({"listening"}),
     **dict.fromkeys(
         ("tool_speech_id", "final_speech_id", "final_after_speech", "held_tool_reply"),
@@ -121,9 +123,7 @@ REALTIME_TIMERS: frozenset[str] = frozenset({"model_reply", "response_done"})
 REALTIME: tuple[str, ...] = (
     "model_replies_to_turns",
     "model_replies_to_tools",
-    "model_responding",
     "pending_cancels",
-    "model_replies_paused",
     "final_wait",
     "final_after_speech",
 )
@@ -278,8 +278,9 @@ def _check_state(context: TurnContext, policy: TurnPolicy, configuration: tuple[
             speech = getattr(context, name)
             if speech is not None and speech not in context.active_speeches:
                 raise ValueError(f"TurnContext.{name} {speech!r} is not an active speech")
+    _check_model(context, configuration)
     if state == "greeting":
-        _check_greeting_phase(context, policy, phase)
+        _check_greeting_phase(context, policy, configuration)
     if state == "listening":
         _check_listening_phase(context, policy, configuration)
     for timer in context.timers:
@@ -340,10 +341,26 @@ def _check_listening_phase(
         )
 
 
-def _check_greeting_phase(context: TurnContext, policy: TurnPolicy, phase: str) -> None:
+def _check_model(context: TurnContext, configuration: tuple[str, ...]) -> None:
+    """The realtime model's region leaves ``model_free`` only once a model is linked, and
+    is in ``model_cancelling`` exactly while cancels are on their way."""
+    (model,) = [leaf for leaf in configuration if leaf in MODEL_STATES] or ["model_free"]
+    if model != "model_free" and not context.realtime_model:
+        raise ValueError(f"no call is in {model!r} without a realtime model (realtime_model)")
+    if bool(context.pending_cancels) != (model in CANCELLING):
+        raise ValueError(
+            f"TurnContext.pending_cancels holds cancels exactly in {sorted(CANCELLING)}, "
+            f"got {sorted(context.pending_cancels)} in {model!r}"
+        )
+
+
+def _check_greeting_phase(
+    context: TurnContext, policy: TurnPolicy, configuration: tuple[str, ...]
+) -> None:
     """The greeting's speech exists exactly while it plays; it is retried only with a
     text; it waits for the model only while the model is busy (a free one ends the wait in
     the step that frees it)."""
+    phase = configuration[0]
     if (context.greeting_speech_id is not None) != (phase in PLAYING):
         raise ValueError(
             f"TurnContext.greeting_speech_id is set exactly in {sorted(PLAYING)}, "
@@ -353,9 +370,5 @@ def _check_greeting_phase(context: TurnContext, policy: TurnPolicy, phase: str) 
         raise ValueError(
             f"no call under this policy is in {phase!r}: only a greeting text is retried"
         )
-    busy = context.model_responding or bool(context.pending_cancels)
-    if phase in AWAITING_MODEL and not busy:
-        raise ValueError(
-            f"{phase!r} waits for a busy realtime model (model_responding=False, "
-            "no pending_cancels)"
-        )
+    if phase in AWAITING_MODEL and "model_free" in configuration:
+        raise ValueError(f"{phase!r} waits for a busy realtime model, not 'model_free'")

@@ -176,8 +176,9 @@ class TurnController:
     @property
     def configuration(self) -> tuple[str, ...]:
         """The active atomic states, one per active region in document order: the turn's
-        (which :attr:`state` reports) and, while the call is live, one of each region
-        beside it, e.g. ``("greeting_playing", "caller_speaking")``."""
+        (which :attr:`state` reports), then one of each region beside it (the caller's
+        voice while the call is live, the realtime model's activity until it ends), e.g.
+        ``("greeting_playing", "caller_speaking", "model_free")``."""
         self._claim()
         return self._configuration
 

@@ -33,8 +33,10 @@ few dictionary lookups and the rules' own calls (a handled step of the turn char
 >>> answer = events.CallAnswered(at=0.0)
 >>> compiled.handle(answer) == reference.handle(answer)
 True
->>> compiled.configuration == reference.configuration == ("awaiting_user", "caller_silent")
+>>> compiled.configuration == reference.configuration
 True
+>>> compiled.configuration
+('awaiting_user', 'caller_silent', 'model_free')
 
 The compiled engine builds no python-statemachine machine per call (one per chart and
 rules class, when the pair is first used, to read what it resolved). It calls private

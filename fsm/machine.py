@@ -24,7 +24,12 @@ machine emits nothing.
 A live call is two regions side by side: the ``turn`` and the ``caller_voice``
 (``caller_silent ⇄ caller_speaking``). The voice region follows voice activity on its
 own, so a turn's state never doubles as a "the caller is speaking" flag; the turn's
-guards and actions that depend on it read it (``caller_is_speaking``).
+guards and actions that depend on it read it (``caller_is_speaking``). Beside the whole
+call (its ``line``: connecting, then live) runs a third region, the realtime model's
+activity (``model_activity``: ``model_free``, ``model_responding``, ``model_cancelling``
+while a ``response.cancel`` is on its way), from the call's start: a model's response
+created while the call still rings must hold the greeting as well (invariant I9). The
+waits for a free model read it (``model_is_free``); a pipeline's stays in ``model_free``.
 
 Events that a state does not handle are ignored there on purpose; :data:`IGNORED` says
 why for each (state, event) pair, and the test suite checks every pair.
@@ -121,161 +126,207 @@ def timers_declared(state: State) -> tuple[After, ...]:
 def declare_chart() -> dict[str, Any]:
     """A fresh declaration of the turn chart: its states and events, by name.
 
-    ``call`` holds every state of a call: ``start`` and ``ringing`` before it is live
-    (``connecting``), then ``live``, two regions side by side: the ``turn`` (``awaiting_user``,
-    ``greeting``, and ``listening ⇄ speaking ⇄ tool_loop`` in ``conversation``) and the
-    ``caller_voice`` (``caller_silent ⇄ caller_speaking``); ``ended`` is final.
+    ``call`` holds every state of a call, in two regions: its ``line``, ``start`` and
+    ``ringing`` before it is live (``connecting``), then ``live``, two regions side by
+    side: the ``turn`` (``awaiting_user``, ``greeting``, and ``listening ⇄ speaking ⇄
+    tool_loop`` in ``conversation``) and the ``caller_voice`` (``caller_silent ⇄
+    caller_speaking``); and beside the line, the realtime model's activity
+    (``model_activity``). ``ended`` is final.
     """
 
-    class call(State.Compound):  # noqa: N801 - state ids are snake_case
-        """The call, from its start to the hang-up."""
+    class call(State.Parallel):  # noqa: N801 - state ids are snake_case
+        """The call, from its start to the hang-up: its course, and beside it, the
+        realtime model's activity."""
 
-        class connecting(State.Compound):  # noqa: N801
-            """Before the call is live: nobody is on the line yet, and the agent must not
-            talk (invariant I8, as in ``awaiting_user``)."""
+        class line(State.Compound):  # noqa: N801
+            """The call's course: connecting, then live (whose turn it is, and beside it,
+            the caller's voice)."""
 
-            start = State(initial=True)
-            """The call is not live yet: outbound calls ring at once, inbound ones wait
-            here for the session to start."""
+            class connecting(State.Compound, exit="resume_model_replies"):  # noqa: N801
+                """Before the call is live: nobody is on the line yet, and the agent must not
+                talk (invariant I8, as in ``awaiting_user``)."""
 
-            ringing = State()
-            """Outbound only: dialing, until the callee picks up."""
+                start = State(initial=True)
+                """The call is not live yet: outbound calls ring at once, inbound ones wait
+                here for the session to start."""
 
-        class live(State.Parallel):  # noqa: N801
-            """The call is live: whose turn it is, and beside it, the caller's voice."""
+                ringing = State()
+                """Outbound only: dialing, until the callee picks up."""
 
-            class turn(State.Compound):  # noqa: N801
-                """Whose turn it is, from the answer to the hang-up."""
+            class live(State.Parallel):  # noqa: N801
+                """The call is live: whose turn it is, and beside it, the caller's voice."""
 
-                awaiting_user = State()
-                """Answered; waiting for the callee's first words before greeting (the agent
-                must not talk: invariant I8)."""
+                class turn(State.Compound):  # noqa: N801
+                    """Whose turn it is, from the answer to the hang-up."""
 
-                awaiting_agent = State()
-                """Inbound, the agent greets in its own words (``first_speaker="agent"``,
-                no greeting text): waiting for the first speech its code asks for (a
-                ``say`` or ``generate_reply`` in ``on_enter``), which is the greeting.
-                Nothing is held meanwhile: a caller who speaks first is answered as usual,
-                without a greeting."""
+                    awaiting_user = State(exit="resume_model_replies")
+                    """Answered; waiting for the callee's first words before greeting (the agent
+                    must not talk: invariant I8)."""
 
-                class greeting(  # noqa: N801
-                    State.Compound,
-                    enter="begin_greeting",
-                    exit=[
-                        "unmute_after_greeting",
-                        "resume_user_turns_on_hang_up",
-                        "forget_greeting",
-                    ],
-                ):
-                    """The locked greeting: nothing the caller says interrupts it. Its phases
-                    are sub-states; :attr:`TurnController.state` reports ``greeting`` in
-                    each (:func:`public_state`)."""
+                    awaiting_agent = State()
+                    """Inbound, the agent greets in its own words (``first_speaker="agent"``,
+                    no greeting text): waiting for the first speech its code asks for (a
+                    ``say`` or ``generate_reply`` in ``on_enter``), which is the greeting.
+                    Nothing is held meanwhile: a caller who speaks first is answered as usual,
+                    without a greeting."""
 
-                    greeting_awaiting_model = State(initial=True)
-                    """A realtime model's active response (or a cancel on its way) must end
-                    before the greeting is asked for (invariant I9); a free model (and
-                    every pipeline) leaves at once, in the same step."""
-
-                    greeting_requested = State(enter="request_greeting")
-                    """The greeting is asked for; its speech does not exist yet."""
-
-                    greeting_playing = State()
-                    """The greeting's speech exists, locked, until it ends."""
-
-                    class greeting_retry(State.Compound):  # noqa: N801
-                        """The greeting's start was refused or failed: its text is said once
-                        more, locked; a second failure ends the call."""
-
-                        retry_awaiting_model = State(initial=True)
-                        retry_requested = State(enter="say_greeting_locked")
-                        retry_playing = State()
-
-                class conversation(State.Compound):  # noqa: N801
-                    """Turns after the greeting."""
-
-                    class listening(  # noqa: N801
-                        State.Compound, initial=True, exit="close_spill_over_window"
+                    class greeting(  # noqa: N801
+                        State.Compound,
+                        enter=["begin_greeting", "pause_model_replies"],
+                        exit=[
+                            "unmute_after_greeting",
+                            "resume_user_turns_on_hang_up",
+                            "forget_greeting",
+                            "resume_model_replies",
+                        ],
                     ):
-                        """The caller's turn. What is left of the greeting's overlap is a
-                        phase of it; :attr:`TurnController.state` reports ``listening`` in
+                        """The locked greeting: nothing the caller says interrupts it. Its phases
+                        are sub-states; :attr:`TurnController.state` reports ``greeting`` in
                         each (:func:`public_state`)."""
 
-                        listening_open = State(initial=True)
-                        """Nothing of the greeting's overlap is left to wait for."""
+                        greeting_awaiting_model = State(initial=True)
+                        """A realtime model's active response (or a cancel on its way) must end
+                        before the greeting is asked for (invariant I9); a free model (and
+                        every pipeline) leaves at once, in the same step."""
 
-                        discarding_overlap = State(exit="stop_discarding_overlap")
-                        """Speech that overlapped the greeting (``keep_listening``), or
-                        spilled over its end (``mute_input``), goes on: user turns are held
-                        until it ends, and what it said is discarded (``drop``)."""
+                        greeting_requested = State(enter="request_greeting")
+                        """The greeting is asked for; its speech does not exist yet."""
 
-                        class replaying_held_audio(  # noqa: N801
-                            State.Compound,
-                            enter="hold_user_turns_through_the_replay",
-                            exit="resume_user_turns_after_the_replay",
+                        greeting_playing = State()
+                        """The greeting's speech exists, locked, until it ends."""
+
+                        class greeting_retry(State.Compound):  # noqa: N801
+                            """The greeting's start was refused or failed: its text is said once
+                            more, locked; a second failure ends the call."""
+
+                            retry_awaiting_model = State(initial=True)
+                            retry_requested = State(enter="say_greeting_locked")
+                            retry_playing = State()
+
+                    class conversation(State.Compound):  # noqa: N801
+                        """Turns after the greeting."""
+
+                        class listening(  # noqa: N801
+                            State.Compound, initial=True, exit="close_spill_over_window"
                         ):
-                            """The caller's audio held over the greeting (``mute_input`` +
-                            ``answer_whole``) is being replayed: user turns are held until
-                            its end (the unmute's outcome), so that it becomes one turn."""
+                            """The caller's turn. What is left of the greeting's overlap is a
+                            phase of it; :attr:`TurnController.state` reports ``listening`` in
+                            each (:func:`public_state`)."""
 
-                            replay_unheard = State(initial=True)
-                            """No voice of the caller heard in the replay yet."""
+                            listening_open = State(initial=True)
+                            """Nothing of the greeting's overlap is left to wait for."""
 
-                            replay_heard_caller = State()
-                            """The caller's voice was heard in the replay: there is a turn
-                            to commit at its end."""
+                            discarding_overlap = State(exit="stop_discarding_overlap")
+                            """Speech that overlapped the greeting (``keep_listening``), or
+                            spilled over its end (``mute_input``), goes on: user turns are held
+                            until it ends, and what it said is discarded (``drop``)."""
 
-                    speaking = State()
-                    """The agent's turn: a reply is being generated or played."""
+                            class replaying_held_audio(  # noqa: N801
+                                State.Compound,
+                                enter="hold_user_turns_through_the_replay",
+                                exit="resume_user_turns_after_the_replay",
+                            ):
+                                """The caller's audio held over the greeting (``mute_input`` +
+                                ``answer_whole``) is being replayed: user turns are held until
+                                its end (the unmute's outcome), so that it becomes one turn."""
 
-                    tool_loop = State(enter="mute_for_tools", exit="unmute_after_tools")
-                    """The reply runs a tool step; capped at ``max_tool_steps`` per user turn."""
+                                replay_unheard = State(initial=True)
+                                """No voice of the caller heard in the replay yet."""
 
-            class caller_voice(State.Compound):  # noqa: N801
-                """The caller's voice, as the unmuted input tells it: speech the muted
-                input cannot hear is neither started nor ended."""
+                                replay_heard_caller = State()
+                                """The caller's voice was heard in the replay: there is a turn
+                                to commit at its end."""
 
-                caller_silent = State(initial=True)
-                caller_speaking = State()
+                        speaking = State()
+                        """The agent's turn: a reply is being generated or played."""
+
+                        tool_loop = State(enter="mute_for_tools", exit="unmute_after_tools")
+                        """The reply runs a tool step; capped at ``max_tool_steps`` per user
+                        turn."""
+
+                class caller_voice(State.Compound):  # noqa: N801
+                    """The caller's voice, as the unmuted input tells it: speech the muted
+                    input cannot hear is neither started nor ended."""
+
+                    caller_silent = State(initial=True)
+                    caller_speaking = State()
+
+        class model_activity(State.Compound):  # noqa: N801
+            """Beside the call's course, from its start: what the realtime model is doing,
+            as its link reports it (``response.created``, ``response.done``, a
+            ``response.cancel`` and its answer). A request to the model waits until it is
+            free (invariant I9). A pipeline, and a call before the model's link, stays in
+            ``model_free``: the model's events are taken once a realtime model is linked
+            (``runs_realtime_model``)."""
+
+            model_free = State(initial=True)
+            """No response of the model is active and no cancel of it is on its way: a
+            request now is neither refused nor cut."""
+
+            model_responding = State()
+            """A response of the model is active: it refuses another request until done."""
+
+            class model_cancelling(State.Compound, exit="forget_cancels"):  # noqa: N801
+                """A ``response.cancel`` is on its way (``TurnContext.pending_cancels``
+                holds each by id, until its answer): a request now could meet a cancel
+                meant for another response, and be cut by it."""
+
+                cancelling_active = State(initial=True)
+                """A response of the model is active too."""
+
+                cancelling_idle = State()
+                """No response of the model is active: only the answers are awaited."""
 
     ended = State(final=True, enter="clean_up_call")
     """The call is over; only clean-up effects are emitted on the way in."""
 
     # the compound classes become States when declared: name them as such for the checker
-    in_call, connecting = cast(State, call), cast(State, call.connecting)
-    start, ringing = call.connecting.start, call.connecting.ringing
-    turn = cast(State, call.live.turn)
-    awaiting_user = call.live.turn.awaiting_user
-    greeting = cast(State, call.live.turn.greeting)
+    in_call, connecting = cast(State, call), cast(State, call.line.connecting)
+    start, ringing = call.line.connecting.start, call.line.connecting.ringing
+    turn = cast(State, call.line.live.turn)
+    awaiting_user = call.line.live.turn.awaiting_user
+    greeting = cast(State, call.line.live.turn.greeting)
     greeting_awaiting_model, greeting_requested, greeting_playing = (
-        call.live.turn.greeting.greeting_awaiting_model,
-        call.live.turn.greeting.greeting_requested,
-        call.live.turn.greeting.greeting_playing,
+        call.line.live.turn.greeting.greeting_awaiting_model,
+        call.line.live.turn.greeting.greeting_requested,
+        call.line.live.turn.greeting.greeting_playing,
     )
-    greeting_retry = cast(State, call.live.turn.greeting.greeting_retry)
+    greeting_retry = cast(State, call.line.live.turn.greeting.greeting_retry)
     retry_awaiting_model, retry_requested, retry_playing = (
-        call.live.turn.greeting.greeting_retry.retry_awaiting_model,
-        call.live.turn.greeting.greeting_retry.retry_requested,
-        call.live.turn.greeting.greeting_retry.retry_playing,
+        call.line.live.turn.greeting.greeting_retry.retry_awaiting_model,
+        call.line.live.turn.greeting.greeting_retry.retry_requested,
+        call.line.live.turn.greeting.greeting_retry.retry_playing,
     )
-    awaiting_agent = call.live.turn.awaiting_agent
-    conversation = cast(State, call.live.turn.conversation)
-    listening = cast(State, call.live.turn.conversation.listening)
+    awaiting_agent = call.line.live.turn.awaiting_agent
+    conversation = cast(State, call.line.live.turn.conversation)
+    listening = cast(State, call.line.live.turn.conversation.listening)
     listening_open, discarding_overlap = (
-        call.live.turn.conversation.listening.listening_open,
-        call.live.turn.conversation.listening.discarding_overlap,
+        call.line.live.turn.conversation.listening.listening_open,
+        call.line.live.turn.conversation.listening.discarding_overlap,
     )
-    replaying_held_audio = cast(State, call.live.turn.conversation.listening.replaying_held_audio)
+    replaying_held_audio = cast(
+        State, call.line.live.turn.conversation.listening.replaying_held_audio
+    )
     replay_unheard, replay_heard_caller = (
-        call.live.turn.conversation.listening.replaying_held_audio.replay_unheard,
-        call.live.turn.conversation.listening.replaying_held_audio.replay_heard_caller,
+        call.line.live.turn.conversation.listening.replaying_held_audio.replay_unheard,
+        call.line.live.turn.conversation.listening.replaying_held_audio.replay_heard_caller,
     )
     speaking, tool_loop = (
-        call.live.turn.conversation.speaking,
-        call.live.turn.conversation.tool_loop,
+        call.line.live.turn.conversation.speaking,
+        call.line.live.turn.conversation.tool_loop,
     )
     caller_silent, caller_speaking = (
-        call.live.caller_voice.caller_silent,
-        call.live.caller_voice.caller_speaking,
+        call.line.live.caller_voice.caller_silent,
+        call.line.live.caller_voice.caller_speaking,
+    )
+    model_free, model_responding = (
+        call.model_activity.model_free,
+        call.model_activity.model_responding,
+    )
+    model_cancelling = cast(State, call.model_activity.model_cancelling)
+    cancelling_active, cancelling_idle = (
+        call.model_activity.model_cancelling.cancelling_active,
+        call.model_activity.model_cancelling.cancelling_idle,
     )
 
     # Timers, declared per state (XState's ``after``): started as the state is entered
@@ -306,17 +357,13 @@ def declare_chart() -> dict[str, Any]:
 
     call_answered = ringing.to(greeting, cond="agent_speaks_first") | ringing.to(awaiting_user)
 
-    def call_wide(
-        on: str | list[str],
-        regions: tuple[State, State] = (connecting, turn),
-        cond: str | list[str] | None = None,
-    ) -> Any:
-        """Bookkeeping in every state of the call: targetless, on the call's regions but
-        not the caller's voice. (Declared on ``call`` itself, it would be a candidate in the
-        voice region too, and its actions would run twice, beside a turn's transition.)"""
+    def call_wide(on: str | list[str], regions: tuple[State, State] = (connecting, turn)) -> Any:
+        """Bookkeeping in every state of the call: targetless, on the states of its line
+        but not the regions beside them (the caller's voice, the model's activity).
+        (Declared on ``call`` itself, it would be a candidate in those regions too, and
+        its actions would run more than once, beside a turn's transition.)"""
         before_live, live_turn = regions
-        guards = {} if cond is None else {"cond": cond}
-        return before_live.to(None, on=on, **guards) | live_turn.to(None, on=on, **guards)
+        return before_live.to(None, on=on) | live_turn.to(None, on=on)
 
     call_ended = in_call.to(ended, on="note_end_reason")
 
@@ -607,35 +654,47 @@ def declare_chart() -> dict[str, Any]:
     # a pipeline has no such model, and one told of it anyway changes nothing.
     realtime_model_linked = call_wide(on="note_model_link")
 
-    model_response_created = call_wide(on="note_model_responding", cond="runs_realtime_model")
+    # the model's activity, in its own region: a response active, cancels on their way
+    # (each noted by id: only the answer to a cancel the machine took frees the model)
+    model_response_created = model_free.to(
+        model_responding, cond="runs_realtime_model"
+    ) | cancelling_idle.to(cancelling_active)
+    model_cancel_sent = (
+        model_free.to(cancelling_idle, cond="runs_realtime_model", on="note_cancel_sent")
+        | model_responding.to(cancelling_active, on="note_cancel_sent")
+        | model_cancelling.to(None, on="note_cancel_sent")
+    )
 
-    def when_model_free(
-        free: str,
-        note: str,
-        conversation: State = conversation,
-        everywhere: Callable[..., Any] = call_wide,
-    ) -> Any:
+    def when_model_free(free: list[str], conversation: State = conversation) -> Any:
         """The capped final reply waits until the model is free: no response of it
         active, no cancel of it on its way (invariant I9); ``free`` tells whether this
-        event frees it, ``note`` notes the event in every state. (The greeting's waits
-        end by themselves, eventless, once the model is free.)"""
+        event frees it. (The greeting's waits end by themselves, eventless, once the
+        model's region is in ``model_free``.)"""
         return conversation.to(
             None,
-            cond=["runs_realtime_model", "final_reply_waits_for_response_done", free],
-            on=[note, "ask_final_reply"],
-        ) | everywhere(on=note, cond="runs_realtime_model")
+            cond=["runs_realtime_model", "final_reply_waits_for_response_done", *free],
+            on="ask_final_reply",
+        )
 
     # the greeting is asked for once the model is free: at once on a pipeline or with
-    # a free model (eventless: in the step that enters the wait), else when its response
-    # is done or its cancel answered
+    # a free model (eventless: in the step that enters the wait), else in the step that
+    # frees it (its response done, its last cancel answered)
     greeting_awaiting_model.to(greeting_requested, cond="model_is_free")
     retry_awaiting_model.to(retry_requested, cond="model_is_free")
 
-    model_response_done = when_model_free("no_cancel_pending", "note_model_free")
+    model_response_done = (
+        model_responding.to(model_free)
+        | cancelling_active.to(cancelling_idle)
+        | when_model_free(["no_cancel_pending"])
+    )
 
-    model_cancel_sent = call_wide(on="note_cancel_sent", cond="runs_realtime_model")
-
-    model_cancel_answered = when_model_free("model_free_once_answered", "note_cancel_answered")
+    # (leaving model_cancelling, its exit forgets the cancels: the last one is answered)
+    model_cancel_answered = (
+        cancelling_active.to(model_responding, cond="last_cancel_answered")
+        | cancelling_idle.to(model_free, cond="last_cancel_answered")
+        | model_cancelling.to(None, unless="last_cancel_answered", on="note_cancel_answered")
+        | when_model_free(["last_cancel_answered", "no_response_active"])
+    )
 
     # the model's own reply: never before nor in the greeting (the greeting replaces it);
     # after tool output, adopted as the final reply, suppressed as a second one, or let through
@@ -676,6 +735,7 @@ def declare_chart() -> dict[str, Any]:
     del conversation
     del listening, listening_open, discarding_overlap, replaying_held_audio
     del replay_unheard, replay_heard_caller, speaking, tool_loop, caller_silent, caller_speaking
+    del model_free, model_responding, model_cancelling, cancelling_active, cancelling_idle
     del leave_greeting, speech_ended, agents_turn, committing
     del step_started, step_finished, interrupted
     del call_wide, when_model_free
@@ -736,6 +796,9 @@ def entry_leaves(state: State) -> list[str]:
 
 VOICE_REGION = "caller_voice"
 """The region beside the turn that follows the caller's voice."""
+
+MODEL_REGION = "model_activity"
+"""The region beside the call's course that follows the realtime model's activity."""
 
 
 def side_region_of(state: State) -> State | None:
@@ -814,7 +877,8 @@ def _configurations_in(states: Any) -> Iterator[tuple[str, ...]]:
 def configurations(machine_class: type[TurnChart] = TurnMachine) -> tuple[tuple[str, ...], ...]:
     """Every configuration of the chart, as :attr:`TurnController.configuration` names it:
     one atomic state per active region, in document order (the turn's first, then one of
-    each region beside it while the call is live)."""
+    each region beside it: the caller's voice while the call is live, the model's
+    activity until it ends)."""
     return tuple(_configurations_in(machine_class.states))
 
 
@@ -911,11 +975,28 @@ STATES: tuple[str, ...] = tuple(dict.fromkeys(public_state(leaf) for leaf in LEA
 REGION_STATES: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {region: tuple(state.id for state in states) for region, states in region_states().items()}
 )
-"""The atomic states of each region beside the turn while the call is live, by region
-(``TurnController.configuration`` names one of each after the turn's)."""
+"""The atomic states of each region beside the turn, by region
+(``TurnController.configuration`` names one of each active one after the turn's)."""
 
 VOICE_STATES: tuple[str, ...] = REGION_STATES[VOICE_REGION]
 """The caller's voice while the call is live (``TurnController.configuration``)."""
+
+MODEL_STATES: tuple[str, ...] = REGION_STATES[MODEL_REGION]
+"""The realtime model's activity, from the call's start to its end
+(``TurnController.configuration``)."""
+
+
+@functools.cache
+def states_beside(
+    machine_class: type[TurnChart] = TurnMachine,
+) -> Mapping[str, frozenset[str]]:
+    """For each state a call can be in (:func:`leaf_states`), the states of the regions
+    beside it that can be active with it (the caller's voice while live, the realtime
+    model's activity until the end)."""
+    beside: dict[str, set[str]] = {state.id: set() for state in leaf_states(machine_class)}
+    for configuration in configurations(machine_class):
+        beside[configuration[0]].update(configuration[1:])
+    return MappingProxyType({state: frozenset(states) for state, states in beside.items()})
 
 
 def leaves_under(compound: str) -> frozenset[str]:
@@ -934,7 +1015,7 @@ GREETING_STATES: frozenset[str] = leaves_under("greeting")
 """The greeting's phases (atomic states)."""
 
 LIVE_STATES: frozenset[str] = _and_phased(leaves_under("turn"))
-"""States of a live call: the regions beside the turn run beside them (atomic ones, and
+"""States of a live call: the caller's voice runs beside them (atomic ones, and
 ``greeting`` and ``listening`` as :attr:`TurnController.state` reports their phases)."""
 
 

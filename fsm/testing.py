@@ -349,15 +349,15 @@ class ExplorationReport:
     """What :func:`explore` covered and the breaches it found."""
 
     configurations: int
-    """Distinct configurations (state and caller's voice × context × monitor shadow)
+    """Distinct configurations (the state of every region × context × monitor shadow)
     visited."""
     steps: int
     """Events fed, each checked against every invariant."""
     states: frozenset[str]
     """States reached (as :attr:`~turnfsm.TurnController.state` reports them)."""
     transitions: frozenset[tuple[str, str, str]]
-    """(source, event, target) moves taken in each region (the state's, the caller's
-    voice's), self loops included."""
+    """(source, event, target) moves taken in each region (the state's, and each
+    region's beside it), self loops included."""
     violations: list[str]
     """One line per breach: the invariant (or watchdog), the configuration and the event
     that reached it."""

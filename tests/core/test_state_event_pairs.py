@@ -17,11 +17,14 @@ from turnfsm.machine import (
     IGNORED,
     LEAF_STATES,
     LIVE_STATES,
+    MODEL_STATES,
+    REGION_STATES,
     STATES,
     VOICE_STATES,
     declared_moves,
     leaf_states,
     public_state,
+    states_beside,
 )
 from turnfsm.rules import input_muted
 from turnfsm.testing import event_alphabet, fresh_context
@@ -57,13 +60,24 @@ def test_states_are_the_documented_ones() -> None:
 
 def declared_in(state: str) -> set[str]:
     """Events a transition takes in some configuration of ``state``: its own, and those of
-    the caller's voice beside it while the call is live."""
-    sources = {state, *VOICE_STATES} if state in LIVE_STATES else {state}
+    the regions beside it (the caller's voice while the call is live, the realtime
+    model's activity until the end)."""
+    beside = states_beside()
+    sources = {state}.union(*(beside[leaf] for leaf in LEAF_STATES if public_state(leaf) == state))
     return {event for source, event, _ in declared_moves() if source in sources}
 
 
 def test_states_are_the_documented_ones_with_the_voice_beside_the_live_ones() -> None:
     assert VOICE_STATES == ("caller_silent", "caller_speaking")
+    assert MODEL_STATES == (
+        "model_free",
+        "model_responding",
+        "cancelling_active",
+        "cancelling_idle",
+    )
+    assert states_beside()["ringing"] == frozenset(MODEL_STATES)
+    assert states_beside()["speaking"] == frozenset({*VOICE_STATES, *MODEL_STATES})
+    assert states_beside()["ended"] == frozenset()
     assert {public_state(state) for state in LIVE_STATES} == {
         "awaiting_user",
         "awaiting_agent",
@@ -96,7 +110,7 @@ def test_ignored_names_only_pairs_without_a_transition() -> None:
 def test_the_controller_prefilter_matches_introspection() -> None:
     expected = {
         state: {e for s, e, _ in declared_moves() if s == state}
-        for state in (*STATES, *VOICE_STATES)
+        for state in (*STATES, *(leaf for leaves in REGION_STATES.values() for leaf in leaves))
     }
     # the greeting's events are those of its phases
     handled: dict[str, set[str]] = {}
@@ -216,17 +230,18 @@ def test_restore_refuses_an_unknown_configuration(configuration: object) -> None
     controller = TurnController(POLICIES[0])
     with pytest.raises(ValueError, match="configuration must be one of"):
         controller.restore(configuration, TurnContext())  # type: ignore[arg-type]
-    assert controller.configuration == ("ringing",)
+    assert controller.configuration == ("ringing", "model_free")
 
 
 def test_restore_takes_a_state_alone_as_the_caller_silent() -> None:
     controller = TurnController(POLICIES[0])
     live = TurnContext(timers=frozenset({"max_duration"}))
     controller.restore("listening", live)  # a phased state: its first phase
-    assert controller.configuration == ("listening_open", "caller_silent")
+    assert controller.configuration == ("listening_open", "caller_silent", "model_free")
     controller.restore(
         ("speaking",), TurnContext(timers=live.timers, active_speeches=frozenset({"s1"}))
     )
-    assert controller.configuration == ("speaking", "caller_silent")  # regions left out
+    # the regions left out are in their initial states
+    assert controller.configuration == ("speaking", "caller_silent", "model_free")
     controller.restore(("greeting_requested", "caller_speaking"), live)
-    assert controller.snapshot()[0] == ("greeting_requested", "caller_speaking")
+    assert controller.snapshot()[0] == ("greeting_requested", "caller_speaking", "model_free")

@@ -33,7 +33,7 @@ from turnfsm import Trace, TurnController, TurnPolicy, replay
 from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.events import EVENT_TYPES
-from turnfsm.machine import STATES, VOICE_STATES, declared_moves
+from turnfsm.machine import REGION_STATES, STATES, declared_moves
 from turnfsm.rules import TurnRules
 from turnfsm.testing import region_moves
 
@@ -326,7 +326,8 @@ def run(profile: str, summary_line: Callable[[str], None]) -> None:
     )
     target = settings.get_profile(profile).max_examples
     assert Totals.examples >= target, f"only {Totals.examples} examples of {target}"
-    assert {after for _, _, after in Totals.moves} == {*STATES, *VOICE_STATES}
+    beside = {state for states in REGION_STATES.values() for state in states}
+    assert {after for _, _, after in Totals.moves} == {*STATES, *beside}
     # The guided strategy gets deep into calls: every state change short of the end is
     # taken (the rarest about 10 times in 1 000 calls). Each state's way to `ended` is
     # rarer by design; the explorer covers those exhaustively.

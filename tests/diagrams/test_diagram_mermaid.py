@@ -8,7 +8,13 @@ import re
 import subprocess
 import sys
 
-from turnfsm.machine import GREETING_STATES, LOCKED_STATES, TurnMachine, declared_moves
+from turnfsm.machine import (
+    GREETING_STATES,
+    LOCKED_STATES,
+    MODEL_STATES,
+    TurnMachine,
+    declared_moves,
+)
 from turnfsm.policy import TurnPolicy
 from turnfsm.rules import POLICY_GUARDS, TurnRules
 from turnfsm.tools.cli import PRESETS
@@ -132,7 +138,12 @@ def test_policy_sets_the_start_and_omits_what_cannot_fire() -> None:
     assert "            start --> ringing : [is_outbound]\n" in whole
     assert "        start --> listening : session_started\n" in whole
     # beside the live states, the caller's voice: its own region, with its own moves
-    assert "        --\n            state caller_voice {\n" in whole
+    assert "                --\n                state caller_voice {\n" in whole
+    # beside the call's line, the realtime model's activity: a region of the call
+    assert "        --\n        state model_activity {\n" in whole
+    assert (
+        "model_responding --> cancelling_active : model_cancel_sent / note_cancel_sent\n" in whole
+    )
     assert "caller_speaking --> caller_silent : [input_is_muted]\n" in whole
 
     agent_first = TurnPolicy(direction="outbound", first_speaker="agent", greeting="Hi")
@@ -161,8 +172,11 @@ def test_dot_text_is_valid_graphviz() -> None:
 def test_overview_draws_states_and_state_changes_by_event_only() -> None:
     diagram = build_diagram()
     text = to_overview(diagram)
+    beside_the_call = set(MODEL_STATES)  # named by the caption (parallel_regions)
     for state in set(collapse_phases(diagram).states) - set(diagram.parents.values()):
-        assert re.search(rf"\b{state}\b", text), state
+        drawn = re.search(rf"\b{state}\b", text)
+        assert bool(drawn) != (state in beside_the_call), state
+    assert "model_activity" not in text
     labels = [
         line.split(" : ", 1)[1] for line in text.splitlines() if " --> " in line and " : " in line
     ]
@@ -203,7 +217,28 @@ def test_overview_draws_states_and_state_changes_by_event_only() -> None:
     assert "        caller_silent --> caller_speaking : user_speech_started\n" in text
     assert "    ringing --> awaiting_user : call_answered\n" in text
     assert " --> turn" not in text
-    assert parallel_regions(diagram) == [
+    assert parallel_regions(diagram)[0] == (
+        "call",
+        [
+            (
+                "line",
+                [
+                    "start",
+                    "ringing",
+                    "awaiting_user",
+                    "awaiting_agent",
+                    "greeting",
+                    "listening",
+                    "speaking",
+                    "tool_loop",
+                    "caller_silent",
+                    "caller_speaking",
+                ],
+            ),
+            ("model_activity", list(MODEL_STATES)),
+        ],
+    )
+    assert parallel_regions(diagram)[1:] == [
         (
             "live",
             [
