@@ -344,7 +344,8 @@ def _check_listening_phase(
 def _check_model(context: TurnContext, configuration: tuple[str, ...]) -> None:
     """The realtime model's region leaves ``model_free`` only once a model is linked, and
     is in ``model_cancelling`` exactly while cancels are on their way."""
-    (model,) = [leaf for leaf in configuration if leaf in MODEL_STATES] or ["model_free"]
+    # (ended: no model's activity is left)
+    model = next((leaf for leaf in configuration if leaf in MODEL_STATES), "model_free")
     if model != "model_free" and not context.realtime_model:
         raise ValueError(f"no call is in {model!r} without a realtime model (realtime_model)")
     if bool(context.pending_cancels) != (model in CANCELLING):

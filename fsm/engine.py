@@ -51,10 +51,12 @@ engine="reference")`` runs such a chart.
 
 Regions are tried in document order (the turn, then each region beside it), as the
 reference does after a restore. Mid-call, the reference tries them in the order it
-entered them (its ``_select_transitions`` notes the sorting as a TODO); the orders
-differ in outcome only when regions take transitions that conflict or that run actions
-in both, which the turn chart never does (``tests/core/test_engine.py`` checks every
-order of every set of candidates the regions can take together).
+entered them (its ``_select_transitions`` notes the sorting as a TODO); both engines
+run exit and enter actions in document order, so the orders differ in outcome only
+when regions take transitions that conflict or that both have actions of their own
+(``before``, ``on``, ``after``), which the turn chart never does in one step
+(``tests/core/test_engine.py`` checks every order of every set of candidates the
+regions can take together, their guards not contradicting each other).
 :func:`turnfsm.testing.explore` proves the two engines equal on every configuration it
 reaches (``ExplorationReport.engine_checks``).
 """

@@ -827,6 +827,7 @@ def _atomic(machine_class: type[TurnChart]) -> tuple[State, ...]:
     return tuple(state for state in walk_states(machine_class.states) if not state.states)
 
 
+@functools.cache
 def leaf_states(machine_class: type[TurnChart] = TurnMachine) -> tuple[State, ...]:
     """The states a call can be in (the atomic ones outside the regions beside the turn),
     in declaration order."""
