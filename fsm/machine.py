@@ -193,15 +193,21 @@ def declare_chart() -> dict[str, Any]:
                 class conversation(State.Compound):  # noqa: N801
                     """Turns after the greeting."""
 
-                    class listening(  # noqa: N801
-                        State.Compound, initial=True, exit="close_spill_over_window"
-                    ):
+                    class listening(State.Compound, initial=True):  # noqa: N801
                         """The caller's turn. What is left of the greeting's overlap is a
                         phase of it; :attr:`TurnController.state` reports ``listening`` in
                         each (:func:`public_state`)."""
 
                         listening_open = State(initial=True)
                         """Nothing of the greeting's overlap is left to wait for."""
+
+                        spill_over_window = State()
+                        """Just after a greeting that muted the input and drops an overlap
+                        (``mute_input`` + ``drop``), for ``spill_over_window`` seconds
+                        (its ``spill_over`` timer), until a turn is committed: speech
+                        that starts now is the tail of an overlap the muted input missed.
+                        Not while a realtime model's server detects turns: it commits
+                        the tail before anything could hold it."""
 
                         discarding_overlap = State(exit="stop_discarding_overlap")
                         """Speech that overlapped the greeting (``keep_listening``), or
@@ -260,8 +266,9 @@ def declare_chart() -> dict[str, Any]:
     awaiting_agent = call.live.turn.awaiting_agent
     conversation = cast(State, call.live.turn.conversation)
     listening = cast(State, call.live.turn.conversation.listening)
-    listening_open, discarding_overlap = (
+    listening_open, spill_over_window, discarding_overlap = (
         call.live.turn.conversation.listening.listening_open,
+        call.live.turn.conversation.listening.spill_over_window,
         call.live.turn.conversation.listening.discarding_overlap,
     )
     replaying_held_audio = cast(State, call.live.turn.conversation.listening.replaying_held_audio)
@@ -286,6 +293,7 @@ def declare_chart() -> dict[str, Any]:
     after(turn, "max_duration", seconds="max_call_duration")
     after(awaiting_user, "await_user", seconds="await_user_timeout", while_silent=True)
     after(listening, "idle", seconds="idle_timeout", while_silent=True)
+    after(spill_over_window, "spill_over", seconds="spill_over_window")
     after(greeting_awaiting_model, "response_done", seconds="response_done_wait")
     after(retry_awaiting_model, "response_done", seconds="response_done_wait")
     # the capped final reply's waits for a realtime model, and the hold of a tool step's reply
@@ -330,12 +338,7 @@ def declare_chart() -> dict[str, Any]:
     user_speech_started |= (
         awaiting_user.to(None, on="stop_silence_timers")
         | greeting.to(None, on="note_overlap")
-        # (opened only after a greeting that muted the input and drops an overlap)
-        | listening_open.to(
-            discarding_overlap,
-            cond=["mutes_greeting", "drops_overlap", "in_spill_over_window"],
-            on=["stop_silence_timers", "hold_spill_over"],
-        )
+        | spill_over_window.to(discarding_overlap, on=["stop_silence_timers", "hold_spill_over"])
         | replay_unheard.to(replay_heard_caller, on="stop_silence_timers")
         | listening.to(None, on="stop_silence_timers")
         # a barge-in into a tool step: its reply waits for LiveKit's decision
@@ -357,6 +360,8 @@ def declare_chart() -> dict[str, Any]:
         # the caller spoke before the agent greeted: the call goes on without a greeting
         | awaiting_agent.to(listening, on="note_user_turn")
         | greeting.to(None, cond="drops_overlap", unless="is_first_words", on="reject_user_turn")
+        # a turn ends the spill-over window: what starts after it is new speech
+        | spill_over_window.to(listening_open, on="note_user_turn")
         # (a reply still held: LiveKit committed the turn without interrupting its speech)
         | conversation.to(None, on=["note_user_turn", "send_held_tool_reply"])
     )
@@ -441,8 +446,8 @@ def declare_chart() -> dict[str, Any]:
     agent_speech_ended = (
         # the greeting muted the input: held audio replayed through held user turns (one
         # turn; not on a realtime model, whose server commits the replayed audio itself),
-        # or a spill-over's tail discarded (where LiveKit commits turns: a realtime
-        # model's server commits the tail before anything could hold it)
+        # or a spill-over's tail awaited, to be discarded (where LiveKit commits turns: a
+        # realtime model's server commits the tail before anything could hold it)
         leave_greeting(["mutes_greeting", agents_turn], speaking)
         | leave_greeting(
             ["mutes_greeting", "answers_whole_overlap"],
@@ -450,9 +455,7 @@ def declare_chart() -> dict[str, Any]:
             unless="runs_realtime_model",
         )
         | leave_greeting(
-            ["mutes_greeting", "drops_overlap"],
-            unless="model_detects_turns",
-            before="open_spill_over_window",
+            ["mutes_greeting", "drops_overlap"], spill_over_window, unless="model_detects_turns"
         )
         | leave_greeting(["mutes_greeting"])
         # the greeting kept listening: its held turns resumed, an overlap answered whole
@@ -668,13 +671,16 @@ def declare_chart() -> dict[str, Any]:
 
     model_reply_timer_expired = conversation.to(None, on="ask_final_reply_when_model_free")
 
+    # the spill-over window is over: speech that starts now is new
+    spill_over_timer_expired = spill_over_window.to(listening_open)
+
     tool_reply_hold_timer_expired = conversation.to(None, on="send_held_tool_reply")
 
     del in_call, connecting, start, ringing, turn, awaiting_user, awaiting_agent, greeting
     del greeting_awaiting_model, greeting_requested, greeting_playing, greeting_retry
     del retry_awaiting_model, retry_requested, retry_playing, not_started, names_it
     del conversation
-    del listening, listening_open, discarding_overlap, replaying_held_audio
+    del listening, listening_open, spill_over_window, discarding_overlap, replaying_held_audio
     del replay_unheard, replay_heard_caller, speaking, tool_loop, caller_silent, caller_speaking
     del leave_greeting, speech_ended, agents_turn, committing
     del step_started, step_finished, interrupted

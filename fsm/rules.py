@@ -25,7 +25,6 @@ from .events import (
     AssistantMessageCommitted,
     CallEnded,
     EffectOutcome,
-    Event,
     InterruptionSettings,
     ModelCancelAnswered,
     ModelCancelSent,
@@ -105,11 +104,6 @@ class TurnRules:
     @guard("policy")
     def greets_in_own_words(self) -> bool:
         return self.policy.greets_in_own_words
-
-    @guard("event")
-    def in_spill_over_window(self, ev: Event) -> bool:
-        until = self.context.spill_over_until
-        return until is not None and ev.at <= until
 
     @guard("event")
     def is_first_words(self, ev: UserTurnCommitted) -> bool:
@@ -527,10 +521,6 @@ class TurnRules:
         heard = "replay_heard_caller" in machine.configuration_values
         self._resume_user_turns(commit_pending=over and heard and not _caller_speaks(machine))
 
-    def open_spill_over_window(self, ev: Event) -> None:
-        """Speech starting right after the unmute is the tail of a missed overlap."""
-        self.context.spill_over_until = ev.at + self.policy.spill_over_window
-
     def resume_user_turns_committing_a_finished_overlap(self, machine: StateChart) -> None:
         """``keep_listening`` + ``answer_whole``: an overlap already over is one turn now;
         one still going on becomes a turn when the caller stops. (Held at the input gate,
@@ -544,11 +534,9 @@ class TurnRules:
         self.emit(fx.ClearUserTurn())
         self._resume_user_turns(commit_pending=False)
 
-    def close_spill_over_window(self) -> None:
-        self.context.spill_over_until = None
-
     def hold_spill_over(self) -> None:
-        self.context.spill_over_until = None
+        """Speech started in the spill-over window: the tail of a missed overlap, held
+        while it goes on (and discarded as its phase is left)."""
         self._hold_user_turns()
 
     def stop_discarding_overlap(self, target: object) -> None:
@@ -595,7 +583,6 @@ class TurnRules:
         ctx = self.context
         self._end_final_wait()
         self._allow_tools()  # first: the cap's fields say whether they are forbidden
-        ctx.spill_over_until = None
         ctx.tool_rounds = 0
         ctx.capped = False
         ctx.tool_loop_stopped = False

@@ -398,11 +398,14 @@ def test_mute_input_drop_spill_over_within_the_window_is_held_and_discarded() ->
     controller = greeted(
         outbound(greeting_lock="mute_input", greeting_overlap="drop", idle_timeout=6)
     )
+    # the window opens as the greeting ends, for spill_over_window (0.5 s)
     assert controller.handle(ev.AgentSpeechEnded(at=5.0, speech_id="g1", played_seconds=3)) == (
         fx.UnmuteInput(replay_held_audio=False),
         fx.StartTimer(timer="idle", seconds=6),
+        fx.StartTimer(timer="spill_over", seconds=0.5),
     )
-    assert controller.handle(ev.UserSpeechStarted(at=5.5)) == (  # at the window's edge
+    assert controller.handle(ev.UserSpeechStarted(at=5.5)) == (  # its timer not expired yet
+        fx.CancelTimer(timer="spill_over"),
         fx.CancelTimer(timer="idle"),
         fx.HoldUserTurns(),
     )
@@ -429,7 +432,20 @@ def test_no_idle_reprompt_while_the_caller_speaks_the_spill_over() -> None:
 def test_mute_input_drop_speech_after_the_window_is_a_turn() -> None:
     controller = greeted(outbound(greeting_lock="mute_input", greeting_overlap="drop"))
     controller.handle(ev.AgentSpeechEnded(at=5.0, speech_id="g1", played_seconds=3))
+    assert controller.configuration[0] == "spill_over_window"
+    assert controller.handle(ev.SpillOverTimerExpired(at=5.5)) == ()
+    assert controller.configuration[0] == "listening_open"
     assert controller.handle(ev.UserSpeechStarted(at=5.51)) == ()
+    assert not held(controller)
+
+
+def test_mute_input_drop_a_turn_closes_the_spill_over_window() -> None:
+    controller = greeted(outbound(greeting_lock="mute_input", greeting_overlap="drop"))
+    controller.handle(ev.AgentSpeechEnded(at=5.0, speech_id="g1", played_seconds=3))
+    committed = ev.UserTurnCommitted(at=5.2, text="Hi", item_id="u2")
+    assert controller.handle(committed) == (fx.CancelTimer(timer="spill_over"),)
+    assert controller.configuration[0] == "listening_open"
+    assert controller.handle(ev.UserSpeechStarted(at=5.3)) == ()  # a new turn, not a tail
     assert not held(controller)
     assert controller.handle(ev.UserSpeechEnded(at=6.0)) == ()
 

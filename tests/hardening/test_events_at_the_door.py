@@ -277,7 +277,6 @@ def test_a_negative_tool_round_count_cannot_lift_the_cap() -> None:
         (TurnContext(tool_rounds=3), ValueError, "tool_rounds must be <= 2"),
         (TurnContext(reprompts=1), ValueError, "reprompts must be <= 0"),  # no idle timer
         (TurnContext(handing_over="yes"), TypeError, "handing_over must be True or False"),  # type: ignore[arg-type]
-        (TurnContext(spill_over_until=float("nan")), ValueError, "spill_over_until must be"),
         (TurnContext(active_speeches={"s1"}), TypeError, "active_speeches must be a frozenset"),  # type: ignore[arg-type]
         (TurnContext(active_speeches=frozenset({1})), TypeError, "items each must be a string"),  # type: ignore[arg-type]
         (TurnContext(timers=frozenset({"lunch"})), TypeError, "timers must be a frozenset"),  # type: ignore[arg-type]
