@@ -43,13 +43,12 @@ from .rules import TurnRules, input_muted
 
 _CONVERSATION_AND_END = CONVERSATION_STATES | {"ended"}
 
-SILENT, SPEAKING = VOICE_STATES
+SILENT, SPEAKING, SPOKE_OVER_GREETING = VOICE_STATES
 """The caller's voice (its region beside the turn)."""
 
 SCOPED: Mapping[str, frozenset[str]] = {
     **dict.fromkeys(
         (
-            "overlapped_greeting",
             "first_words_item",
             "first_words_heard",
             "greeting_speech_id",
@@ -251,6 +250,15 @@ def _check_state(context: TurnContext, policy: TurnPolicy, configuration: tuple[
             )
     if input_muted(policy, {state}) and SPEAKING in configuration:
         raise ValueError(f"a muted caller is {SILENT}, not {SPEAKING}")
+    if SPOKE_OVER_GREETING in configuration and not (
+        state == "greeting"
+        and not policy.mutes_greeting
+        and policy.greeting_overlap == "answer_whole"
+    ):
+        raise ValueError(
+            f"the caller is {SPOKE_OVER_GREETING!r} only in 'greeting', with "
+            "greeting_lock='keep_listening' and greeting_overlap='answer_whole'"
+        )
     if state == "ended" and context.end_reason is None:
         raise ValueError("TurnContext.end_reason must say why the call ended")
     if state in ("speaking", "tool_loop") and not context.active_speeches:

@@ -22,9 +22,10 @@ or ``listening``), whose enter actions then run once, with the call live; buildi
 machine emits nothing.
 
 A live call is two regions side by side: the ``turn`` and the ``caller_voice``
-(``caller_silent ⇄ caller_speaking``). The voice region follows voice activity on its
-own, so a turn's state never doubles as a "the caller is speaking" flag; the turn's
-guards and actions that depend on it read it (``caller_is_speaking``).
+(``caller_silent ⇄ caller_speaking``, and ``caller_spoke_over_greeting``). The voice
+region follows voice activity on its own, so a turn's state never doubles as a "the
+caller is speaking" flag, nor as "the caller spoke over the greeting"; the turn's guards
+and actions that depend on it read it (``caller_is_speaking``).
 
 Events that a state does not handle are ignored there on purpose; :data:`IGNORED` says
 why for each (state, event) pair, and the test suite checks every pair.
@@ -124,7 +125,8 @@ def declare_chart() -> dict[str, Any]:
     ``call`` holds every state of a call: ``start`` and ``ringing`` before it is live
     (``connecting``), then ``live``, two regions side by side: the ``turn`` (``awaiting_user``,
     ``greeting``, and ``listening ⇄ speaking ⇄ tool_loop`` in ``conversation``) and the
-    ``caller_voice`` (``caller_silent ⇄ caller_speaking``); ``ended`` is final.
+    ``caller_voice`` (``caller_silent ⇄ caller_speaking``, and ``caller_spoke_over_greeting``
+    in a greeting that answers an overlap whole); ``ended`` is final.
     """
 
     class call(State.Compound):  # noqa: N801 - state ids are snake_case
@@ -242,6 +244,10 @@ def declare_chart() -> dict[str, Any]:
 
                 caller_silent = State(initial=True)
                 caller_speaking = State()
+                caller_spoke_over_greeting = State()
+                """Silent, after speech that ended in the greeting that keeps listening
+                and answers an overlap whole: the greeting's end commits what they said
+                as one turn. Silent again once the greeting is left."""
 
     ended = State(final=True, enter="clean_up_call")
     """The call is over; only clean-up effects are emitted on the way in."""
@@ -280,9 +286,10 @@ def declare_chart() -> dict[str, Any]:
         call.live.turn.conversation.speaking,
         call.live.turn.conversation.tool_loop,
     )
-    caller_silent, caller_speaking = (
+    caller_silent, caller_speaking, caller_spoke_over_greeting = (
         call.live.caller_voice.caller_silent,
         call.live.caller_voice.caller_speaking,
+        call.live.caller_voice.caller_spoke_over_greeting,
     )
 
     # Timers, declared per state (XState's ``after``): started as the state is entered
@@ -329,15 +336,24 @@ def declare_chart() -> dict[str, Any]:
     call_ended = in_call.to(ended, on="note_end_reason")
 
     # The caller's voice follows the voice activity the unmuted input reports; muting the
-    # input silences it (eventless: no end of speech comes through a muted input).
-    user_speech_started = caller_silent.to(caller_speaking, unless="input_is_muted")
-    user_speech_ended = caller_speaking.to(caller_silent)
+    # input silences it (eventless: no end of speech comes through a muted input). Speech
+    # that ends in the greeting that answers an overlap whole is an overlap its end
+    # commits; once the greeting is left, that silence is plain (eventless: after the step
+    # that leaves it, whose actions have read it).
+    user_speech_started = caller_speaking.from_(
+        caller_silent, caller_spoke_over_greeting, unless="input_is_muted"
+    )
+    user_speech_ended = caller_speaking.to(
+        caller_spoke_over_greeting,
+        cond=["answers_whole_overlap", "in_greeting"],
+        unless="mutes_greeting",
+    ) | caller_speaking.to(caller_silent)
     caller_speaking.to(caller_silent, cond="input_is_muted")
+    caller_spoke_over_greeting.to(caller_silent, unless="in_greeting")
 
     # what the turn makes of it
     user_speech_started |= (
         awaiting_user.to(None, on="stop_silence_timers")
-        | greeting.to(None, on="note_overlap")
         | spill_over_window.to(discarding_overlap, on=["stop_silence_timers", "hold_spill_over"])
         | replay_unheard.to(replay_heard_caller, on="stop_silence_timers")
         | listening.to(None, on="stop_silence_timers")
@@ -381,7 +397,7 @@ def declare_chart() -> dict[str, Any]:
         greeting,
         cond=["greets_on_final_transcript", "has_final_words"],
         unless="runs_realtime_model",
-        on=["note_first_words_heard", "note_user_turn", "note_overlap_if_the_caller_speaks"],
+        on=["note_first_words_heard", "note_user_turn"],
     )
 
     agent_speech_created = (
@@ -682,6 +698,7 @@ def declare_chart() -> dict[str, Any]:
     del conversation
     del listening, listening_open, spill_over_window, discarding_overlap, replaying_held_audio
     del replay_unheard, replay_heard_caller, speaking, tool_loop, caller_silent, caller_speaking
+    del caller_spoke_over_greeting
     del leave_greeting, speech_ended, agents_turn, committing
     del step_started, step_finished, interrupted
     del call_wide, when_model_free

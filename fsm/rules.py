@@ -97,6 +97,10 @@ class TurnRules:
     def input_is_muted(self, machine: StateChart) -> bool:
         return input_muted(self.policy, machine.configuration_values)
 
+    @guard("state")
+    def in_greeting(self, machine: StateChart) -> bool:
+        return "greeting" in machine.configuration_values
+
     @guard("policy")
     def agent_speaks_first(self) -> bool:
         return self.policy.first_speaker == "agent"
@@ -407,13 +411,6 @@ class TurnRules:
     def note_first_words(self, ev: UserTurnCommitted) -> None:
         self.context.first_words_item = ev.item_id
 
-    def note_overlap_if_the_caller_speaks(self, machine: StateChart) -> None:
-        """The greeting starts on the callee's final transcript, before their voice has
-        ended (the VAD's end of speech is still to come): what they say on is speech over
-        the greeting, answered or dropped as such."""
-        if _caller_speaks(machine):
-            self.context.overlapped_greeting = True
-
     def note_first_words_heard(self, ev: UserTranscript) -> None:
         self.context.first_words_heard = ev.text
 
@@ -474,16 +471,12 @@ class TurnRules:
             )
         )
 
-    def note_overlap(self) -> None:
-        self.context.overlapped_greeting = True
-
     def forget_greeting(self) -> None:
         """Leaving the greeting, whatever the way: its speech and first words."""
         ctx = self.context
         ctx.greeting_speech_id = None
         ctx.first_words_item = None
         ctx.first_words_heard = None
-        ctx.overlapped_greeting = False
         self._resume_model_replies()
 
     # Leaving the greeting for the conversation: one action per lock and overlap policy
@@ -522,10 +515,11 @@ class TurnRules:
         self._resume_user_turns(commit_pending=over and heard and not _caller_speaks(machine))
 
     def resume_user_turns_committing_a_finished_overlap(self, machine: StateChart) -> None:
-        """``keep_listening`` + ``answer_whole``: an overlap already over is one turn now;
-        one still going on becomes a turn when the caller stops. (Held at the input gate,
-        its audio is replayed: the model's server commits it.)"""
-        finished = self.context.overlapped_greeting and not _caller_speaks(machine)
+        """``keep_listening`` + ``answer_whole``: an overlap already over (the caller's
+        voice ended in the greeting) is one turn now; one still going on becomes a turn
+        when the caller stops. (Held at the input gate, its audio is replayed: the model's
+        server commits it.)"""
+        finished = "caller_spoke_over_greeting" in machine.configuration_values
         self._resume_user_turns(commit_pending=finished, replay_held_audio=True)
 
     def clear_and_resume_user_turns(self) -> None:

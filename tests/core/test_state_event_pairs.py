@@ -63,7 +63,7 @@ def declared_in(state: str) -> set[str]:
 
 
 def test_states_are_the_documented_ones_with_the_voice_beside_the_live_ones() -> None:
-    assert VOICE_STATES == ("caller_silent", "caller_speaking")
+    assert VOICE_STATES == ("caller_silent", "caller_speaking", "caller_spoke_over_greeting")
     assert {public_state(state) for state in LIVE_STATES} == {
         "awaiting_user",
         "awaiting_agent",
@@ -149,7 +149,6 @@ def plausible_contexts(state: str, policy: TurnPolicy) -> list[TurnContext]:
     quiet = public_state(state) == "listening" and policy.has_greeting
     busy = attrs.evolve(
         fresh,
-        overlapped_greeting=greeting,
         first_words_item="u1"
         if greeting and (policy.direction == "outbound" or policy.first_speaker == "user")
         else None,
@@ -179,11 +178,20 @@ def test_every_event_in_every_state_is_handled_without_error(
     state: str, policy: TurnPolicy
 ) -> None:
     controller = TurnController(policy, record=False)
-    voices = [(voice,) for voice in VOICE_STATES] if state in LIVE_STATES else [()]
+    silent, speaking, spoke_over = VOICE_STATES
+    # the caller's voice ends over the greeting only in one that answers an overlap whole
+    over_greeting = public_state(state) == "greeting" and (
+        not policy.mutes_greeting and policy.greeting_overlap == "answer_whole"
+    )
+    voices = [silent, speaking] + ([spoke_over] if over_greeting else [])
     for context in plausible_contexts(state, policy):
         # a muted caller is silent; so is one in a phase their voice starting leaves
-        silent = input_muted(policy, {public_state(state)}) or state in SILENT_PHASES
-        heard = [v for v in voices if not silent or v != (VOICE_STATES[1],)]
+        quiet = input_muted(policy, {public_state(state)}) or state in SILENT_PHASES
+        heard = [
+            (voice,)
+            for voice in voices
+            if state in LIVE_STATES and not (quiet and voice == speaking)
+        ] or [()]
         for voice, event in ((voice, event) for voice in heard for event in event_alphabet()):
             controller.restore((state, *voice), context)
             handled = controller.handled_events

@@ -690,6 +690,40 @@ def own_words(**options: Any) -> TurnController:
     return TurnController(TurnPolicy(direction="inbound", **options), strict=True)
 
 
+def test_speech_going_on_as_the_greeting_starts_is_an_overlap_answered_whole() -> None:
+    """The caller speaks as the agent's first speech, the greeting, is created, and stops
+    in it: under keep_listening + answer_whole what they said is one turn at the greeting's
+    end, as speech that started in it is (before the caller's voice told it, only a start
+    in the greeting counted: this speech was held with the greeting's turns, and never
+    committed)."""
+    controller = own_words(greeting_lock="keep_listening", greeting_overlap="answer_whole")
+    controller.handle(ev.SessionStarted(at=0.0))
+    controller.handle(ev.UserSpeechStarted(at=0.5))
+    greeting = ev.AgentSpeechCreated(at=0.6, speech_id="g1", source="say", from_agent_code=True)
+    controller.handle(greeting)
+    assert controller.configuration == ("greeting_playing", "caller_speaking")
+    controller.handle(ev.UserSpeechEnded(at=1.0))
+    assert controller.configuration == ("greeting_playing", "caller_spoke_over_greeting")
+    effects = controller.handle(ev.AgentSpeechEnded(at=3.0, speech_id="g1", played_seconds=2.4))
+    assert fx.ResumeUserTurns(commit_pending=True) in effects
+    assert controller.configuration == ("listening_open", "caller_silent")
+
+
+@pytest.mark.parametrize("lock", ["keep_listening", "mute_input"])
+@pytest.mark.parametrize("overlap", ["answer_whole", "drop"])
+def test_only_a_greeting_that_answers_an_overlap_whole_remembers_it(
+    lock: str, overlap: str
+) -> None:
+    controller = greeted(outbound(greeting_lock=lock, greeting_overlap=overlap))
+    controller.handle(ev.UserSpeechStarted(at=2.5))
+    controller.handle(ev.UserSpeechEnded(at=2.8))
+    remembered = lock == "keep_listening" and overlap == "answer_whole"
+    assert ("caller_spoke_over_greeting" in controller.configuration) == remembered
+    # speaking again, the caller is no longer silent over the greeting
+    controller.handle(ev.UserSpeechStarted(at=3.0))
+    assert "caller_spoke_over_greeting" not in controller.configuration
+
+
 def test_own_words_waits_for_the_agents_first_speech_holding_nothing() -> None:
     controller = own_words(max_call_duration=120)
     assert controller.handle(ev.SessionStarted(at=0.0)) == (
