@@ -26,12 +26,6 @@ class TurnContext:
     field, never change it in place, so a shallow :meth:`copy` shares nothing mutable.
     """
 
-    overlapped_greeting: bool = False
-    """The caller spoke during the current greeting."""
-
-    spill_over_until: float | None = None
-    """Speech starting before this time continues an overlap the muted input missed."""
-
     first_words_item: str | None = None
     """The callee's first committed turn, until the greeting is over: the greeting
     answers it and it is never rejected (invariant I7)."""

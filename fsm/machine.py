@@ -22,9 +22,10 @@ or ``listening``), whose enter actions then run once, with the call live; buildi
 machine emits nothing.
 
 A live call is two regions side by side: the ``turn`` and the ``caller_voice``
-(``caller_silent ⇄ caller_speaking``). The voice region follows voice activity on its
-own, so a turn's state never doubles as a "the caller is speaking" flag; the turn's
-guards and actions that depend on it read it (``caller_is_speaking``). Beside the whole
+(``caller_silent ⇄ caller_speaking``, and ``caller_spoke_over_greeting``). The voice
+region follows voice activity on its own, so a turn's state never doubles as a "the
+caller is speaking" flag, nor as "the caller spoke over the greeting"; the turn's guards
+and actions that depend on it read it (``caller_is_speaking``). Beside the whole
 call (its ``line``: connecting, then live) runs a third region, the realtime model's
 activity (``model_activity``: ``model_free``, ``model_responding``, ``model_cancelling``
 while a ``response.cancel`` is on its way), from the call's start: a model's response
@@ -130,7 +131,8 @@ def declare_chart() -> dict[str, Any]:
     ``ringing`` before it is live (``connecting``), then ``live``, two regions side by
     side: the ``turn`` (``awaiting_user``, ``greeting``, and ``listening ⇄ speaking ⇄
     tool_loop`` in ``conversation``) and the ``caller_voice`` (``caller_silent ⇄
-    caller_speaking``); and beside the line, the realtime model's activity
+    caller_speaking``, and ``caller_spoke_over_greeting`` in a greeting that answers an
+    overlap whole); and beside the line, the realtime model's activity
     (``model_activity``). ``ended`` is final.
     """
 
@@ -206,15 +208,21 @@ def declare_chart() -> dict[str, Any]:
                     class conversation(State.Compound):  # noqa: N801
                         """Turns after the greeting."""
 
-                        class listening(  # noqa: N801
-                            State.Compound, initial=True, exit="close_spill_over_window"
-                        ):
+                        class listening(State.Compound, initial=True):  # noqa: N801
                             """The caller's turn. What is left of the greeting's overlap is a
                             phase of it; :attr:`TurnController.state` reports ``listening`` in
                             each (:func:`public_state`)."""
 
                             listening_open = State(initial=True)
                             """Nothing of the greeting's overlap is left to wait for."""
+
+                            spill_over_window = State()
+                            """Just after a greeting that muted the input and drops an overlap
+                            (``mute_input`` + ``drop``), for ``spill_over_window`` seconds
+                            (its ``spill_over`` timer), until a turn is committed: speech
+                            that starts now is the tail of an overlap the muted input missed.
+                            Not while a realtime model's server detects turns: it commits
+                            the tail before anything could hold it."""
 
                             discarding_overlap = State(exit="stop_discarding_overlap")
                             """Speech that overlapped the greeting (``keep_listening``), or
@@ -250,6 +258,10 @@ def declare_chart() -> dict[str, Any]:
 
                     caller_silent = State(initial=True)
                     caller_speaking = State()
+                    caller_spoke_over_greeting = State()
+                    """Silent, after speech that ended in the greeting that keeps listening
+                    and answers an overlap whole: the greeting's end commits what they said
+                    as one turn. Silent again once the greeting is left."""
 
         class model_activity(State.Compound):  # noqa: N801
             """Beside the call's course, from its start: what the realtime model is doing,
@@ -300,8 +312,9 @@ def declare_chart() -> dict[str, Any]:
     awaiting_agent = call.line.live.turn.awaiting_agent
     conversation = cast(State, call.line.live.turn.conversation)
     listening = cast(State, call.line.live.turn.conversation.listening)
-    listening_open, discarding_overlap = (
+    listening_open, spill_over_window, discarding_overlap = (
         call.line.live.turn.conversation.listening.listening_open,
+        call.line.live.turn.conversation.listening.spill_over_window,
         call.line.live.turn.conversation.listening.discarding_overlap,
     )
     replaying_held_audio = cast(
@@ -315,9 +328,10 @@ def declare_chart() -> dict[str, Any]:
         call.line.live.turn.conversation.speaking,
         call.line.live.turn.conversation.tool_loop,
     )
-    caller_silent, caller_speaking = (
+    caller_silent, caller_speaking, caller_spoke_over_greeting = (
         call.line.live.caller_voice.caller_silent,
         call.line.live.caller_voice.caller_speaking,
+        call.line.live.caller_voice.caller_spoke_over_greeting,
     )
     model_free, model_responding = (
         call.model_activity.model_free,
@@ -337,6 +351,7 @@ def declare_chart() -> dict[str, Any]:
     after(turn, "max_duration", seconds="max_call_duration")
     after(awaiting_user, "await_user", seconds="await_user_timeout", while_silent=True)
     after(listening, "idle", seconds="idle_timeout", while_silent=True)
+    after(spill_over_window, "spill_over", seconds="spill_over_window")
     after(greeting_awaiting_model, "response_done", seconds="response_done_wait")
     after(retry_awaiting_model, "response_done", seconds="response_done_wait")
     # the capped final reply's waits for a realtime model, and the hold of a tool step's reply
@@ -368,21 +383,25 @@ def declare_chart() -> dict[str, Any]:
     call_ended = in_call.to(ended, on="note_end_reason")
 
     # The caller's voice follows the voice activity the unmuted input reports; muting the
-    # input silences it (eventless: no end of speech comes through a muted input).
-    user_speech_started = caller_silent.to(caller_speaking, unless="input_is_muted")
-    user_speech_ended = caller_speaking.to(caller_silent)
+    # input silences it (eventless: no end of speech comes through a muted input). Speech
+    # that ends in the greeting that answers an overlap whole is an overlap its end
+    # commits; once the greeting is left, that silence is plain (eventless: after the step
+    # that leaves it, whose actions have read it).
+    user_speech_started = caller_speaking.from_(
+        caller_silent, caller_spoke_over_greeting, unless="input_is_muted"
+    )
+    user_speech_ended = caller_speaking.to(
+        caller_spoke_over_greeting,
+        cond=["answers_whole_overlap", "in_greeting"],
+        unless="mutes_greeting",
+    ) | caller_speaking.to(caller_silent)
     caller_speaking.to(caller_silent, cond="input_is_muted")
+    caller_spoke_over_greeting.to(caller_silent, unless="in_greeting")
 
     # what the turn makes of it
     user_speech_started |= (
         awaiting_user.to(None, on="stop_silence_timers")
-        | greeting.to(None, on="note_overlap")
-        # (opened only after a greeting that muted the input and drops an overlap)
-        | listening_open.to(
-            discarding_overlap,
-            cond=["mutes_greeting", "drops_overlap", "in_spill_over_window"],
-            on=["stop_silence_timers", "hold_spill_over"],
-        )
+        | spill_over_window.to(discarding_overlap, on=["stop_silence_timers", "hold_spill_over"])
         | replay_unheard.to(replay_heard_caller, on="stop_silence_timers")
         | listening.to(None, on="stop_silence_timers")
         # a barge-in into a tool step: its reply waits for LiveKit's decision
@@ -404,6 +423,8 @@ def declare_chart() -> dict[str, Any]:
         # the caller spoke before the agent greeted: the call goes on without a greeting
         | awaiting_agent.to(listening, on="note_user_turn")
         | greeting.to(None, cond="drops_overlap", unless="is_first_words", on="reject_user_turn")
+        # a turn ends the spill-over window: what starts after it is new speech
+        | spill_over_window.to(listening_open, on="note_user_turn")
         # (a reply still held: LiveKit committed the turn without interrupting its speech)
         | conversation.to(None, on=["note_user_turn", "send_held_tool_reply"])
     )
@@ -423,7 +444,7 @@ def declare_chart() -> dict[str, Any]:
         greeting,
         cond=["greets_on_final_transcript", "has_final_words"],
         unless="runs_realtime_model",
-        on=["note_first_words_heard", "note_user_turn", "note_overlap_if_the_caller_speaks"],
+        on=["note_first_words_heard", "note_user_turn"],
     )
 
     agent_speech_created = (
@@ -488,8 +509,8 @@ def declare_chart() -> dict[str, Any]:
     agent_speech_ended = (
         # the greeting muted the input: held audio replayed through held user turns (one
         # turn; not on a realtime model, whose server commits the replayed audio itself),
-        # or a spill-over's tail discarded (where LiveKit commits turns: a realtime
-        # model's server commits the tail before anything could hold it)
+        # or a spill-over's tail awaited, to be discarded (where LiveKit commits turns: a
+        # realtime model's server commits the tail before anything could hold it)
         leave_greeting(["mutes_greeting", agents_turn], speaking)
         | leave_greeting(
             ["mutes_greeting", "answers_whole_overlap"],
@@ -497,9 +518,7 @@ def declare_chart() -> dict[str, Any]:
             unless="runs_realtime_model",
         )
         | leave_greeting(
-            ["mutes_greeting", "drops_overlap"],
-            unless="model_detects_turns",
-            before="open_spill_over_window",
+            ["mutes_greeting", "drops_overlap"], spill_over_window, unless="model_detects_turns"
         )
         | leave_greeting(["mutes_greeting"])
         # the greeting kept listening: its held turns resumed, an overlap answered whole
@@ -727,14 +746,18 @@ def declare_chart() -> dict[str, Any]:
 
     model_reply_timer_expired = conversation.to(None, on="ask_final_reply_when_model_free")
 
+    # the spill-over window is over: speech that starts now is new
+    spill_over_timer_expired = spill_over_window.to(listening_open)
+
     tool_reply_hold_timer_expired = conversation.to(None, on="send_held_tool_reply")
 
     del in_call, connecting, start, ringing, turn, awaiting_user, awaiting_agent, greeting
     del greeting_awaiting_model, greeting_requested, greeting_playing, greeting_retry
     del retry_awaiting_model, retry_requested, retry_playing, not_started, names_it
     del conversation
-    del listening, listening_open, discarding_overlap, replaying_held_audio
+    del listening, listening_open, spill_over_window, discarding_overlap, replaying_held_audio
     del replay_unheard, replay_heard_caller, speaking, tool_loop, caller_silent, caller_speaking
+    del caller_spoke_over_greeting
     del model_free, model_responding, model_cancelling, cancelling_active, cancelling_idle
     del leave_greeting, speech_ended, agents_turn, committing
     del step_started, step_finished, interrupted

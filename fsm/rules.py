@@ -25,7 +25,6 @@ from .events import (
     AssistantMessageCommitted,
     CallEnded,
     EffectOutcome,
-    Event,
     InterruptionSettings,
     ModelCancelAnswered,
     ModelCancelSent,
@@ -98,6 +97,10 @@ class TurnRules:
     def input_is_muted(self, machine: StateChart) -> bool:
         return input_muted(self.policy, machine.configuration_values)
 
+    @guard("state")
+    def in_greeting(self, machine: StateChart) -> bool:
+        return "greeting" in machine.configuration_values
+
     @guard("policy")
     def agent_speaks_first(self) -> bool:
         return self.policy.first_speaker == "agent"
@@ -105,11 +108,6 @@ class TurnRules:
     @guard("policy")
     def greets_in_own_words(self) -> bool:
         return self.policy.greets_in_own_words
-
-    @guard("event")
-    def in_spill_over_window(self, ev: Event) -> bool:
-        until = self.context.spill_over_until
-        return until is not None and ev.at <= until
 
     @guard("event")
     def is_first_words(self, ev: UserTurnCommitted) -> bool:
@@ -416,13 +414,6 @@ class TurnRules:
     def note_first_words(self, ev: UserTurnCommitted) -> None:
         self.context.first_words_item = ev.item_id
 
-    def note_overlap_if_the_caller_speaks(self, machine: StateChart) -> None:
-        """The greeting starts on the callee's final transcript, before their voice has
-        ended (the VAD's end of speech is still to come): what they say on is speech over
-        the greeting, answered or dropped as such."""
-        if _caller_speaks(machine):
-            self.context.overlapped_greeting = True
-
     def note_first_words_heard(self, ev: UserTranscript) -> None:
         self.context.first_words_heard = ev.text
 
@@ -480,16 +471,12 @@ class TurnRules:
             )
         )
 
-    def note_overlap(self) -> None:
-        self.context.overlapped_greeting = True
-
     def forget_greeting(self) -> None:
         """Leaving the greeting, whatever the way: its speech and first words."""
         ctx = self.context
         ctx.greeting_speech_id = None
         ctx.first_words_item = None
         ctx.first_words_heard = None
-        ctx.overlapped_greeting = False
 
     # Leaving the greeting for the conversation: one action per lock and overlap policy
     # (on a hang-up, clean_up_call releases everything without replaying or committing).
@@ -526,15 +513,12 @@ class TurnRules:
         heard = "replay_heard_caller" in machine.configuration_values
         self._resume_user_turns(commit_pending=over and heard and not _caller_speaks(machine))
 
-    def open_spill_over_window(self, ev: Event) -> None:
-        """Speech starting right after the unmute is the tail of a missed overlap."""
-        self.context.spill_over_until = ev.at + self.policy.spill_over_window
-
     def resume_user_turns_committing_a_finished_overlap(self, machine: StateChart) -> None:
-        """``keep_listening`` + ``answer_whole``: an overlap already over is one turn now;
-        one still going on becomes a turn when the caller stops. (Held at the input gate,
-        its audio is replayed: the model's server commits it.)"""
-        finished = self.context.overlapped_greeting and not _caller_speaks(machine)
+        """``keep_listening`` + ``answer_whole``: an overlap already over (the caller's
+        voice ended in the greeting) is one turn now; one still going on becomes a turn
+        when the caller stops. (Held at the input gate, its audio is replayed: the model's
+        server commits it.)"""
+        finished = "caller_spoke_over_greeting" in machine.configuration_values
         self._resume_user_turns(commit_pending=finished, replay_held_audio=True)
 
     def clear_and_resume_user_turns(self) -> None:
@@ -543,11 +527,9 @@ class TurnRules:
         self.emit(fx.ClearUserTurn())
         self._resume_user_turns(commit_pending=False)
 
-    def close_spill_over_window(self) -> None:
-        self.context.spill_over_until = None
-
     def hold_spill_over(self) -> None:
-        self.context.spill_over_until = None
+        """Speech started in the spill-over window: the tail of a missed overlap, held
+        while it goes on (and discarded as its phase is left)."""
         self._hold_user_turns()
 
     def stop_discarding_overlap(self, target: object) -> None:
@@ -594,7 +576,6 @@ class TurnRules:
         ctx = self.context
         self._end_final_wait()
         self._allow_tools()  # first: the cap's fields say whether they are forbidden
-        ctx.spill_over_until = None
         ctx.tool_rounds = 0
         ctx.capped = False
         ctx.tool_loop_stopped = False

@@ -43,10 +43,10 @@ class GreetingLeavesInputMuted(TurnRules):
 
 
 class GreetingInterruptedByOverlap(TurnRules):
-    """I1: speech overlapping the greeting interrupts it."""
+    """I1: a turn the caller commits over the greeting interrupts it (``drop``)."""
 
-    def note_overlap(self) -> None:
-        super().note_overlap()
+    def reject_user_turn(self, ev: ev.UserTurnCommitted) -> None:
+        super().reject_user_turn(ev)
         self.emit(fx.Interrupt())
 
 
@@ -282,7 +282,11 @@ REALTIME_HELLO_CANCEL_ON_ITS_WAY = [
 SCENARIOS: list[tuple[type[TurnRules], list[Event], str]] = [
     (
         GreetingInterruptedByOverlap,
-        [*ANSWERED, ev.AgentSpeechCreated(at=1.1, speech_id="g1"), ev.UserSpeechStarted(at=1.5)],
+        [
+            *ANSWERED,
+            ev.AgentSpeechCreated(at=1.1, speech_id="g1"),
+            ev.UserTurnCommitted(at=1.5, text="Wait", item_id="u2"),
+        ],
         "I1",
     ),
     # held turns may last into `listening` (an overlap being discarded), not beyond

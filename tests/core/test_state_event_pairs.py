@@ -68,7 +68,7 @@ def declared_in(state: str) -> set[str]:
 
 
 def test_states_are_the_documented_ones_with_the_voice_beside_the_live_ones() -> None:
-    assert VOICE_STATES == ("caller_silent", "caller_speaking")
+    assert VOICE_STATES == ("caller_silent", "caller_speaking", "caller_spoke_over_greeting")
     assert MODEL_STATES == (
         "model_free",
         "model_responding",
@@ -143,11 +143,13 @@ def plausible_contexts(state: str, policy: TurnPolicy) -> list[TurnContext]:
     (nor in the greeting's waits for a busy realtime model: these are pipeline calls, nor
     in its retry without a text)."""
     greeting = public_state(state) == "greeting"
+    drops = policy.greeting_overlap == "drop"
     if (
         public_state(state) not in reachable_states(policy)
         or state.endswith("_awaiting_model")
         or (state.startswith("retry_") and policy.greeting is None)
         or (state == "discarding_overlap" and policy.greeting_overlap != "drop")
+        or (state == "spill_over_window" and not (policy.mutes_greeting and drops))
         or (state.startswith("replay_") and policy.greeting_overlap != "answer_whole")
         or (state.startswith("replay_") and not policy.mutes_greeting)
     ):
@@ -159,11 +161,8 @@ def plausible_contexts(state: str, policy: TurnPolicy) -> list[TurnContext]:
     conversation = conversation and state not in OVERLAP_PHASES
     # after a greeting, a speech in flight is the agent's turn: never one in listening
     quiet = public_state(state) == "listening" and policy.has_greeting
-    window = state == "listening_open" and policy.mutes_greeting
     busy = attrs.evolve(
         fresh,
-        overlapped_greeting=greeting,
-        spill_over_until=(1.5 if window and policy.greeting_overlap == "drop" else None),
         first_words_item="u1"
         if greeting and (policy.direction == "outbound" or policy.first_speaker == "user")
         else None,
@@ -183,16 +182,30 @@ def plausible_contexts(state: str, policy: TurnPolicy) -> list[TurnContext]:
     return [fresh, busy]
 
 
+SILENT_PHASES = ("spill_over_window", "replay_unheard")
+"""Phases of ``listening`` the caller's voice starting moves on: they are silent there."""
+
+
 @pytest.mark.parametrize("policy", POLICIES, ids=["outbound", "inbound-muting"])
 @pytest.mark.parametrize("state", LEAF_STATES)
 def test_every_event_in_every_state_is_handled_without_error(
     state: str, policy: TurnPolicy
 ) -> None:
     controller = TurnController(policy, record=False)
-    voices = [(voice,) for voice in VOICE_STATES] if state in LIVE_STATES else [()]
+    silent, speaking, spoke_over = VOICE_STATES
+    # the caller's voice ends over the greeting only in one that answers an overlap whole
+    over_greeting = public_state(state) == "greeting" and (
+        not policy.mutes_greeting and policy.greeting_overlap == "answer_whole"
+    )
+    voices = [silent, speaking] + ([spoke_over] if over_greeting else [])
     for context in plausible_contexts(state, policy):
-        muted = input_muted(policy, {public_state(state)})
-        heard = [v for v in voices if not muted or v != (VOICE_STATES[1],)]
+        # a muted caller is silent; so is one in a phase their voice starting leaves
+        quiet = input_muted(policy, {public_state(state)}) or state in SILENT_PHASES
+        heard = [
+            (voice,)
+            for voice in voices
+            if state in LIVE_STATES and not (quiet and voice == speaking)
+        ] or [()]
         for voice, event in ((voice, event) for voice in heard for event in event_alphabet()):
             controller.restore((state, *voice), context)
             handled = controller.handled_events

@@ -86,8 +86,6 @@ def random_pair(rng: random.Random, policy: TurnPolicy) -> tuple[tuple[str, ...]
         return value if rng.random() < 0.1 else None
 
     context = TurnContext(
-        overlapped_greeting=rng.random() < 0.1,
-        spill_over_until=maybe(1.0),  # type: ignore[arg-type]
         first_words_item=maybe("u1"),  # type: ignore[arg-type]
         greeting_speech_id=an_active_id(),
         active_speeches=active,
