@@ -235,9 +235,17 @@ class SafetyMonitor:
                 "I1",
                 f"greeting speech {event.speech_id!r} not locked",
             )
+        refused = (
+            isinstance(event, ev.EffectOutcome)
+            and event.effect == fx.StartGreeting.name
+            and event.outcome != "done"
+            and event.speech_id == self.greeting_speech
+        )
+        if refused or (after != "greeting" and before == "greeting"):
+            # (a refused start's speech is not the greeting: the retry's is)
+            self.greeting_speech = None
         if after != "greeting" and before == "greeting":
             self.greeting_started = False
-            self.greeting_speech = None
             self.first_words = None
         if after == "greeting" and self.greeting_started:
             still_locked = self.muted or _has(effects, fx.MuteInput)
@@ -324,12 +332,8 @@ class SafetyMonitor:
             stop = fx.Interrupt(force=True, speech_id=event.speech_id)
             _require(stop in effects, "I8", "the agent spoke before the greeting")
 
-    def _check_realtime(
-        self, before: str, event: ev.Event, effects: tuple[fx.Effect, ...]
-    ) -> None:
-        if isinstance(event, ev.RealtimeModelLinked):
-            self.realtime = True
-        elif isinstance(event, ev.ModelResponseCreated):
+    def _note_model(self, event: ev.Event) -> None:
+        if isinstance(event, ev.ModelResponseCreated):
             self.model_responding = True
         elif isinstance(event, ev.ModelResponseDone):
             self.model_responding = False
@@ -337,6 +341,14 @@ class SafetyMonitor:
             self.cancels_pending.add(event.cancel_id)
         elif isinstance(event, ev.ModelCancelAnswered):
             self.cancels_pending.discard(event.cancel_id)
+
+    def _check_realtime(
+        self, before: str, event: ev.Event, effects: tuple[fx.Effect, ...]
+    ) -> None:
+        if isinstance(event, ev.RealtimeModelLinked):
+            self.realtime = True
+        if self.realtime:  # (the machine takes a model's events only once it is linked)
+            self._note_model(event)
         asks = [
             effect
             for effect in effects
