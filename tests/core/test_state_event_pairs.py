@@ -110,9 +110,12 @@ def test_ignored_names_only_pairs_without_a_transition() -> None:
 def test_the_controller_prefilter_matches_introspection() -> None:
     expected = {
         state: {e for s, e, _ in declared_moves() if s == state}
-        for state in (*STATES, *(leaf for leaves in REGION_STATES.values() for leaf in leaves))
+        for state in {
+            *STATES,
+            *(public_state(leaf) for leaves in REGION_STATES.values() for leaf in leaves),
+        }
     }
-    # the greeting's events are those of its phases
+    # the greeting's events are those of its phases (the cap's, capped's)
     handled: dict[str, set[str]] = {}
     for state, events in handled_events().items():
         handled.setdefault(public_state(state), set()).update(events)
@@ -136,10 +139,13 @@ POLICIES = [
 ]
 
 
-def plausible_contexts(state: str, policy: TurnPolicy) -> list[TurnContext]:
-    """Contexts a call can be in while in ``state`` (``restore()`` refuses any other): a
-    fresh one, and one with every flag and counter of that state busy (speeches active,
-    tools capped, an overlap being discarded); none in a state the policy never reaches
+def plausible_contexts(
+    state: str, policy: TurnPolicy
+) -> list[tuple[TurnContext, tuple[str, ...]]]:
+    """Contexts a call can be in while in ``state`` (``restore()`` refuses any other), each
+    with the cap's phase beside it while live: a fresh one (tools open), and one with every
+    flag and counter of that state busy (speeches active, tools capped and the final reply
+    asked for or playing, an overlap being discarded); none in a state the policy never reaches
     (nor in the greeting's waits for a busy realtime model: these are pipeline calls, nor
     in its retry without a text)."""
     greeting = public_state(state) == "greeting"
@@ -174,13 +180,13 @@ def plausible_contexts(state: str, policy: TurnPolicy) -> list[TurnContext]:
         else frozenset(),
         tool_rounds=policy.max_tool_steps if conversation else 0,
         tool_speech_id=fresh.tool_speech_id,
-        capped=conversation,
-        final_reply_pending=conversation,
         final_speech_id="s2" if state in ("speaking", "tool_loop", "ended") else None,
         reprompts=policy.idle_max_reprompts if conversation and policy.idle_timeout else 0,
         timers=frozenset(timers),
     )
-    return [fresh, busy]
+    cap = "final_reply_playing" if busy.final_speech_id else "final_reply_asked"
+    capped = (cap,) if conversation and state != "ended" else ()
+    return [(fresh, ()), (busy, capped)]
 
 
 @pytest.mark.parametrize("policy", POLICIES, ids=["outbound", "inbound-muting"])
@@ -190,11 +196,11 @@ def test_every_event_in_every_state_is_handled_without_error(
 ) -> None:
     controller = TurnController(policy, record=False)
     voices = [(voice,) for voice in VOICE_STATES] if state in LIVE_STATES else [()]
-    for context in plausible_contexts(state, policy):
+    for context, cap in plausible_contexts(state, policy):
         muted = input_muted(policy, {public_state(state)})
         heard = [v for v in voices if not muted or v != (VOICE_STATES[1],)]
         for voice, event in ((voice, event) for voice in heard for event in event_alphabet()):
-            controller.restore((state, *voice), context)
+            controller.restore((state, *voice, *cap), context)
             handled = controller.handled_events
             effects = controller.handle(event)
             assert isinstance(effects, tuple)
@@ -237,11 +243,11 @@ def test_restore_takes_a_state_alone_as_the_caller_silent() -> None:
     controller = TurnController(POLICIES[0])
     live = TurnContext(timers=frozenset({"max_duration"}))
     controller.restore("listening", live)  # a phased state: its first phase
-    assert controller.configuration == ("listening_open", "caller_silent", "model_free")
+    assert controller.configuration == ("listening_open", "caller_silent", "tools_open", "model_free")
     controller.restore(
         ("speaking",), TurnContext(timers=live.timers, active_speeches=frozenset({"s1"}))
     )
     # the regions left out are in their initial states
-    assert controller.configuration == ("speaking", "caller_silent", "model_free")
+    assert controller.configuration == ("speaking", "caller_silent", "tools_open", "model_free")
     controller.restore(("greeting_requested", "caller_speaking"), live)
-    assert controller.snapshot()[0] == ("greeting_requested", "caller_speaking", "model_free")
+    assert controller.snapshot()[0] == ("greeting_requested", "caller_speaking", "tools_open", "model_free")
