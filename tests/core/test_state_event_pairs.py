@@ -243,11 +243,21 @@ def test_restore_takes_a_state_alone_as_the_caller_silent() -> None:
     controller = TurnController(POLICIES[0])
     live = TurnContext(timers=frozenset({"max_duration"}))
     controller.restore("listening", live)  # a phased state: its first phase
-    assert controller.configuration == ("listening_open", "caller_silent", "tools_open", "model_free")
+    assert controller.configuration == (
+        "listening_open",
+        "caller_silent",
+        "tools_open",
+        "model_free",
+    )
     controller.restore(
         ("speaking",), TurnContext(timers=live.timers, active_speeches=frozenset({"s1"}))
     )
     # the regions left out are in their initial states
     assert controller.configuration == ("speaking", "caller_silent", "tools_open", "model_free")
     controller.restore(("greeting_requested", "caller_speaking"), live)
-    assert controller.snapshot()[0] == ("greeting_requested", "caller_speaking", "tools_open", "model_free")
+    assert controller.snapshot()[0] == (
+        "greeting_requested",
+        "caller_speaking",
+        "tools_open",
+        "model_free",
+    )
