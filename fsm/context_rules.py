@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from .context import TurnContext
 from .fields import check_fields
 from .machine import (
+    CAPPED_PHASES,
     CONVERSATION_STATES,
     LIVE_STATES,
     MODEL_STATES,
@@ -99,9 +100,6 @@ CAP_STATES = frozenset(REGION_STATES["tool_cap"])
 
 TOOLS_OPEN = REGION_STATES["tool_cap"][0]
 """The cap's region before a user turn's tool rounds reach the cap (its initial state)."""
-
-CAPPED = leaves_under("capped")
-"""The cap's phases once the user turn's tool rounds reached the cap."""
 
 REALTIME_CAP_PHASES = frozenset(
     {"final_awaits_tool_speech", "final_awaits_model_reply", "final_awaits_model_free"}
@@ -369,7 +367,7 @@ def _check_cap_phase(
     (phase,) = set(configuration) & CAP_STATES
     if not cap_possible(configuration):
         raise ValueError(f"the cap's region is {TOOLS_OPEN} in {state!r}, not {phase!r}")
-    if phase in CAPPED and context.tool_rounds != policy.max_tool_steps:
+    if phase in CAPPED_PHASES and context.tool_rounds != policy.max_tool_steps:
         raise ValueError(
             f"{phase!r} follows the cap: tool_rounds must be {policy.max_tool_steps}, "
             f"got {context.tool_rounds}"
@@ -382,7 +380,7 @@ def _check_cap_phase(
             f"got {context.final_after_speech!r} in {phase!r}"
         )
     # (an earlier turn's final reply, forgotten at the cap, may still play once it is open)
-    if phase in CAPPED and (context.final_speech_id is not None) != (
+    if phase in CAPPED_PHASES and (context.final_speech_id is not None) != (
         phase == "final_reply_playing"
     ):
         raise ValueError(

@@ -10,7 +10,7 @@ import pytest
 from turnfsm import TurnController, TurnMachine, TurnPolicy
 from turnfsm import effects as fx
 from turnfsm.context import TurnContext
-from turnfsm.context_rules import OVERLAP_PHASES, reachable_states
+from turnfsm.context_rules import OVERLAP_PHASES, cap_possible, reachable_states
 from turnfsm.controller import handled_events
 from turnfsm.events import EVENT_TYPES, EVENTS_BY_NAME
 from turnfsm.machine import (
@@ -21,6 +21,7 @@ from turnfsm.machine import (
     REGION_STATES,
     STATES,
     VOICE_STATES,
+    configurations,
     declared_moves,
     leaf_states,
     public_state,
@@ -60,10 +61,15 @@ def test_states_are_the_documented_ones() -> None:
 
 def declared_in(state: str) -> set[str]:
     """Events a transition takes in some configuration of ``state``: its own, and those of
-    the regions beside it (the caller's voice while the call is live, the realtime
-    model's activity until the end)."""
-    beside = states_beside()
-    sources = {state}.union(*(beside[leaf] for leaf in LEAF_STATES if public_state(leaf) == state))
+    the regions beside it (the caller's voice and the tool cap while the call is live, the
+    realtime model's activity until the end) in a configuration a call can be in (the
+    tool cap leaves ``tools_open`` only in the conversation: ``cap_possible``)."""
+    beside: dict[str, set[str]] = {}
+    for configuration in filter(cap_possible, configurations()):
+        beside.setdefault(configuration[0], set()).update(configuration[1:])
+    leaves = [leaf for leaf in LEAF_STATES if public_state(leaf) == state]
+    sources = {state}.union(*(beside.get(leaf, set()) for leaf in leaves))
+    sources |= {public_state(source) for source in sources}  # (the cap's phases: capped)
     return {event for source, event, _ in declared_moves() if source in sources}
 
 
@@ -76,7 +82,8 @@ def test_states_are_the_documented_ones_with_the_voice_beside_the_live_ones() ->
         "cancelling_idle",
     )
     assert states_beside()["ringing"] == frozenset(MODEL_STATES)
-    assert states_beside()["speaking"] == frozenset({*VOICE_STATES, *MODEL_STATES})
+    cap = REGION_STATES["tool_cap"]
+    assert states_beside()["speaking"] == frozenset({*VOICE_STATES, *cap, *MODEL_STATES})
     assert states_beside()["ended"] == frozenset()
     assert {public_state(state) for state in LIVE_STATES} == {
         "awaiting_user",
