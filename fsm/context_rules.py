@@ -379,6 +379,13 @@ def _check_cap_phase(
             "TurnContext.final_after_speech is set exactly in 'final_awaits_tool_speech', "
             f"got {context.final_after_speech!r} in {phase!r}"
         )
+    # the interrupted loop's turn leaves tool_loop for speaking only through listening,
+    # every speech over: no earlier turn's final reply still plays there
+    if phase == "tool_loop_interrupted" and state == "speaking" and context.final_speech_id:
+        raise ValueError(
+            "TurnContext.final_speech_id is None in 'speaking' beside 'tool_loop_interrupted' "
+            f"(reached through 'listening', every speech over), got {context.final_speech_id!r}"
+        )
     # (an earlier turn's final reply, forgotten at the cap, may still play once it is open)
     if phase in CAPPED_PHASES and (context.final_speech_id is not None) != (
         phase == "final_reply_playing"
