@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import operator
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -11,11 +11,6 @@ from .fields import Text
 
 if TYPE_CHECKING:
     from .effects import TimerName
-
-RealtimeWait = Literal["model_reply", "response_done", "tool_speech"]
-"""What the final reply without tools waits for before it is asked of a realtime model:
-the model's own reply (adopted as the final reply), the end of its active response, or
-the end of the capped tool step's speech."""
 
 
 @attrs.define
@@ -66,18 +61,9 @@ class TurnContext:
     """The speech whose reply to its tool output is held (``HoldToolReply``) until LiveKit
     decides on the caller's barge-in into its tool step."""
 
-    capped: bool = False
-    """The final reply without tools was asked for in this user turn."""
-
-    tool_loop_stopped: bool = False
-    """LiveKit interrupted the speech during a tool step: the running step's output is
-    not answered."""
-
-    final_reply_pending: bool = False
-    """The next created speech is the final reply without tools."""
-
     final_speech_id: str | None = None
-    """The final reply's speech; if it plays nothing, the fallback is said."""
+    """The final reply's speech (once the cap's ``final_reply_playing`` is entered); if it
+    plays nothing, the fallback is said, even when it ends after the next user turn."""
 
     reprompts: int = 0
     """Idle re-prompts since the caller last spoke."""
@@ -107,11 +93,9 @@ class TurnContext:
     only the answer to one the machine took may free the model (one sent before the
     model's link is answered too)."""
 
-    final_wait: RealtimeWait | None = None
-    """What the final reply without tools waits for before it is asked of the model."""
-
     final_after_speech: str | None = None
-    """The capped tool step's speech: the final reply is asked for after its end."""
+    """The capped tool step's speech, while the cap's ``final_awaits_tool_speech`` waits
+    for its end (the final reply is asked for then)."""
 
     timers: frozenset[TimerName] = frozenset()
     """Timers started and neither cancelled nor fired."""

@@ -10,8 +10,9 @@ A context is refused, naming the field, when no call under the policy can hold i
   of the call and is reset on leaving it (the greeting's ids and flags when the greeting
   ends, the tool loop's speech when its speech
   ends, the user turn's counts with the next turn); a caller the state mutes is
-  silent; timers run where they are started; the final reply's flags and waits exist
-  only once the tool rounds reached the cap; the realtime flags only once a realtime
+  silent; timers run where they are started; the cap's region leaves ``tools_open``
+  only in the conversation, and is capped only once the tool rounds reached the cap,
+  its phases holding the speeches they wait for; the realtime flags only once a realtime
   model is linked.
 
 :func:`turnfsm.testing.explore` checks every context it reaches against these rules, so a
@@ -28,9 +29,11 @@ from collections.abc import Mapping
 from .context import TurnContext
 from .fields import check_fields
 from .machine import (
+    CAPPED_PHASES,
     CONVERSATION_STATES,
     LIVE_STATES,
     MODEL_STATES,
+    REGION_STATES,
     TIMER_STATES,
     TIMERS,
     VOICE_STATES,
@@ -66,10 +69,6 @@ SCOPED: Mapping[str, frozenset[str]] = {
     **dict.fromkeys(
         (
             "tool_rounds",
-            "capped",
-            "tool_loop_stopped",
-            "final_reply_pending",
-            "final_wait",
             "reprompts",
             "model_replies_to_tools",
             "handing_over",
@@ -94,15 +93,17 @@ REPLAY_PHASES = leaves_under("replaying_held_audio")
 OVERLAP_PHASES = REPLAY_PHASES | {"spill_over_window", "discarding_overlap"}
 """The phases of ``listening`` that follow the greeting's end before any turn."""
 
-TOOL_ROUND_FIELDS: tuple[str, ...] = (
-    "tool_rounds",
-    "capped",
-    "tool_loop_stopped",
-    "final_reply_pending",
-    "final_wait",
+CAP_STATES = frozenset(REGION_STATES["tool_cap"])
+"""The states of the cap's region (beside the turn while the call is live)."""
+
+TOOLS_OPEN = REGION_STATES["tool_cap"][0]
+"""The cap's region before a user turn's tool rounds reach the cap (its initial state)."""
+
+REALTIME_CAP_PHASES = frozenset(
+    {"final_awaits_tool_speech", "final_awaits_model_reply", "final_awaits_model_free"}
 )
-"""Fields a user turn's tool rounds set: at their defaults in the overlap phases (not
-``handing_over``: a step's handover is noted wherever its end is told)."""
+"""The cap's phases that wait for a realtime model (a pipeline's final reply is asked for
+at the cap, its wait for a free model left in the same step)."""
 
 RUNS_IN: Mapping[str, frozenset[str]] = {
     **TIMER_STATES,
@@ -112,9 +113,6 @@ RUNS_IN: Mapping[str, frozenset[str]] = {
 """The atomic states each timer can run in: inside the state that declares it
 (:data:`turnfsm.machine.TIMER_STATES`), narrower where its rules say so."""
 
-AT_THE_CAP: tuple[str, ...] = ("final_reply_pending", "final_wait", "final_after_speech")
-"""Fields set only when the tool rounds reached the cap (``capped``)."""
-
 REALTIME_TIMERS: frozenset[str] = frozenset({"model_reply", "response_done"})
 """Timers of the waits for a realtime model."""
 
@@ -122,7 +120,6 @@ REALTIME: tuple[str, ...] = (
     "model_replies_to_turns",
     "model_replies_to_tools",
     "pending_cancels",
-    "final_wait",
     "final_after_speech",
 )
 """Fields a call sets only once a realtime model is linked (``realtime_model``)."""
@@ -195,14 +192,6 @@ def reachable_states(policy: TurnPolicy) -> frozenset[str]:
 
 def _check_linked(context: TurnContext, policy: TurnPolicy) -> None:
     """The fields that follow from others, whatever the state."""
-    if context.capped and context.tool_rounds != policy.max_tool_steps:
-        raise ValueError(
-            f"TurnContext.capped is set only at the cap: tool_rounds must be "
-            f"{policy.max_tool_steps}, got {context.tool_rounds}"
-        )
-    for name in AT_THE_CAP:
-        if not context.capped and getattr(context, name) != getattr(_DEFAULTS, name):
-            raise ValueError(f"TurnContext.{name} is set only once capped (capped=False)")
     if not context.realtime_model:
         for name in REALTIME:
             if getattr(context, name) != getattr(_DEFAULTS, name):
@@ -280,10 +269,12 @@ def _check_state(context: TurnContext, policy: TurnPolicy, configuration: tuple[
         _check_greeting_phase(context, policy, configuration)
     if state == "listening":
         _check_listening_phase(context, policy, configuration)
+    if state in LIVE_STATES:
+        _check_cap_phase(context, policy, state, configuration)
     for timer in context.timers:
-        if phase not in RUNS_IN[timer]:
+        if RUNS_IN[timer].isdisjoint(configuration):
             raise ValueError(
-                f"TurnContext.timers: {timer!r} does not run in {phase!r} "
+                f"TurnContext.timers: {timer!r} does not run in {configuration!r} "
                 f"(only in {sorted(RUNS_IN[timer])})"
             )
     if state in LIVE_STATES and policy.max_call_duration is not None:
@@ -304,12 +295,16 @@ def _check_listening_phase(
     replay on; all follow the greeting's end before any tool round."""
     phase = configuration[0]
     if phase in OVERLAP_PHASES:
-        for name in TOOL_ROUND_FIELDS:
-            if getattr(context, name) != getattr(_DEFAULTS, name):
-                raise ValueError(
-                    f"TurnContext.{name} is {getattr(context, name)!r} in {phase!r}, which "
-                    "follows the greeting before any tool round"
-                )
+        if context.tool_rounds:
+            raise ValueError(
+                f"TurnContext.tool_rounds is {context.tool_rounds!r} in {phase!r}, which "
+                "follows the greeting before any tool round"
+            )
+        if TOOLS_OPEN not in configuration:
+            raise ValueError(
+                f"the cap's region is {TOOLS_OPEN} in {phase!r}, which follows the greeting "
+                "before any tool round"
+            )
     if phase == "spill_over_window" and (
         not (policy.mutes_greeting and policy.greeting_overlap == "drop")
         or context.model_replies_to_turns
@@ -354,6 +349,56 @@ def _check_model(context: TurnContext, configuration: tuple[str, ...]) -> None:
         raise ValueError(
             f"TurnContext.pending_cancels holds cancels exactly in {sorted(CANCELLING)}, "
             f"got {sorted(context.pending_cancels)} in {model!r}"
+        )
+
+
+def cap_possible(configuration: tuple[str, ...]) -> bool:
+    """Whether the cap's region can be in its state of ``configuration`` beside the turn's:
+    it leaves ``tools_open`` only in the conversation, where tool rounds are counted."""
+    beside = set(configuration[1:]) & CAP_STATES
+    return beside <= {TOOLS_OPEN} or public_state(configuration[0]) in CONVERSATION_STATES
+
+
+def _check_cap_phase(
+    context: TurnContext, policy: TurnPolicy, state: str, configuration: tuple[str, ...]
+) -> None:
+    """The cap's region leaves ``tools_open`` only in the conversation; once capped the
+    rounds are at the cap; a realtime model's waits exist only with one; the capped
+    step's speech is known exactly while the cap waits for its end, and once capped the
+    final reply's speech only while it plays."""
+    (phase,) = set(configuration) & CAP_STATES
+    if not cap_possible(configuration):
+        raise ValueError(f"the cap's region is {TOOLS_OPEN} in {state!r}, not {phase!r}")
+    if phase in CAPPED_PHASES and context.tool_rounds != policy.max_tool_steps:
+        raise ValueError(
+            f"{phase!r} follows the cap: tool_rounds must be {policy.max_tool_steps}, "
+            f"got {context.tool_rounds}"
+        )
+    if phase in REALTIME_CAP_PHASES and not context.realtime_model:
+        raise ValueError(f"{phase!r} waits for a realtime model (realtime_model=False)")
+    if (context.final_after_speech is not None) != (phase == "final_awaits_tool_speech"):
+        raise ValueError(
+            "TurnContext.final_after_speech is set exactly in 'final_awaits_tool_speech', "
+            f"got {context.final_after_speech!r} in {phase!r}"
+        )
+    # the interrupted loop's turn leaves tool_loop for speaking only through listening,
+    # every speech over: no earlier turn's final reply still plays there, nor the step's
+    # own speech
+    if phase == "tool_loop_interrupted" and state == "speaking":
+        for name in ("final_speech_id", "tool_speech_id"):
+            if getattr(context, name) is not None:
+                raise ValueError(
+                    f"TurnContext.{name} is None in 'speaking' beside 'tool_loop_interrupted' "
+                    f"(reached through 'listening', every speech over), got "
+                    f"{getattr(context, name)!r}"
+                )
+    # (an earlier turn's final reply, forgotten at the cap, may still play once it is open)
+    if phase in CAPPED_PHASES and (context.final_speech_id is not None) != (
+        phase == "final_reply_playing"
+    ):
+        raise ValueError(
+            "TurnContext.final_speech_id is set, once capped, exactly in 'final_reply_playing', "
+            f"got {context.final_speech_id!r} in {phase!r}"
         )
 
 

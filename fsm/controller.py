@@ -423,7 +423,7 @@ def _named(machine_class: type[TurnChart]) -> dict[str, tuple[str, ...]]:
     initial states)."""
     named = dict(_configurations(machine_class))
     for state in walk_states(machine_class.states):
-        if state.id in PHASED_STATES:
+        if state.id in PHASED_STATES and entry_leaves(state)[0] in named:  # the turn's
             named[state.id] = named[entry_leaves(state)[0]]
     return named
 

@@ -26,7 +26,8 @@ TimerName = Literal[
 (``idle_timer_expired``: :data:`turnfsm.events.TIMER_EVENTS`). With a realtime
 model, ``model_reply`` bounds the wait for the model's own reply and ``response_done`` the
 wait for its active response to finish (the greeting's ``greeting_awaiting_model`` and
-``retry_awaiting_model``, ``TurnContext.final_wait``). ``tool_reply_hold`` bounds a
+``retry_awaiting_model``, the cap's ``final_awaits_model_reply`` and
+``final_awaits_model_free``). ``tool_reply_hold`` bounds a
 ``HoldToolReply`` once the caller is silent: LiveKit has not interrupted by then, the
 reply to the tool output is sent. ``spill_over`` is the window after a greeting that
 muted the input (``spill_over_window``) in which speech that starts is the tail of an

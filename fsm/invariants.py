@@ -235,9 +235,17 @@ class SafetyMonitor:
                 "I1",
                 f"greeting speech {event.speech_id!r} not locked",
             )
+        refused = (
+            isinstance(event, ev.EffectOutcome)
+            and event.effect == fx.StartGreeting.name
+            and event.outcome != "done"
+            and event.speech_id == self.greeting_speech
+        )
+        if refused or (after != "greeting" and before == "greeting"):
+            # (a refused start's speech is not the greeting: the retry's is)
+            self.greeting_speech = None
         if after != "greeting" and before == "greeting":
             self.greeting_started = False
-            self.greeting_speech = None
             self.first_words = None
         if after == "greeting" and self.greeting_started:
             still_locked = self.muted or _has(effects, fx.MuteInput)
@@ -324,21 +332,23 @@ class SafetyMonitor:
             stop = fx.Interrupt(force=True, speech_id=event.speech_id)
             _require(stop in effects, "I8", "the agent spoke before the greeting")
 
-    def _check_realtime(
-        self, before: str, event: ev.Event, effects: tuple[fx.Effect, ...]
-    ) -> None:
-        # a model's events count once a realtime model is linked, as the machine takes
-        # them (runs_realtime_model): before, they are a pipeline's strays
-        if isinstance(event, ev.RealtimeModelLinked):
-            self.realtime = True
-        elif self.realtime and isinstance(event, ev.ModelResponseCreated):
+    def _note_model(self, event: ev.Event) -> None:
+        if isinstance(event, ev.ModelResponseCreated):
             self.model_responding = True
-        elif self.realtime and isinstance(event, ev.ModelResponseDone):
+        elif isinstance(event, ev.ModelResponseDone):
             self.model_responding = False
-        elif self.realtime and isinstance(event, ev.ModelCancelSent):
+        elif isinstance(event, ev.ModelCancelSent):
             self.cancels_pending.add(event.cancel_id)
         elif isinstance(event, ev.ModelCancelAnswered):
             self.cancels_pending.discard(event.cancel_id)
+
+    def _check_realtime(
+        self, before: str, event: ev.Event, effects: tuple[fx.Effect, ...]
+    ) -> None:
+        if isinstance(event, ev.RealtimeModelLinked):
+            self.realtime = True
+        if self.realtime:  # (the machine takes a model's events only once it is linked)
+            self._note_model(event)
         asks = [
             effect
             for effect in effects

@@ -21,11 +21,17 @@ event picks the first live state by the policy's guards (``greeting``, ``awaitin
 or ``listening``), whose enter actions then run once, with the call live; building the
 machine emits nothing.
 
-A live call is two regions side by side: the ``turn`` and the ``caller_voice``
-(``caller_silent ⇄ caller_speaking``, and ``caller_spoke_over_greeting``). The voice
-region follows voice activity on its own, so a turn's state never doubles as a "the
-caller is speaking" flag, nor as "the caller spoke over the greeting"; the turn's guards
-and actions that depend on it read it (``caller_is_speaking``). Beside the whole
+A live call is three regions side by side: the ``turn``, the ``caller_voice``
+(``caller_silent ⇄ caller_speaking``, and ``caller_spoke_over_greeting``) and the
+``tool_cap`` (``tools_open ⇄ tool_loop_interrupted``, then ``capped``: the final reply
+without tools, in phases). The voice region follows voice activity on its own, so a
+turn's state never doubles as a "the caller is speaking" flag, nor as "the caller spoke
+over the greeting"; the turn's guards and actions that depend on it read it
+(``caller_is_speaking``). The cap's region follows the user turn's tool rounds: the turn
+still answers each step (it cancels the reply of a step past the cap), the cap's region
+says what comes after it, in its states' enter and exit actions only (none on its
+transitions), so that its effects take the same place in a step whichever region the
+engine tries first (:mod:`turnfsm.engine`). Beside the whole
 call (its ``line``: connecting, then live) runs a third region, the realtime model's
 activity (``model_activity``: ``model_free``, ``model_responding``, ``model_cancelling``
 while a ``response.cancel`` is on its way), from the call's start: a model's response
@@ -128,11 +134,12 @@ def declare_chart() -> dict[str, Any]:
     """A fresh declaration of the turn chart: its states and events, by name.
 
     ``call`` holds every state of a call, in two regions: its ``line``, ``start`` and
-    ``ringing`` before it is live (``connecting``), then ``live``, two regions side by
+    ``ringing`` before it is live (``connecting``), then ``live``, three regions side by
     side: the ``turn`` (``awaiting_user``, ``greeting``, and ``listening ⇄ speaking ⇄
-    tool_loop`` in ``conversation``) and the ``caller_voice`` (``caller_silent ⇄
+    tool_loop`` in ``conversation``), the ``caller_voice`` (``caller_silent ⇄
     caller_speaking``, and ``caller_spoke_over_greeting`` in a greeting that answers an
-    overlap whole); and beside the line, the realtime model's activity
+    overlap whole) and the ``tool_cap`` (``tools_open ⇄ tool_loop_interrupted``,
+    ``capped``); and beside the line, the realtime model's activity
     (``model_activity``). ``ended`` is final.
     """
 
@@ -156,7 +163,8 @@ def declare_chart() -> dict[str, Any]:
                 """Outbound only: dialing, until the callee picks up."""
 
             class live(State.Parallel):  # noqa: N801
-                """The call is live: whose turn it is, and beside it, the caller's voice."""
+                """The call is live: whose turn it is, and beside it, the caller's voice
+                and the cap on the user turn's tool rounds."""
 
                 class turn(State.Compound):  # noqa: N801
                     """Whose turn it is, from the answer to the hang-up."""
@@ -263,6 +271,62 @@ def declare_chart() -> dict[str, Any]:
                     and answers an overlap whole: the greeting's end commits what they said
                     as one turn. Silent again once the greeting is left."""
 
+                class tool_cap(State.Compound):  # noqa: N801
+                    """The user turn's tool rounds against ``max_tool_steps``: open until a
+                    step ends the last round, then capped (one final reply without tools)
+                    until the next user turn. The rounds themselves are counted in the
+                    context (``tool_rounds``), where the turn's rules read them."""
+
+                    tools_open = State(initial=True, enter="forget_capped_step_speech")
+                    """Tool rounds are let through, up to the cap."""
+
+                    tool_loop_interrupted = State()
+                    """LiveKit interrupted the speech whose reply runs the tool step: the
+                    running step's output is not answered, and its end caps nothing."""
+
+                    class capped(State.Compound, enter="forget_earlier_final_reply"):  # noqa: N801
+                        """The user turn's tool rounds reached the cap: every further round is
+                        refused, and one final reply without tools is said."""
+
+                        class final_reply_due(  # noqa: N801
+                            State.Compound,
+                            initial=True,
+                            enter="forbid_tools_for_the_final_reply",
+                            exit="allow_tools_after_the_final_reply",
+                        ):
+                            """The final reply is still to come, or plays: a realtime model
+                            has its tools forbidden (its session's tool choice) throughout."""
+
+                            final_awaits_tool_speech = State(enter="note_capped_step_speech")
+                            """A realtime model: the capped step's speech still plays; the
+                            final reply is asked for after its end, unless the model's own
+                            answer to the step's output comes first (adopted)."""
+
+                            final_awaits_model_reply = State()
+                            """A realtime model that answers tool output itself: a bounded
+                            wait for that answer, adopted as the final reply."""
+
+                            final_awaits_model_free = State(initial=True)
+                            """The final reply is asked for once the model is free (invariant
+                            I9); a free model (and every pipeline) leaves at once, in the
+                            same step."""
+
+                            final_reply_asked = State(enter="ask_final_reply")
+                            """The final reply without tools is asked for; its speech does
+                            not exist yet."""
+
+                            final_reply_awaited = State(enter="forget_capped_step_speech")
+                            """The next speech created is the final reply, without asking:
+                            the model's own answer was adopted, or LiveKit declined the turn
+                            that the final reply's speech answered (stopped, unplayed)."""
+
+                            final_reply_playing = State(enter="note_final_speech")
+                            """The final reply's speech exists (``final_speech_id``)."""
+
+                        final_reply_over = State()
+                        """The final reply ended: tools are allowed again, rounds still
+                        refused until the next user turn."""
+
         class model_activity(State.Compound):  # noqa: N801
             """Beside the call's course, from its start: what the realtime model is doing,
             as its link reports it (``response.created``, ``response.done``, a
@@ -333,6 +397,23 @@ def declare_chart() -> dict[str, Any]:
         call.line.live.caller_voice.caller_speaking,
         call.line.live.caller_voice.caller_spoke_over_greeting,
     )
+    tools_open, tool_loop_interrupted = (
+        call.line.live.tool_cap.tools_open,
+        call.line.live.tool_cap.tool_loop_interrupted,
+    )
+    capped = cast(State, call.line.live.tool_cap.capped)
+    due = call.line.live.tool_cap.capped.final_reply_due
+    final_awaits_tool_speech, final_awaits_model_reply, final_awaits_model_free = (
+        due.final_awaits_tool_speech,
+        due.final_awaits_model_reply,
+        due.final_awaits_model_free,
+    )
+    final_reply_asked, final_reply_awaited, final_reply_playing = (
+        due.final_reply_asked,
+        due.final_reply_awaited,
+        due.final_reply_playing,
+    )
+    final_reply_over = call.line.live.tool_cap.capped.final_reply_over
     model_free, model_responding = (
         call.model_activity.model_free,
         call.model_activity.model_responding,
@@ -354,9 +435,9 @@ def declare_chart() -> dict[str, Any]:
     after(spill_over_window, "spill_over", seconds="spill_over_window")
     after(greeting_awaiting_model, "response_done", seconds="response_done_wait")
     after(retry_awaiting_model, "response_done", seconds="response_done_wait")
-    # the capped final reply's waits for a realtime model, and the hold of a tool step's reply
-    after(conversation, "model_reply", seconds="model_reply_wait", on_entry=False)
-    after(conversation, "response_done", seconds="response_done_wait", on_entry=False)
+    after(final_awaits_model_reply, "model_reply", seconds="model_reply_wait")
+    after(final_awaits_model_free, "response_done", seconds="response_done_wait")
+    # the hold of a tool step's reply
     after(conversation, "tool_reply_hold", seconds="tool_reply_hold", on_entry=False)
 
     # outbound calls ring at once (eventless); inbound ones go live with their session,
@@ -427,6 +508,8 @@ def declare_chart() -> dict[str, Any]:
         | spill_over_window.to(listening_open, on="note_user_turn")
         # (a reply still held: LiveKit committed the turn without interrupting its speech)
         | conversation.to(None, on=["note_user_turn", "send_held_tool_reply"])
+        # a user turn opens a fresh count of tool rounds
+        | tools_open.from_(tool_loop_interrupted, capped)
     )
 
     # LiveKit's end of the caller's turn, before it commits it: a turn too short to
@@ -476,6 +559,8 @@ def declare_chart() -> dict[str, Any]:
         | greeting.to(None, on="note_speech")
         | listening.to(speaking, on="note_speech")
         | conversation.to(None, on="note_speech")
+        # the final reply asked for (or awaited) is the next speech created
+        | final_reply_playing.from_(final_reply_asked, final_reply_awaited)
     )
 
     def leave_greeting(
@@ -498,12 +583,7 @@ def declare_chart() -> dict[str, Any]:
             on="note_speech_end",
         )
 
-    speech_ended = [
-        "note_speech_end",
-        "wait_for_final_reply_after_tool_speech",
-        "allow_tools_after_final_reply",
-        "say_tool_fallback_if_final_reply_silent",
-    ]
+    speech_ended = ["note_speech_end", "say_tool_fallback_if_final_reply_silent"]
     agents_turn = "another_speech_in_flight"
     committing = "resume_user_turns_committing_a_finished_overlap"
     agent_speech_ended = (
@@ -531,6 +611,13 @@ def declare_chart() -> dict[str, Any]:
         | speaking.to(listening, cond="is_last_active_speech", on=speech_ended)
         | tool_loop.to(listening, cond="is_last_active_speech", on=speech_ended)
         | call_wide(on=speech_ended)
+        # the capped step's speech is over: the final reply is asked for (a realtime model
+        # that answers tool output itself is given a while to answer first)
+        | final_awaits_tool_speech.to(
+            final_awaits_model_reply, cond=["is_capped_step_speech", "model_answers_tool_output"]
+        )
+        | final_awaits_tool_speech.to(final_awaits_model_free, cond="is_capped_step_speech")
+        | final_reply_playing.to(final_reply_over, cond="is_final_reply_speech")
     )
 
     # LiveKit will not answer the caller (its min_words over a tool step, a false
@@ -550,6 +637,10 @@ def declare_chart() -> dict[str, Any]:
             on=["forget_prepared_reply", "send_held_tool_reply"],
         )
         | conversation.to(None, cond="holds_tool_reply", on="send_held_tool_reply")
+        # the final reply's speech was the one LiveKit prepared: the next speech is
+        | final_reply_playing.to(
+            final_reply_awaited, cond=["prepared_reply_in_flight", "prepares_the_final_reply"]
+        )
     )
 
     assistant_message_committed = greeting.to(
@@ -566,27 +657,39 @@ def declare_chart() -> dict[str, Any]:
     # (playback is traced only; the state follows creation)
     agent_speech_started = conversation.to(None, on="note_tool_reply_plays")
 
+    # the step's output goes unanswered past the cap, or once its speech was interrupted
     step_finished = ["note_handoff", "note_tool_reply_due"]
     tool_step_finished = (
-        tool_loop.to(speaking, cond="tool_loop_must_stop", on="stop_after_tool_step")
-        | tool_loop.to(speaking, cond="step_speech_interrupted", on="cancel_unheard_tool_reply")
+        tool_loop.to(speaking, cond="tool_loop_must_stop", on="cancel_tool_reply")
+        | tool_loop.to(speaking, cond="step_speech_interrupted", on="cancel_tool_reply")
         | tool_loop.to(speaking, on=step_finished)
-        | conversation.to(None, cond="tool_loop_must_stop", on="stop_after_tool_step")
-        | conversation.to(None, cond="step_speech_interrupted", on="cancel_unheard_tool_reply")
+        | conversation.to(None, cond="tool_loop_must_stop", on="cancel_tool_reply")
+        | conversation.to(None, cond="step_speech_interrupted", on="cancel_tool_reply")
         | conversation.to(None, on=step_finished)
+        # the step ends the last round: the final reply without tools, asked for once the
+        # model is free, or (a realtime model) once the step's speech is over, after the
+        # model's own answer to the step's output if it gives one (adopted)
+        | tools_open.to(
+            final_awaits_tool_speech,
+            cond=["caps_the_tool_loop", "runs_realtime_model", "is_active_speech"],
+        )
+        | tools_open.to(
+            final_awaits_model_reply, cond=["caps_the_tool_loop", "model_answers_tool_output"]
+        )
+        | tools_open.to(final_awaits_model_free, cond="caps_the_tool_loop")
+        # an interrupted loop's step ends: the next one counts again
+        | tool_loop_interrupted.to(tools_open)
     )
 
     interrupted = "note_speech_interrupted"
     agent_speech_interrupted = (
-        tool_loop.to(
-            None,
-            cond="is_tool_step_speech",
-            on=["note_tool_loop_interrupted", "drop_held_tool_reply", interrupted],
-        )
-        | speaking.to(None, cond="is_held_tool_reply", on=["drop_held_tool_reply", interrupted])
+        speaking.to(None, cond="is_held_tool_reply", on=["drop_held_tool_reply", interrupted])
         | tool_loop.to(None, cond="is_held_tool_reply", on=["drop_held_tool_reply", interrupted])
         | speaking.to(None, on=interrupted)
         | tool_loop.to(None, on=interrupted)
+        # LiveKit interrupted the speech running the tool step (it stopped the speech
+        # itself): no further round, the step's output is not answered
+        | tools_open.to(tool_loop_interrupted, cond=["runs_a_tool_step", "is_tool_step_speech"])
     )
 
     # The greeting did not start (its start refused or failed, before its speech exists
@@ -596,11 +699,8 @@ def declare_chart() -> dict[str, Any]:
     effect_outcome = (
         # the held audio is replayed: user turns are resumed as its phase is left
         replaying_held_audio.to(listening_open, cond="is_unmute_outcome")
-        | tool_loop.to(
-            None,
-            cond=["interrupt_not_done", "tool_loop_is_stopped"],
-            on="resume_tool_loop",
-        )
+        # the interrupt did not happen: the loop goes on and its reply is spoken
+        | tool_loop_interrupted.to(tools_open, cond=["runs_a_tool_step", "interrupt_not_done"])
         | conversation.to(None, cond="tool_reply_hold_not_done", on="forget_tool_reply_hold")
         | greeting_retry.from_(
             greeting_awaiting_model,
@@ -684,48 +784,29 @@ def declare_chart() -> dict[str, Any]:
         | model_cancelling.to(None, on="note_cancel_sent")
     )
 
-    def when_model_free(free: list[str], conversation: State = conversation) -> Any:
-        """The capped final reply waits until the model is free: no response of it
-        active, no cancel of it on its way (invariant I9); ``free`` tells whether this
-        event frees it. (The greeting's waits end by themselves, eventless, once the
-        model's region is in ``model_free``.)"""
-        return conversation.to(
-            None,
-            cond=["runs_realtime_model", "final_reply_waits_for_response_done", *free],
-            on="ask_final_reply",
-        )
-
-    # the greeting is asked for once the model is free: at once on a pipeline or with
-    # a free model (eventless: in the step that enters the wait), else in the step that
-    # frees it (its response done, its last cancel answered)
+    # the greeting and the capped final reply are asked for once the model is free: at
+    # once on a pipeline or with a free model (eventless: in the step that enters the
+    # wait), else in the step that frees it (its response done, its last cancel answered)
     greeting_awaiting_model.to(greeting_requested, cond="model_is_free")
     retry_awaiting_model.to(retry_requested, cond="model_is_free")
+    final_awaits_model_free.to(final_reply_asked, cond="model_is_free")
 
-    model_response_done = (
-        model_responding.to(model_free)
-        | cancelling_active.to(cancelling_idle)
-        | when_model_free(["no_cancel_pending"])
-    )
+    model_response_done = model_responding.to(model_free) | cancelling_active.to(cancelling_idle)
 
     # (leaving model_cancelling, its exit forgets the cancels: the last one is answered)
     model_cancel_answered = (
         cancelling_active.to(model_responding, cond="last_cancel_answered")
         | cancelling_idle.to(model_free, cond="last_cancel_answered")
         | model_cancelling.to(None, unless="last_cancel_answered", on="note_cancel_answered")
-        | when_model_free(["last_cancel_answered", "no_response_active"])
     )
 
     # the model's own reply: never before nor in the greeting (the greeting replaces it);
-    # after tool output, adopted as the final reply, suppressed as a second one, or let through
+    # after tool output, adopted as the final reply while the cap awaits it (the turn lets
+    # it through), suppressed as a second one, or let through
     model_reply_started = (
         connecting.to(None, cond="runs_realtime_model", on="suppress_model_reply")
         | awaiting_user.to(None, cond="runs_realtime_model", on="suppress_model_reply")
         | greeting.to(None, cond="runs_realtime_model", on="suppress_model_reply")
-        | conversation.to(
-            None,
-            cond=["runs_realtime_model", "final_reply_awaits_model_reply"],
-            on=["note_model_replies_to_tools", "adopt_final_reply"],
-        )
         | conversation.to(
             None,
             cond=["runs_realtime_model", "is_unwanted_tool_reply"],
@@ -734,6 +815,11 @@ def declare_chart() -> dict[str, Any]:
         | conversation.to(
             None, cond=["runs_realtime_model", "is_tool_reply"], on="note_model_replies_to_tools"
         )
+        | final_reply_awaited.from_(
+            final_awaits_tool_speech,
+            final_awaits_model_reply,
+            cond=["runs_realtime_model", "is_tool_reply"],
+        )
     )
 
     # the wait for the model is over: the greeting is asked for anyway (a refusal is
@@ -741,10 +827,12 @@ def declare_chart() -> dict[str, Any]:
     response_done_timer_expired = (
         greeting_awaiting_model.to(greeting_requested)
         | retry_awaiting_model.to(retry_requested)
-        | conversation.to(None, on="ask_final_reply")
+        | final_awaits_model_free.to(final_reply_asked)
     )
 
-    model_reply_timer_expired = conversation.to(None, on="ask_final_reply_when_model_free")
+    # the model gave no answer of its own in time: the final reply is asked for, once
+    # the model is free
+    model_reply_timer_expired = final_awaits_model_reply.to(final_awaits_model_free)
 
     # the spill-over window is over: speech that starts now is new
     spill_over_timer_expired = spill_over_window.to(listening_open)
@@ -758,10 +846,13 @@ def declare_chart() -> dict[str, Any]:
     del listening, listening_open, spill_over_window, discarding_overlap, replaying_held_audio
     del replay_unheard, replay_heard_caller, speaking, tool_loop, caller_silent, caller_speaking
     del caller_spoke_over_greeting
+    del tools_open, tool_loop_interrupted, capped, due, final_awaits_tool_speech
+    del final_awaits_model_reply, final_awaits_model_free, final_reply_asked
+    del final_reply_awaited, final_reply_playing, final_reply_over
     del model_free, model_responding, model_cancelling, cancelling_active, cancelling_idle
     del leave_greeting, speech_ended, agents_turn, committing
     del step_started, step_finished, interrupted
-    del call_wide, when_model_free
+    del call_wide
     return dict(locals())
 
 
@@ -964,10 +1055,12 @@ def transition_key(transition: Transition) -> tuple[str, int]:
     return transition.source.id, next(i for i, t in enumerate(declared) if t is transition)
 
 
-PHASED_STATES: tuple[str, ...] = ("greeting", "listening")
+PHASED_STATES: tuple[str, ...] = ("greeting", "listening", "capped")
 """Compound states whose sub-states are phases of one state: :attr:`TurnController.state`
 (and a trace's steps, the invariants, the outcome monitor) report the compound's id in
-each; :attr:`TurnController.configuration` names the phase."""
+each (the cap's ``capped``, beside the turn: the moves :func:`declared_moves` and the
+explorer name, and the overview diagram); :attr:`TurnController.configuration` names the
+phase."""
 
 
 @functools.cache
@@ -1066,6 +1159,9 @@ CONVERSATION_STATES: frozenset[str] = _and_phased(leaves_under("conversation"))
 """States after the greeting, where tool rounds are counted (invariant I3): atomic ones,
 and ``listening`` as :attr:`TurnController.state` reports its phases."""
 
+CAPPED_PHASES: frozenset[str] = leaves_under("capped")
+"""The tool cap's phases once a user turn's tool rounds reached the cap."""
+
 LOCKED_STATES: frozenset[str] = frozenset({"greeting"}) | GREETING_STATES
 """States drawn and checked as locked: no interrupt effect is ever emitted in them (the
 greeting, and each of its phases)."""
@@ -1148,8 +1244,6 @@ IGNORED: dict[tuple[str, str], str] = {
         for event in (
             "assistant_message_committed",
             "tool_step_started",
-            "tool_step_finished",
-            "agent_speech_interrupted",
             "user_turn_declined",  # a reply LiveKit prepared would have left awaiting_agent
         )
     },
@@ -1192,6 +1286,8 @@ IGNORED: dict[tuple[str, str], str] = {
         for timer in TIMERS.values()
         for state in STATES
         if not any(public_state(leaf) == state for leaf in TIMER_STATES[timer.timer])
+        # (the cap's waits run beside the conversation)
+        and not (state in CONVERSATION_STATES and TIMER_STATES[timer.timer] & CAPPED_PHASES)
     },
     **{
         (state, "assistant_message_committed"): "an early speech is stopped before it says"
@@ -1203,19 +1299,16 @@ IGNORED: dict[tuple[str, str], str] = {
         " that calls them is stopped"
         for state in ("start", "ringing", "awaiting_user")
         for event in ("tool_step_started", "tool_step_finished")
+        if (state, event) != ("awaiting_user", "tool_step_finished")  # (the cap's, beside)
     },
     **{
         (state, "agent_speech_interrupted"): reason
         for state, reason in (
             ("start", "the machine stopped the early speech itself"),
             ("ringing", "the machine stopped the early speech itself"),
-            ("awaiting_user", "the machine stopped the early speech itself"),
-            ("greeting", "the greeting is locked; its end comes as agent_speech_ended"),
-            ("listening", "no reply is running; a late report changes nothing"),
         )
     },
     ("greeting", "tool_step_started"): "the greeting's speech has no tools; counted per user turn",
-    ("greeting", "tool_step_finished"): "the greeting's speech has no tools",
     **{
         (state, "effect_outcome"): "no lever outcome changes this state: traced only"
         " (see OUTCOME_DECISIONS)"
@@ -1232,7 +1325,10 @@ IGNORED: dict[tuple[str, str], str] = {
     },
 }
 """Why a state has no transition for an event, per (state, event) pair; the test suite
-checks that every pair is a transition or listed here with a reason, and nothing else."""
+checks that every pair is a transition or listed here with a reason, and nothing else.
+A transition of a region beside the state counts: the tool cap's region takes a step's
+end and an interrupted speech in every live state (its guards let them through only in
+the conversation, where tool rounds are counted)."""
 
 OUTCOME_DECISIONS: dict[str, str] = {
     "mute_input": "traced only: the outcome monitor reports caller audio heard in a lock",

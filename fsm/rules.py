@@ -39,7 +39,15 @@ from .events import (
     UserTurnDeclined,
     UserTurnEnded,
 )
-from .machine import PRE_GREETING_STATES, TIMERS, After, leaves_under, timers_declared
+from .machine import (
+    PRE_GREETING_STATES,
+    TIMERS,
+    After,
+    atomic_states,
+    leaf_transitions,
+    leaves_under,
+    timers_declared,
+)
 from .policy import TurnPolicy
 
 GuardKind = Literal["policy", "event", "context", "region", "state"]
@@ -209,10 +217,6 @@ class TurnRules:
     def interrupt_not_done(self, ev: EffectOutcome) -> bool:
         return ev.effect == "interrupt" and ev.outcome != "done"
 
-    @guard("context")
-    def tool_loop_is_stopped(self) -> bool:
-        return self.context.tool_loop_stopped
-
     @guard("event")
     def is_unmute_outcome(self, ev: EffectOutcome) -> bool:
         """In the replay of the greeting's held audio: it is over (or its unmute failed),
@@ -250,10 +254,41 @@ class TurnRules:
         ctx = self.context
         return ctx.realtime_model and ev.speech_id in ctx.interrupted_speeches
 
-    @guard("context")
-    def tool_loop_must_stop(self) -> bool:
+    @guard("region")
+    def tool_loop_must_stop(self, machine: StateChart) -> bool:
+        """The step's output is not answered: the user turn's rounds reached the cap (its
+        final reply answers instead), or LiveKit interrupted the loop's speech."""
+        interrupted = "tool_loop_interrupted" in machine.configuration_values
+        return interrupted or self.context.tool_rounds >= self.policy.max_tool_steps
+
+    @guard("event")
+    def caps_the_tool_loop(self, ev: ToolStepFinished) -> bool:
+        """The step ends the user turn's last round: one final reply without tools follows.
+        Not once a step handed the call over (this one, or an earlier one of the turn): the
+        old agent, draining, says nothing more, and the new agent speaks next."""
         ctx = self.context
-        return ctx.tool_loop_stopped or ctx.capped or ctx.tool_rounds >= self.policy.max_tool_steps
+        last_round = ctx.tool_rounds >= self.policy.max_tool_steps
+        return last_round and not ctx.handing_over and not ev.hands_over
+
+    @guard("state")
+    def runs_a_tool_step(self, machine: StateChart) -> bool:
+        return "tool_loop" in machine.configuration_values
+
+    @guard("event")
+    def is_active_speech(self, ev: ToolStepFinished) -> bool:
+        return ev.speech_id in self.context.active_speeches
+
+    @guard("event")
+    def is_capped_step_speech(self, ev: AgentSpeechEnded) -> bool:
+        return ev.speech_id == self.context.final_after_speech
+
+    @guard("event")
+    def is_final_reply_speech(self, ev: AgentSpeechEnded) -> bool:
+        return ev.speech_id == self.context.final_speech_id
+
+    @guard("event")
+    def prepares_the_final_reply(self, ev: UserTurnDeclined) -> bool:
+        return ev.prepared_speech_id == self.context.final_speech_id
 
     @guard("policy")
     def greets_silent_callee(self) -> bool:
@@ -269,38 +304,26 @@ class TurnRules:
         (always, on a pipeline): a request now is neither refused nor cut."""
         return not _model_busy(machine)
 
-    @guard("context")
-    def final_reply_waits_for_response_done(self) -> bool:
-        return self.context.final_wait == "response_done"
-
-    @guard("region")
-    def no_cancel_pending(self, machine: StateChart) -> bool:
-        """No ``response.cancel`` of the realtime model is unanswered: one still on its
-        way would cancel whatever response is active when it lands (invariant I9)."""
-        return "model_cancelling" not in machine.configuration_values
-
     @guard("event")
     def last_cancel_answered(self, ev: ModelCancelAnswered) -> bool:
         """This answer is to the last cancel on its way (an answer to one the machine
         never took, sent before the model's link, frees nothing)."""
         return self.context.pending_cancels <= {ev.cancel_id}
 
+    @guard("context")
+    def model_answers_tool_output(self) -> bool:
+        return self.context.model_replies_to_tools
+
     @guard("region")
-    def no_response_active(self, machine: StateChart) -> bool:
-        """No response of the realtime model is active (a cancel may be on its way)."""
-        return RESPONDING.isdisjoint(machine.configuration_values)
-
-    @guard("event")
-    def final_reply_awaits_model_reply(self, ev: ModelReplyStarted) -> bool:
-        """The model's own answer to the capped step's output is the final reply: it runs
-        under ``tool_choice="none"`` (``ForbidTools`` reached the model first)."""
-        return ev.after_tool_output and self.context.final_wait in ("tool_speech", "model_reply")
-
-    @guard("event")
-    def is_unwanted_tool_reply(self, ev: ModelReplyStarted) -> bool:
+    def is_unwanted_tool_reply(self, ev: ModelReplyStarted, machine: StateChart) -> bool:
         """A second answer to tool output: LiveKit asks for this one itself, or the final
-        reply is already asked for or adopted."""
-        return ev.after_tool_output and (ev.duplicate or self.context.capped)
+        reply is already asked for or adopted. Not while the cap awaits the model's own
+        answer: that one is the final reply (it runs under ``tool_choice="none"``:
+        ``ForbidTools`` reached the model first), the cap adopts it."""
+        active = machine.configuration_values
+        if not ev.after_tool_output or not ADOPTING_PHASES.isdisjoint(active):
+            return False
+        return ev.duplicate or "capped" in active
 
     @guard("event")
     def is_tool_reply(self, ev: ModelReplyStarted) -> bool:
@@ -406,7 +429,6 @@ class TurnRules:
         ctx = self.context
         for timer in sorted(ctx.timers):
             self._cancel_timer(timer)
-        self._allow_tools()
         self.emit(fx.EndCall(reason=ctx.end_reason or "hangup"))
 
     # -- the greeting -------------------------------------------------------------------
@@ -573,13 +595,10 @@ class TurnRules:
         )
 
     def note_user_turn(self) -> None:
+        """A fresh count of tool rounds (the cap's region opens them again, on the same
+        event)."""
         ctx = self.context
-        self._end_final_wait()
-        self._allow_tools()  # first: the cap's fields say whether they are forbidden
         ctx.tool_rounds = 0
-        ctx.capped = False
-        ctx.tool_loop_stopped = False
-        ctx.final_reply_pending = False
         ctx.reprompts = 0
         ctx.handing_over = False
 
@@ -598,11 +617,7 @@ class TurnRules:
         self.emit(fx.Interrupt(force=True))
 
     def note_speech(self, ev: AgentSpeechCreated) -> None:
-        ctx = self.context
         self._add_active_speech(ev.speech_id)
-        if ctx.final_reply_pending:
-            ctx.final_reply_pending = False
-            ctx.final_speech_id = ev.speech_id
 
     def note_speech_end(self, ev: AgentSpeechEnded) -> None:
         ctx = self.context
@@ -613,6 +628,8 @@ class TurnRules:
         ctx.interrupted_speeches = ctx.interrupted_speeches - {ev.speech_id}
         if ev.speech_id == ctx.tool_speech_id:
             ctx.tool_speech_id = None
+        if ev.speech_id == ctx.final_after_speech:
+            ctx.final_after_speech = None
         if ev.speech_id == ctx.held_tool_reply:  # its reply will never be asked for
             self._release_tool_reply(send=False)
         ctx.dropped_speeches = ctx.dropped_speeches - {ev.speech_id}
@@ -624,17 +641,14 @@ class TurnRules:
         ctx, speech_id = self.context, ev.prepared_speech_id
         ctx.active_speeches = ctx.active_speeches - {speech_id}
         if ctx.final_speech_id == speech_id:
-            # taken for the capped step's final reply: that one is still to come, unless a
-            # later user turn started a new round of tools
-            ctx.final_speech_id, ctx.final_reply_pending = None, ctx.capped
+            # the final reply's speech: still to come while capped (the cap's region
+            # awaits the next speech), forgotten after a later user turn
+            ctx.final_speech_id = None
         self.emit(fx.Interrupt(force=True, speech_id=speech_id))
 
-    def allow_tools_after_final_reply(self, ev: AgentSpeechEnded) -> None:
-        if ev.speech_id == self.context.final_speech_id:
-            self._allow_tools()
-
     def say_tool_fallback_if_final_reply_silent(self, ev: AgentSpeechEnded) -> None:
-        """The final reply without tools played nothing (the model called tools again)."""
+        """The final reply without tools played nothing (the model called tools again);
+        also when it ends after the next user turn, which left the cap."""
         ctx = self.context
         if ev.speech_id == ctx.final_speech_id:
             ctx.final_speech_id = None
@@ -672,7 +686,7 @@ class TurnRules:
         ctx = self.context
         self._add_active_speech(ev.speech_id)
         ctx.tool_replies_due = ctx.tool_replies_due - {ev.speech_id}
-        if ctx.capped or ctx.tool_rounds >= self.policy.max_tool_steps:
+        if ctx.tool_rounds >= self.policy.max_tool_steps:  # (always so once capped)
             self.emit(fx.CancelToolReply(speech_id=ev.speech_id))
             return
         ctx.tool_rounds += 1
@@ -686,20 +700,11 @@ class TurnRules:
         if ctx.realtime_model and ev.speech_id in ctx.active_speeches:
             ctx.interrupted_speeches = ctx.interrupted_speeches | {ev.speech_id}
 
-    def cancel_unheard_tool_reply(self, ev: ToolStepFinished) -> None:
-        """The step's speech was interrupted: its output is not answered (no round counts
-        as capped: the loop of another reply goes on)."""
+    def cancel_tool_reply(self, ev: ToolStepFinished) -> None:
+        """The step's output is not answered: past the cap (the cap's region asks for the
+        final reply), or its speech was interrupted."""
         self.emit(fx.CancelToolReply(speech_id=ev.speech_id))
         self.note_handoff(ev)
-
-    def note_tool_loop_interrupted(self) -> None:
-        """LiveKit interrupted the speech during a tool step: no further round, the tool
-        output is not answered. LiveKit already stopped the speech: nothing to emit."""
-        self.context.tool_loop_stopped = True
-
-    def resume_tool_loop(self) -> None:
-        """The interrupt did not happen: the loop goes on and its reply is spoken."""
-        self.context.tool_loop_stopped = False
 
     # A barge-in into a tool step: LiveKit decides whether it interrupts the step's speech
     # when the caller's turn ends, seconds after the tool may have finished and LiveKit
@@ -788,28 +793,28 @@ class TurnRules:
         """The speech plays: the reply to its tool output is under way, not stopped."""
         self.context.tool_replies_due = self.context.tool_replies_due - {ev.speech_id}
 
-    def stop_after_tool_step(self, ev: ToolStepFinished, machine: StateChart) -> None:
-        ctx = self.context
-        self.emit(fx.CancelToolReply(speech_id=ev.speech_id))
-        self.note_handoff(ev)
-        # a step that hands the call over ends with the new agent's first words: the old
-        # agent, draining, says nothing more (no final reply, no fallback), whichever of
-        # its replies' steps reaches the cap (an older reply's step may finish after
-        # the one that handed over, or before it)
-        if not ctx.tool_loop_stopped and not ctx.capped and not ctx.handing_over:
-            ctx.capped = True
-            ctx.final_reply_pending = True
-            # an earlier turn's final reply may still play: not this turn's, its end
-            # neither allows tools again before this one is said nor says the fallback
-            ctx.final_speech_id = None
-            if ctx.realtime_model:
-                # before the step's output reaches the model: no reply of it calls a tool
-                self.emit(fx.ForbidTools())
-                self._stop_tool_replies_due()
-                self._final_reply_after_tool_speech(ev.speech_id, machine)
-            else:
-                self.emit(fx.FinalReplyWithoutTools(fallback_text=self.policy.tool_cap_fallback))
-        ctx.tool_loop_stopped = False
+    # The cap's region (``tool_cap``): entered when a step ends the user turn's last
+    # round; its phases wait, on a realtime model, for the capped step's speech to end,
+    # for the model's own answer to the step's output (adopted) and for the model to be
+    # free, before the final reply is asked for.
+
+    def forget_earlier_final_reply(self) -> None:
+        """An earlier turn's final reply may still play: it is not this turn's, so its end
+        neither allows tools again before this one is said nor says the fallback."""
+        self.context.final_speech_id = None
+
+    def forbid_tools_for_the_final_reply(self) -> None:
+        """A realtime model: before the step's output reaches the model, no reply to it
+        may call a tool (a pipeline's final reply carries its own tool choice)."""
+        if self.context.realtime_model:
+            self.emit(fx.ForbidTools())
+            self._stop_tool_replies_due()
+
+    def allow_tools_after_the_final_reply(self) -> None:
+        """The final reply is over (or the next user turn, or the call's end, came first):
+        a realtime model has its tools again."""
+        if self.context.realtime_model:
+            self.emit(fx.AllowTools())
 
     def _stop_tool_replies_due(self) -> None:
         """Another reply's tool loop runs beside the capped one (a realtime model goes on
@@ -825,64 +830,20 @@ class TurnRules:
             self.emit(fx.Interrupt(force=True, speech_id=speech_id))
         ctx.tool_replies_due = frozenset()
 
-    # With a realtime model the final reply is asked for once the capped step's speech is
-    # done, after a bounded wait for the model's own answer to the tool output (adopted:
-    # it runs without tools) and for its active response to finish.
+    def note_capped_step_speech(self, ev: ToolStepFinished) -> None:
+        self.context.final_after_speech = ev.speech_id
 
-    def _final_reply_after_tool_speech(self, speech_id: str, machine: StateChart) -> None:
-        ctx = self.context
-        if speech_id in ctx.active_speeches:
-            ctx.final_wait, ctx.final_after_speech = "tool_speech", speech_id
-        elif ctx.model_replies_to_tools:
-            self._final_waits("model_reply")
-        else:
-            self.ask_final_reply_when_model_free(machine)
-
-    def wait_for_final_reply_after_tool_speech(
-        self, ev: AgentSpeechEnded, machine: StateChart
-    ) -> None:
-        ctx = self.context
-        if ctx.final_wait == "tool_speech" and ev.speech_id == ctx.final_after_speech:
-            self._end_final_wait()
-            self._final_reply_after_tool_speech(ev.speech_id, machine)
-
-    def _final_waits(self, wait: fx.TimerName) -> None:
-        self._end_final_wait()
-        self.context.final_wait = wait  # type: ignore[assignment]
-        self._start_timer(wait)
-
-    def _end_final_wait(self) -> None:
-        ctx = self.context
-        wait, ctx.final_wait, ctx.final_after_speech = ctx.final_wait, None, None
-        if wait is not None and wait != "tool_speech":
-            self._cancel_timer(wait)
-
-    def ask_final_reply_when_model_free(self, machine: StateChart) -> None:
-        if _model_busy(machine):
-            self._final_waits("response_done")
-        else:
-            self.ask_final_reply()
+    def forget_capped_step_speech(self) -> None:
+        """The wait for the capped step's speech is over before its end (the model's own
+        answer adopted, or the next user turn): its end no longer matters. (Its end, in
+        the wait, forgets it too, as it does ``tool_speech_id``.)"""
+        self.context.final_after_speech = None
 
     def ask_final_reply(self) -> None:
-        self._end_final_wait()
         self.emit(fx.FinalReplyWithoutTools(fallback_text=self.policy.tool_cap_fallback))
 
-    def adopt_final_reply(self) -> None:
-        """The model's own answer to the capped step's output is the final reply (its
-        speech, created next, is noted as such)."""
-        self._end_final_wait()
-
-    def _tools_forbidden(self) -> bool:
-        """A ``ForbidTools`` is in force: a realtime model's cap forbade tools (as it
-        capped) and its final reply is still to come or playing; its end, the next user
-        turn or the call's end allows them again."""
-        ctx = self.context
-        to_come = ctx.final_reply_pending or ctx.final_speech_id is not None
-        return ctx.realtime_model and ctx.capped and to_come
-
-    def _allow_tools(self) -> None:
-        if self._tools_forbidden():
-            self.emit(fx.AllowTools())
+    def note_final_speech(self, ev: AgentSpeechCreated) -> None:
+        self.context.final_speech_id = ev.speech_id
 
     # -- realtime models ----------------------------------------------------------------
 
@@ -969,6 +930,17 @@ def turns_held(policy: TurnPolicy, active: Collection[object]) -> bool:
     while an overlap is discarded or the greeting's held audio replays."""
     greeting_holds = "greeting" in active and not policy.mutes_greeting
     return greeting_holds or not HOLDING_PHASES.isdisjoint(active)
+
+
+ADOPTING_PHASES: frozenset[str] = frozenset(
+    state.id
+    for state in atomic_states()
+    for transition in leaf_transitions(state)
+    if "model_reply_started" in (str(event) for event in transition.events)
+    and getattr(transition.target, "id", None) == "final_reply_awaited"
+)
+"""The cap's phases that adopt the model's own answer to tool output as the final reply
+(read from the chart: those its ``model_reply_started`` leaves for ``final_reply_awaited``)."""
 
 
 def _timers_around(state: State) -> Iterator[After]:

@@ -737,7 +737,8 @@ def region_moves(
     handled = handled_events(machine_class)
     for region, leaf in enumerate(before[1:], start=1):
         if event in handled[leaf]:
-            yield leaf, event, after[region] if region < len(after) else after[0]
+            moved = after[region] if region < len(after) else after[0]
+            yield public_state(leaf), event, public_state(moved)
 
 
 def _named(configuration: tuple[str, ...]) -> str:

@@ -49,6 +49,7 @@ from ..controller import TurnController
 from ..machine import (
     LOCKED_STATES,
     PHASED_STATES,
+    VOICE_REGION,
     TurnChart,
     TurnMachine,
     atomic_states,
@@ -418,15 +419,37 @@ def to_overview(diagram: Diagram) -> str:
     rather than drawing an edge around everything. So do the ways into a final state
     (:func:`ways_to_end`): drawn, an edge from nearly every state into one node made the
     picture too wide to read on a page. A phased state (the greeting) is one state here
-    (:func:`collapse_phases`): the full diagrams draw its phases. The regions beside the
-    call's course (the realtime model's activity) are left to the caption too
-    (:func:`parallel_regions`): drawn beside the rest, they made the picture half as wide
-    again (1,690 px, its text 8.5 px at 900).
+    (:func:`collapse_phases`): the full diagrams draw its phases. Of the regions beside
+    the turn it draws the caller's voice alone; the others (the tool cap, and beside the
+    call's course the realtime model's activity) are left to the caption too
+    (:func:`parallel_regions`, :func:`left_to_the_caption`): drawn beside the rest, each
+    made the picture half as wide again (1,690 px and 1,703 px, its text 8.5 px at 900).
     """
-    diagram = _without_regions_beside_the_call(collapse_phases(diagram))
+    diagram = collapse_phases(diagram)
+    hidden = left_to_the_caption(diagram)
+    diagram = attrs.evolve(
+        diagram,
+        states=tuple(state for state in diagram.states if state not in hidden),
+        parents={s: parent for s, parent in diagram.parents.items() if s not in hidden},
+        edges=tuple(e for e in diagram.edges if not {e.source, e.target} & hidden),
+    )
     graph = _overview_model(diagram)
     body = _Renderer(MermaidRendererConfig(direction="TB")).render(graph)
     return _mermaid_document(diagram, f"{diagram.title} (overview)", body, omitted=False)
+
+
+def left_to_the_caption(diagram: Diagram) -> frozenset[str]:
+    """The states the overview leaves to its caption: those of the regions of a parallel
+    state beside its first (the turn's, the call's course) but the caller's voice, the
+    regions themselves included."""
+    return frozenset(
+        state.id
+        for parallel in _walk_model(diagram.graph.states)
+        if parallel.type is StateType.PARALLEL
+        for region in parallel.children[1:]
+        if region.id != VOICE_REGION
+        for state in _walk_model([region])
+    )
 
 
 def collapse_phases(diagram: Diagram) -> Diagram:
@@ -463,24 +486,6 @@ def collapse_phases(diagram: Diagram) -> Diagram:
         omitted=tuple(dict.fromkeys(map(collapsed, diagram.omitted))),
         visited=frozenset(map(up, diagram.visited)),
         taken=dict(taken),
-    )
-
-
-def _without_regions_beside_the_call(diagram: Diagram) -> Diagram:
-    """The diagram without the regions of the parallel state that holds the start beside
-    its first (the call's course), their states and their edges."""
-    root = _root_compound(diagram)
-    holding = next((s for s in _walk_model(diagram.graph.states) if s.id == root), None)
-    if holding is None or holding.type is not StateType.PARALLEL:
-        return diagram
-    hidden = {state.id for region in holding.children[1:] for state in _walk_model([region])}
-    return attrs.evolve(
-        diagram,
-        states=tuple(state for state in diagram.states if state not in hidden),
-        parents={
-            state: parent for state, parent in diagram.parents.items() if state not in hidden
-        },
-        edges=tuple(e for e in diagram.edges if not {e.source, e.target} & hidden),
     )
 
 

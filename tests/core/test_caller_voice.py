@@ -32,7 +32,12 @@ def test_the_voice_exists_only_while_the_call_is_live() -> None:
     assert controller.handle(ev.UserSpeechStarted(at=0.1)) == ()  # nobody on the line
     assert controller.configuration == ("ringing", "model_free")
     controller.handle(ev.CallAnswered(at=0.2))
-    assert controller.configuration == ("awaiting_user", "caller_silent", "model_free")
+    assert controller.configuration == (
+        "awaiting_user",
+        "caller_silent",
+        "tools_open",
+        "model_free",
+    )
     controller.handle(ev.CallEnded(at=0.3, reason="user_initiated"))
     assert controller.configuration == ("ended",)
 
@@ -44,18 +49,28 @@ def test_one_event_moves_both_regions_once(engine: EngineName) -> None:
     controller = answered(engine=engine)
     effects = controller.handle(ev.UserSpeechStarted(at=1.0))
     assert effects == (fx.CancelTimer(timer="await_user"),)
-    assert controller.configuration == ("awaiting_user", "caller_speaking", "model_free")
+    assert controller.configuration == (
+        "awaiting_user",
+        "caller_speaking",
+        "tools_open",
+        "model_free",
+    )
     if controller._machine is not None:  # the engine's own active states, not the summary
         leaves = [s.id for s in controller._machine.configuration if not s.states]
     else:
         assert controller._engine is not None
         atomic = {state.id for state in atomic_states()}
         leaves = [state for state in controller._engine.active if state in atomic]
-    assert sorted(leaves) == ["awaiting_user", "caller_speaking", "model_free"]
+    assert sorted(leaves) == ["awaiting_user", "caller_speaking", "model_free", "tools_open"]
     assert controller.handle(ev.UserSpeechEnded(at=1.5)) == (
         fx.StartTimer(timer="await_user", seconds=OUTBOUND.await_user_timeout),
     )
-    assert controller.configuration == ("awaiting_user", "caller_silent", "model_free")
+    assert controller.configuration == (
+        "awaiting_user",
+        "caller_silent",
+        "tools_open",
+        "model_free",
+    )
 
 
 def test_muting_the_input_silences_the_voice_and_speech_it_cannot_hear_is_not_started() -> None:
@@ -92,7 +107,12 @@ def test_the_idle_timer_waits_for_the_caller_to_stop() -> None:
     context = TurnContext(active_speeches=frozenset({"s1"}))
     controller.restore(("speaking", "caller_speaking"), context)
     effects = controller.handle(ev.AgentSpeechEnded(at=2.0, speech_id="s1"))
-    assert controller.configuration == ("listening_open", "caller_speaking", "model_free")
+    assert controller.configuration == (
+        "listening_open",
+        "caller_speaking",
+        "tools_open",
+        "model_free",
+    )
     assert not any(isinstance(e, fx.StartTimer) for e in effects)
     assert controller.handle(ev.UserSpeechEnded(at=3.0)) == (
         fx.StartTimer(timer="idle", seconds=5),

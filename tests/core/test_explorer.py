@@ -171,8 +171,10 @@ def expected_states(policy: TurnPolicy) -> set[str]:
 
 def check(policy: TurnPolicy, report: ExplorationReport) -> None:
     assert report.violations == []  # no invariant, watchdog (W1, W2) nor engine (E1) breach
-    # both engines compared, once per distinct decisions (each stands for many steps)
-    assert 0 < report.engine_checks < report.steps / 50
+    # both engines compared, once per distinct decisions (each stands for many steps: at
+    # least 45 in realtime-outbound-keep-answer with the tool cap's and the model's
+    # regions, 4,764 checks for 215,985 steps)
+    assert 0 < report.engine_checks < report.steps / 40
     assert report.states == expected_states(policy)
     assert report.configurations > 100
     if policy.max_call_duration is not None:  # every live configuration is watched

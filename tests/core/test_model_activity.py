@@ -33,13 +33,18 @@ def test_a_response_created_while_ringing_holds_the_greeting(engine: EngineName)
     controller.handle(ev.ModelResponseCreated(at=0.1, response_id="r1"))
     assert controller.configuration == ("ringing", "model_responding")
     controller.handle(ev.CallAnswered(at=1.0))
-    assert controller.configuration[2] == "model_responding"
+    assert controller.configuration[-1] == "model_responding"
     effects = controller.handle(ev.UserTurnCommitted(at=2.0, text="Hello?", item_id="u1"))
     assert controller.configuration[0] == "greeting_awaiting_model"
     assert not any(isinstance(effect, fx.StartGreeting) for effect in effects)
     effects = controller.handle(ev.ModelResponseDone(at=2.5, response_id="r1"))
     # the region frees the model, and the greeting's wait ends in the same step
-    assert controller.configuration == ("greeting_requested", "caller_silent", "model_free")
+    assert controller.configuration == (
+        "greeting_requested",
+        "caller_silent",
+        "tools_open",
+        "model_free",
+    )
     assert any(isinstance(effect, fx.StartGreeting) for effect in effects)
 
 
@@ -71,7 +76,12 @@ def test_a_pipeline_stays_free() -> None:
         ev.ModelCancelAnswered(at=1.3, cancel_id="c1"),
     ):
         assert controller.handle(event) == ()
-        assert controller.configuration == ("awaiting_user", "caller_silent", "model_free")
+        assert controller.configuration == (
+            "awaiting_user",
+            "caller_silent",
+            "tools_open",
+            "model_free",
+        )
         assert controller.context.pending_cancels == frozenset()
 
 

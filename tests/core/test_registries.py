@@ -46,7 +46,7 @@ def test_policy_guards_read_the_policy_only(guard: str) -> None:
     """A policy guard gives the same answer whatever the call did (diagrams prune by it)."""
     policy = TurnPolicy(direction="outbound", greeting="Hi")
     fresh, busy = TurnRules(policy=policy), TurnRules(policy=policy)
-    busy.context.capped = True
+    busy.context.tool_rounds = 3
     busy.context.reprompts = 5
     assert getattr(fresh, guard)() == getattr(busy, guard)()
 

@@ -53,13 +53,18 @@ class GreetingInterruptedByOverlap(TurnRules):
 class ToolCapOffByOne(TurnRules):
     """I3: the cap lets one round too many through."""
 
-    def tool_loop_must_stop(self) -> bool:
+    def tool_loop_must_stop(self, machine: StateChart) -> bool:
+        interrupted = "tool_loop_interrupted" in machine.configuration_values
+        return interrupted or self.context.tool_rounds > self.policy.max_tool_steps
+
+    def caps_the_tool_loop(self, ev: ToolStepFinished) -> bool:
         ctx = self.context
-        return ctx.tool_loop_stopped or ctx.capped or ctx.tool_rounds > self.policy.max_tool_steps
+        past = ctx.tool_rounds > self.policy.max_tool_steps
+        return past and not ctx.handing_over and not ev.hands_over
 
     def count_tool_round(self, ev: ev.ToolStepStarted) -> None:
         self._add_active_speech(ev.speech_id)
-        if self.context.capped or self.context.tool_rounds > self.policy.max_tool_steps:
+        if self.context.tool_rounds > self.policy.max_tool_steps:
             self.emit(fx.CancelToolReply(speech_id=ev.speech_id))
             return
         self.context.tool_rounds += 1
@@ -68,10 +73,8 @@ class ToolCapOffByOne(TurnRules):
 class NoFinalReplyAtTheCap(TurnRules):
     """I3: the cap cancels the tool reply but never asks for the final reply."""
 
-    def stop_after_tool_step(self, ev: ToolStepFinished, machine: StateChart) -> None:
-        self.emit(fx.CancelToolReply(speech_id=ev.speech_id))
-        self.context.capped = True
-        self.context.tool_loop_stopped = False
+    def ask_final_reply(self) -> None:
+        return
 
 
 class InterruptedTextKept(TurnRules):
@@ -158,10 +161,6 @@ class GreetingAskedUnderAPendingCancel(TurnRules):
     @guard("region")
     def model_is_free(self, machine: StateChart) -> bool:
         return RESPONDING.isdisjoint(machine.configuration_values)
-
-    @guard("region")
-    def no_cancel_pending(self, machine: StateChart) -> bool:
-        return True
 
 
 class ModelReplyLetThroughInTheGreeting(TurnRules):

@@ -10,7 +10,7 @@ import pytest
 from turnfsm import TurnController, TurnMachine, TurnPolicy
 from turnfsm import effects as fx
 from turnfsm.context import TurnContext
-from turnfsm.context_rules import OVERLAP_PHASES, reachable_states
+from turnfsm.context_rules import OVERLAP_PHASES, cap_possible, reachable_states
 from turnfsm.controller import handled_events
 from turnfsm.events import EVENT_TYPES, EVENTS_BY_NAME
 from turnfsm.machine import (
@@ -21,6 +21,7 @@ from turnfsm.machine import (
     REGION_STATES,
     STATES,
     VOICE_STATES,
+    configurations,
     declared_moves,
     leaf_states,
     public_state,
@@ -60,10 +61,15 @@ def test_states_are_the_documented_ones() -> None:
 
 def declared_in(state: str) -> set[str]:
     """Events a transition takes in some configuration of ``state``: its own, and those of
-    the regions beside it (the caller's voice while the call is live, the realtime
-    model's activity until the end)."""
-    beside = states_beside()
-    sources = {state}.union(*(beside[leaf] for leaf in LEAF_STATES if public_state(leaf) == state))
+    the regions beside it (the caller's voice and the tool cap while the call is live, the
+    realtime model's activity until the end) in a configuration a call can be in (the
+    tool cap leaves ``tools_open`` only in the conversation: ``cap_possible``)."""
+    beside: dict[str, set[str]] = {}
+    for configuration in filter(cap_possible, configurations()):
+        beside.setdefault(configuration[0], set()).update(configuration[1:])
+    leaves = [leaf for leaf in LEAF_STATES if public_state(leaf) == state]
+    sources = {state}.union(*(beside.get(leaf, set()) for leaf in leaves))
+    sources |= {public_state(source) for source in sources}  # (the cap's phases: capped)
     return {event for source, event, _ in declared_moves() if source in sources}
 
 
@@ -76,7 +82,8 @@ def test_states_are_the_documented_ones_with_the_voice_beside_the_live_ones() ->
         "cancelling_idle",
     )
     assert states_beside()["ringing"] == frozenset(MODEL_STATES)
-    assert states_beside()["speaking"] == frozenset({*VOICE_STATES, *MODEL_STATES})
+    cap = REGION_STATES["tool_cap"]
+    assert states_beside()["speaking"] == frozenset({*VOICE_STATES, *cap, *MODEL_STATES})
     assert states_beside()["ended"] == frozenset()
     assert {public_state(state) for state in LIVE_STATES} == {
         "awaiting_user",
@@ -110,9 +117,12 @@ def test_ignored_names_only_pairs_without_a_transition() -> None:
 def test_the_controller_prefilter_matches_introspection() -> None:
     expected = {
         state: {e for s, e, _ in declared_moves() if s == state}
-        for state in (*STATES, *(leaf for leaves in REGION_STATES.values() for leaf in leaves))
+        for state in {
+            *STATES,
+            *(public_state(leaf) for leaves in REGION_STATES.values() for leaf in leaves),
+        }
     }
-    # the greeting's events are those of its phases
+    # the greeting's events are those of its phases (the cap's, capped's)
     handled: dict[str, set[str]] = {}
     for state, events in handled_events().items():
         handled.setdefault(public_state(state), set()).update(events)
@@ -136,10 +146,13 @@ POLICIES = [
 ]
 
 
-def plausible_contexts(state: str, policy: TurnPolicy) -> list[TurnContext]:
-    """Contexts a call can be in while in ``state`` (``restore()`` refuses any other): a
-    fresh one, and one with every flag and counter of that state busy (speeches active,
-    tools capped, an overlap being discarded); none in a state the policy never reaches
+def plausible_contexts(
+    state: str, policy: TurnPolicy
+) -> list[tuple[TurnContext, tuple[str, ...]]]:
+    """Contexts a call can be in while in ``state`` (``restore()`` refuses any other), each
+    with the cap's phase beside it while live: a fresh one (tools open), and one with every
+    flag and counter of that state busy (speeches active, tools capped and the final reply
+    asked for or playing, an overlap being discarded); none in a state the policy never reaches
     (nor in the greeting's waits for a busy realtime model: these are pipeline calls, nor
     in its retry without a text)."""
     greeting = public_state(state) == "greeting"
@@ -173,13 +186,13 @@ def plausible_contexts(state: str, policy: TurnPolicy) -> list[TurnContext]:
         else frozenset(),
         tool_rounds=policy.max_tool_steps if conversation else 0,
         tool_speech_id=fresh.tool_speech_id,
-        capped=conversation,
-        final_reply_pending=conversation,
         final_speech_id="s2" if state in ("speaking", "tool_loop", "ended") else None,
         reprompts=policy.idle_max_reprompts if conversation and policy.idle_timeout else 0,
         timers=frozenset(timers),
     )
-    return [fresh, busy]
+    cap = "final_reply_playing" if busy.final_speech_id else "final_reply_asked"
+    capped = (cap,) if conversation and state != "ended" else ()
+    return [(fresh, ()), (busy, capped)]
 
 
 SILENT_PHASES = ("spill_over_window", "replay_unheard")
@@ -198,7 +211,7 @@ def test_every_event_in_every_state_is_handled_without_error(
         not policy.mutes_greeting and policy.greeting_overlap == "answer_whole"
     )
     voices = [silent, speaking] + ([spoke_over] if over_greeting else [])
-    for context in plausible_contexts(state, policy):
+    for context, cap in plausible_contexts(state, policy):
         # a muted caller is silent; so is one in a phase their voice starting leaves
         quiet = input_muted(policy, {public_state(state)}) or state in SILENT_PHASES
         heard = [
@@ -207,7 +220,7 @@ def test_every_event_in_every_state_is_handled_without_error(
             if state in LIVE_STATES and not (quiet and voice == speaking)
         ] or [()]
         for voice, event in ((voice, event) for voice in heard for event in event_alphabet()):
-            controller.restore((state, *voice), context)
+            controller.restore((state, *voice, *cap), context)
             handled = controller.handled_events
             effects = controller.handle(event)
             assert isinstance(effects, tuple)
@@ -250,11 +263,21 @@ def test_restore_takes_a_state_alone_as_the_caller_silent() -> None:
     controller = TurnController(POLICIES[0])
     live = TurnContext(timers=frozenset({"max_duration"}))
     controller.restore("listening", live)  # a phased state: its first phase
-    assert controller.configuration == ("listening_open", "caller_silent", "model_free")
+    assert controller.configuration == (
+        "listening_open",
+        "caller_silent",
+        "tools_open",
+        "model_free",
+    )
     controller.restore(
         ("speaking",), TurnContext(timers=live.timers, active_speeches=frozenset({"s1"}))
     )
     # the regions left out are in their initial states
-    assert controller.configuration == ("speaking", "caller_silent", "model_free")
+    assert controller.configuration == ("speaking", "caller_silent", "tools_open", "model_free")
     controller.restore(("greeting_requested", "caller_speaking"), live)
-    assert controller.snapshot()[0] == ("greeting_requested", "caller_speaking", "model_free")
+    assert controller.snapshot()[0] == (
+        "greeting_requested",
+        "caller_speaking",
+        "tools_open",
+        "model_free",
+    )

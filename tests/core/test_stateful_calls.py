@@ -33,7 +33,7 @@ from turnfsm import Trace, TurnController, TurnPolicy, replay
 from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.events import EVENT_TYPES
-from turnfsm.machine import REGION_STATES, STATES, declared_moves
+from turnfsm.machine import REGION_STATES, STATES, declared_moves, public_state
 from turnfsm.rules import TurnRules
 from turnfsm.testing import region_moves
 
@@ -69,6 +69,10 @@ DECLARED = frozenset(declared_moves())
 """Every (source, event, target) move the machine declares."""
 CHANGES = frozenset(move for move in DECLARED if move[0] != move[2])
 """The declared moves that change the state."""
+CAP_PHASES = frozenset(public_state(leaf) for leaf in REGION_STATES["tool_cap"][1:])
+"""The cap's region past ``tools_open``: rare in random calls (a step must end the last
+round of a drawn ``max_tool_steps``, a few times in 1 000 calls); the explorer reaches
+each (tests/core/test_explorer.py)."""
 ANY = tuple(name for name in EVENT_NAMES if name not in ENDING)
 MODEL_EVENTS = frozenset(
     {
@@ -326,8 +330,10 @@ def run(profile: str, summary_line: Callable[[str], None]) -> None:
     )
     target = settings.get_profile(profile).max_examples
     assert Totals.examples >= target, f"only {Totals.examples} examples of {target}"
-    beside = {state for states in REGION_STATES.values() for state in states}
-    assert {after for _, _, after in Totals.moves} == {*STATES, *beside}
+    beside = {public_state(leaf) for leaves in REGION_STATES.values() for leaf in leaves}
+    reached = {after for _, _, after in Totals.moves}
+    assert reached <= {*STATES, *beside}
+    assert {*STATES, *beside} - reached <= CAP_PHASES
     # The guided strategy gets deep into calls: every state change short of the end is
     # taken (the rarest about 10 times in 1 000 calls). Each state's way to `ended` is
     # rarer by design; the explorer covers those exhaustively.
@@ -344,15 +350,24 @@ def run(profile: str, summary_line: Callable[[str], None]) -> None:
     # is a rarer variant of the first. The caller speaking again after speech that ended
     # over a greeting answering an overlap whole (a keep_listening + answer_whole policy
     # drawn, then two speech starts in its greeting: taken in a run alone, missed in a run
-    # after other tests) is the fifth.
+    # after other tests) is the fifth. A tool step's speech ending as the last one in
+    # flight (taken in a run alone, missed in a run after the other core tests since the
+    # cap's region handles a step's events in every live state, which changed the draws)
+    # is the sixth.
     rare = {
         ("caller_spoke_over_greeting", "user_speech_started", "caller_speaking"),
+        ("tool_loop", "agent_speech_ended", "listening"),
         ("tool_loop", "user_turn_declined", "listening"),
         ("speaking", "user_turn_declined", "listening"),
         ("awaiting_agent", "agent_speech_created", "greeting"),
         ("greeting", "agent_speech_ended", "speaking"),
     }
-    missing = {move for move in CHANGES if move[2] != "ended"} - taken - rare
+    changes = {
+        (source, event, target)
+        for source, event, target in CHANGES
+        if target != "ended" and CAP_PHASES.isdisjoint({source, target})
+    }
+    missing = changes - taken - rare
     assert not missing, f"never taken: {sorted(missing)}"
 
 

@@ -922,7 +922,7 @@ def test_a_capped_step_that_hands_the_call_over_asks_no_final_reply() -> None:
     handoff = ev.ToolStepFinished(at=1.5, speech_id="s1", hands_over=True)
     assert controller.handle(handoff) == (fx.CancelToolReply(speech_id="s1"),)
     assert controller.state == "speaking"
-    assert not controller.context.final_reply_pending
+    assert "tools_open" in controller.configuration  # no final reply to come
     controller.handle(ev.AgentSpeechEnded(at=1.6, speech_id="s1", played_seconds=0.0))
     assert controller.state == "listening"
 
@@ -956,7 +956,7 @@ def test_no_final_reply_at_the_cap_once_a_step_handed_the_call_over(
     assert controller.handle(handoff) == (fx.CancelToolReply(speech_id=handing_over),)
     capped = ev.ToolStepFinished(at=4.0, speech_id=then_capped)
     assert controller.handle(capped) == (fx.CancelToolReply(speech_id=then_capped),)
-    assert not controller.context.final_reply_pending
+    assert "tools_open" in controller.configuration  # no final reply to come
     # the next user turn (the new agent's) is capped as usual
     controller.handle(ev.UserTurnCommitted(at=6.0, text="Thanks.", item_id="u3"))
     controller.handle(ev.AgentSpeechCreated(at=6.0, speech_id="s3"))
@@ -1158,7 +1158,7 @@ def test_livekit_interruption_during_tools_cancels_without_a_final_reply() -> No
     assert controller.handle(ev.AgentSpeechInterrupted(at=3.3, speech_id="s1")) == (
         fx.ReleaseToolReply(speech_id="s1", send=False),
     )
-    assert controller.context.tool_loop_stopped
+    assert "tool_loop_interrupted" in controller.configuration
     assert controller.handle(ev.ToolStepFinished(at=3.5, speech_id="s1")) == (
         fx.CancelToolReply(speech_id="s1"),
     )
@@ -1173,7 +1173,7 @@ def test_interruption_of_a_speech_not_running_is_ignored() -> None:
     controller = speaking()
     controller.handle(ev.ToolStepStarted(at=3.0, speech_id="s1"))
     assert controller.handle(ev.AgentSpeechInterrupted(at=3.3, speech_id="old")) == ()
-    assert not controller.context.tool_loop_stopped
+    assert "tools_open" in controller.configuration
 
 
 @pytest.mark.parametrize("outcome", ["refused", "failed"])
@@ -1183,7 +1183,7 @@ def test_an_interrupt_that_did_not_happen_lets_the_tool_loop_go_on(outcome: str)
     controller.handle(ev.AgentSpeechInterrupted(at=3.3, speech_id="s1"))
     refused = ev.EffectOutcome(at=3.4, effect="interrupt", outcome=outcome, speech_id="s1")
     assert controller.handle(refused) == ()
-    assert not controller.context.tool_loop_stopped
+    assert "tools_open" in controller.configuration
     # the tool's result is answered: no cancel, and the cap still applies afterwards
     assert controller.handle(ev.ToolStepFinished(at=3.5, speech_id="s1")) == ()
     assert tool_round(controller) == (
@@ -1197,7 +1197,7 @@ def test_an_interrupt_done_changes_nothing() -> None:
     controller.handle(ev.ToolStepStarted(at=3.0, speech_id="s1"))
     controller.handle(ev.AgentSpeechInterrupted(at=3.3, speech_id="s1"))
     assert controller.handle(ev.EffectOutcome(at=3.4, effect="interrupt", outcome="done")) == ()
-    assert controller.context.tool_loop_stopped
+    assert "tool_loop_interrupted" in controller.configuration
 
 
 def test_tools_muted_when_the_policy_says_so() -> None:

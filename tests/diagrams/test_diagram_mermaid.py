@@ -22,6 +22,7 @@ from turnfsm.tools.cli import PRESETS
 from turnfsm.tools.diagram import (
     build_diagram,
     collapse_phases,
+    left_to_the_caption,
     machine_edges,
     parallel_regions,
     to_dot,
@@ -173,11 +174,13 @@ def test_dot_text_is_valid_graphviz() -> None:
 def test_overview_draws_states_and_state_changes_by_event_only() -> None:
     diagram = build_diagram()
     text = to_overview(diagram)
-    beside_the_call = set(MODEL_STATES)  # named by the caption (parallel_regions)
-    for state in set(collapse_phases(diagram).states) - set(diagram.parents.values()):
-        drawn = re.search(rf"\b{state}\b", text)
-        assert bool(drawn) != (state in beside_the_call), state
-    assert "model_activity" not in text
+    hidden = left_to_the_caption(collapse_phases(diagram))
+    # the tool cap, and beside the call's course the model's activity: in the caption
+    assert {"tool_cap", "tools_open", "capped", "model_activity", *MODEL_STATES} <= hidden
+    for state in set(collapse_phases(diagram).states) - set(diagram.parents.values()) - hidden:
+        assert re.search(rf"\b{state}\b", text), state
+    for state in hidden:
+        assert not re.search(rf"\b{state}\b", text), state
     labels = [
         line.split(" : ", 1)[1] for line in text.splitlines() if " --> " in line and " : " in line
     ]
@@ -234,6 +237,9 @@ def test_overview_draws_states_and_state_changes_by_event_only() -> None:
                     "speaking",
                     "tool_loop",
                     *VOICE_STATES,
+                    "tools_open",
+                    "tool_loop_interrupted",
+                    "capped",
                 ],
             ),
             ("model_activity", list(MODEL_STATES)),
@@ -254,10 +260,8 @@ def test_overview_draws_states_and_state_changes_by_event_only() -> None:
                         "tool_loop",
                     ],
                 ),
-                (
-                    "caller_voice",
-                    ["caller_silent", "caller_speaking", "caller_spoke_over_greeting"],
-                ),
+                ("caller_voice", list(VOICE_STATES)),
+                ("tool_cap", ["tools_open", "tool_loop_interrupted", "capped"]),
             ],
         )
     ]

@@ -49,6 +49,7 @@ from faultcalls import (
     wait_for,
 )
 from livekit.agents import AgentSession, RunContext, StopResponse, function_tool, llm
+from statemachine import StateChart
 
 from turnfsm import TurnController, TurnPolicy
 from turnfsm import effects as fx
@@ -401,24 +402,26 @@ async def run_call(
 def stop_tools_on_raw_barge_in(chart: dict[str, Any]) -> None:
     """The machine before issue 9: a tool step is stopped on the raw VAD start with
     ``Interrupt(force=False)``, whatever LiveKit's interruption rules say."""
-    conversation = chart_states(chart)["conversation"]
-    chart["user_speech_started"] |= conversation.to(None, on="stop_the_tool_step")
+    states = chart_states(chart)
+    chart["user_speech_started"] |= states["tools_open"].to(
+        states["tool_loop_interrupted"], cond=["runs_a_tool_step", "has_a_tool_speech"]
+    )
 
 
 RawBargeInMachine = build_machine(stop_tools_on_raw_barge_in, name="RawBargeInMachine")
 
 
 class RawBargeInRules(TurnRules):
-    def hold_tool_reply(self) -> None:
-        # tool_loop's own barge-in transition (the hold) is tried before the one the
-        # extension adds on conversation: the raw stop runs there too
-        self.stop_the_tool_step()
-        super().hold_tool_reply()
+    def has_a_tool_speech(self) -> bool:
+        return self.context.tool_speech_id is not None
 
-    def stop_the_tool_step(self) -> None:
-        if self.context.tool_speech_id is not None and not self.context.tool_loop_stopped:
-            self.context.tool_loop_stopped = True
+    def hold_tool_reply(self, machine: StateChart | None = None) -> None:
+        # tool_loop's own barge-in transition (the hold) runs beside the cap's region's
+        # move the extension adds: the raw stop runs there (once: the region moved on)
+        stopped = machine is not None and "tool_loop_interrupted" in machine.configuration_values
+        if machine is not None and not stopped and self.context.tool_speech_id is not None:
             self.emit(fx.Interrupt(force=False))
+        super().hold_tool_reply()
 
 
 async def locked_tool_interrupt(controller: TurnController) -> Outcome:

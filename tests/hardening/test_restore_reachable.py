@@ -39,15 +39,15 @@ IDS = ("s1", "s2", "u1")
 
 
 def abstract(context: TurnContext) -> dict[str, Hashable]:
-    """Each field as the explorer tells it apart whatever the speech ids: flags, counts,
-    timers and waits as they are, an id or a time by whether it is set, a set of speeches
+    """Each field as the explorer tells it apart whatever the speech ids: flags, counts
+    and timers as they are, an id or a time by whether it is set, a set of speeches
     by whether it is empty."""
     values: dict[str, Hashable] = {}
     for field in attrs.fields(TurnContext):
         value = getattr(context, field.name)
         if isinstance(value, frozenset) and field.name != "timers":
             value = bool(value)
-        elif isinstance(value, str | float) and field.name != "final_wait":
+        elif isinstance(value, str | float):
             value = "set"
         values[field.name] = value
     return values
@@ -92,10 +92,8 @@ def random_pair(rng: random.Random, policy: TurnPolicy) -> tuple[tuple[str, ...]
         dropped_speeches=frozenset(s for s in active if rng.random() < 0.1),
         tool_rounds=rng.randint(0, policy.max_tool_steps),
         tool_speech_id=an_active_id(),
-        capped=rng.random() < 0.1,
-        tool_loop_stopped=rng.random() < 0.1,
-        final_reply_pending=rng.random() < 0.1,
         final_speech_id=an_active_id(),
+        final_after_speech=an_active_id(),
         reprompts=rng.randint(0, policy.idle_max_reprompts if policy.idle_timeout else 0),
         timers=frozenset(t for t in started if rng.random() < 0.3),
         end_reason=maybe("hangup"),  # type: ignore[arg-type]
@@ -142,15 +140,12 @@ def test_a_cap_without_a_round_is_refused() -> None:
     """The issue's pair: capped with no round run, in a reply's speech; the next user
     turn's first tool round was cancelled."""
     policy = TurnPolicy(direction="outbound", greeting="Hi", max_call_duration=60.0)
-    context = TurnContext(
-        active_speeches=frozenset({"s1"}), capped=True, timers=frozenset({"max_duration"})
-    )
+    context = TurnContext(active_speeches=frozenset({"s1"}), timers=frozenset({"max_duration"}))
     controller = TurnController(policy)
-    with pytest.raises(ValueError, match=r"^TurnContext\.capped is set only at the cap"):
-        controller.restore("speaking", context)
+    with pytest.raises(ValueError, match=r"^'final_reply_asked' follows the cap: tool_rounds"):
+        controller.restore(("speaking", "final_reply_asked"), context)
     assert controller.state == "ringing"
-    fine = attrs.evolve(context, capped=False)
-    controller.restore("speaking", fine)
+    controller.restore("speaking", context)
     effects = controller.handle(ev.ToolStepStarted(at=1.0, speech_id="s1"))
     assert not any(isinstance(effect, fx.CancelToolReply) for effect in effects)
 

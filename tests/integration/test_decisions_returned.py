@@ -56,10 +56,9 @@ async def test_the_tool_reply_is_cancelled_on_the_event_being_handled() -> None:
     controller = TurnController(POLICY, strict=True, keep_text=True)
     session = AgentSession()
     adapter = attach(session, controller, end_call=lambda reason: None)
-    context = TurnContext(  # the cap was reached and its final reply asked for
-        tool_rounds=1, capped=True, tool_speech_id="s1", active_speeches=frozenset({"s1"})
-    )
-    controller.restore(("tool_loop", "caller_silent"), context)
+    context = TurnContext(tool_rounds=1, tool_speech_id="s1", active_speeches=frozenset({"s1"}))
+    # the cap was reached and its final reply asked for
+    controller.restore(("tool_loop", "caller_silent", "final_reply_asked"), context)
 
     started = ToolExecutionUpdatedEvent(update=ToolCallStarted(function_call=CALL))
     session.emit("tool_execution_updated", started)  # a round past the cap starts
