@@ -16,7 +16,7 @@ from typing import Any
 from turnfsm import TurnController, TurnMachine, TurnPolicy
 from turnfsm import events as ev
 from turnfsm.controller import handled_events
-from turnfsm.machine import VOICE_STATES, leaf_states, leaf_transitions
+from turnfsm.machine import leaf_states, leaf_transitions, side_region_of
 from turnfsm.rules import TurnRules
 
 POLICY = TurnPolicy(
@@ -156,15 +156,15 @@ def scripted_call() -> list[ev.Event]:
 
 
 class _TransitionRecorder:
-    """A listener that notes which transition of the turn the engine took (the caller's
-    voice moves beside it, in its own region)."""
+    """A listener that notes which transition of the turn the engine took (the regions
+    beside it, the caller's voice, move in their own)."""
 
     def __init__(self) -> None:
         self.taken: object | None = None
 
     def on_transition(self, transition: Any) -> None:
         # the event's own move, not the eventless ones that follow it in the same step
-        if transition.source.id not in VOICE_STATES and self.taken is None:
+        if side_region_of(transition.source) is None and self.taken is None:
             self.taken = transition
 
 

@@ -20,12 +20,11 @@ from transitions import Machine
 
 from turnfsm import TurnMachine
 from turnfsm.machine import (
-    LIVE_STATES,
     TurnChart,
     handled_events,
     leaf_states,
     leaf_transitions,
-    voice_states,
+    states_beside,
 )
 
 from .callscript import Step, transitions_on
@@ -132,17 +131,16 @@ class TransitionsTurnMachine:
 
 def dict_table(machine_class: type[TurnChart] = TurnMachine) -> dict[tuple[str, str, int], str]:
     """``(state, event, branch) -> next state`` for every transition; branch -1 stays
-    (also for the events only the caller's voice beside a live state takes)."""
+    (also for the events only a region beside the state takes: the caller's voice, the
+    realtime model's activity)."""
     table: dict[tuple[str, str, int], str] = {}
     for source, event, branch, transition in moves(machine_class):
         table[source, event, branch] = settled(transition.target) if transition.target else source
         table[source, event, -1] = source
     handled = handled_events(machine_class)
-    voice_events = frozenset().union(*(handled[voice.id] for voice in voice_states(machine_class)))
-    for state in leaf_states(machine_class):
-        if state.id in LIVE_STATES:
-            for event in voice_events:
-                table.setdefault((state.id, event, -1), state.id)
+    for state, beside in states_beside(machine_class).items():
+        for event in frozenset().union(*(handled[leaf] for leaf in beside)):
+            table.setdefault((state, event, -1), state)
     return table
 
 

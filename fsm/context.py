@@ -26,12 +26,6 @@ class TurnContext:
     field, never change it in place, so a shallow :meth:`copy` shares nothing mutable.
     """
 
-    overlapped_greeting: bool = False
-    """The caller spoke during the current greeting."""
-
-    spill_over_until: float | None = None
-    """Speech starting before this time continues an overlap the muted input missed."""
-
     first_words_item: str | None = None
     """The callee's first committed turn, until the greeting is over: the greeting
     answers it and it is never rejected (invariant I7)."""
@@ -107,14 +101,11 @@ class TurnContext:
     model_replies_to_tools: bool = False
     """The realtime model answers tool output on its own (told, or seen once)."""
 
-    model_responding: bool = False
-    """A response of the realtime model is active (created and not done)."""
-
     pending_cancels: frozenset[str] = frozenset()
-    """The realtime model's ``response.cancel`` requests not answered yet, by id."""
-
-    model_replies_paused: bool = False
-    """A ``PauseModelReplies`` is in force."""
+    """The realtime model's ``response.cancel`` requests not answered yet, by id (its
+    region is in ``model_cancelling`` while any is): by id, because cancels overlap and
+    only the answer to one the machine took may free the model (one sent before the
+    model's link is answered too)."""
 
     final_wait: RealtimeWait | None = None
     """What the final reply without tools waits for before it is asked of the model."""

@@ -8,7 +8,7 @@ A context is refused, naming the field, when no call under the policy can hold i
 * given the configuration: a state no call under the policy reaches, or a value the
   rules' actions never leave in that state. Each field of :data:`SCOPED` belongs to part
   of the call and is reset on leaving it (the greeting's ids and flags when the greeting
-  ends, the overlap's window when listening ends, the tool loop's speech when its speech
+  ends, the tool loop's speech when its speech
   ends, the user turn's counts with the next turn); a caller the state mutes is
   silent; timers run where they are started; the final reply's flags and waits exist
   only once the tool rounds reached the cap; the realtime flags only once a realtime
@@ -30,6 +30,7 @@ from .fields import check_fields
 from .machine import (
     CONVERSATION_STATES,
     LIVE_STATES,
+    MODEL_STATES,
     TIMER_STATES,
     TIMERS,
     VOICE_STATES,
@@ -43,19 +44,21 @@ from .rules import TurnRules, input_muted
 
 _CONVERSATION_AND_END = CONVERSATION_STATES | {"ended"}
 
+SILENT, SPEAKING, SPOKE_OVER_GREETING = VOICE_STATES
+"""The caller's voice (its region beside the turn)."""
+
+CANCELLING = leaves_under("model_cancelling")
+"""The realtime model's states while a cancel of it is on its way."""
+
 SCOPED: Mapping[str, frozenset[str]] = {
     **dict.fromkeys(
         (
-            "overlapped_greeting",
             "first_words_item",
             "first_words_heard",
             "greeting_speech_id",
         ),
         frozenset({"greeting"}),
     ),
-    # paused from the model's link until the greeting has played (issue 19)
-    "model_replies_paused": frozenset({"start", "ringing", "awaiting_user", "greeting"}),
-    "spill_over_until": frozenset({"listening"}),
     **dict.fromkeys(
         ("tool_speech_id", "final_speech_id", "final_after_speech", "held_tool_reply"),
         frozenset({"speaking", "tool_loop", "ended"}),
@@ -88,7 +91,7 @@ PLAYING = frozenset({"greeting_playing", "retry_playing"})
 REPLAY_PHASES = leaves_under("replaying_held_audio")
 """The phases of the replay of the greeting's held audio."""
 
-OVERLAP_PHASES = REPLAY_PHASES | {"discarding_overlap"}
+OVERLAP_PHASES = REPLAY_PHASES | {"spill_over_window", "discarding_overlap"}
 """The phases of ``listening`` that follow the greeting's end before any turn."""
 
 TOOL_ROUND_FIELDS: tuple[str, ...] = (
@@ -118,9 +121,7 @@ REALTIME_TIMERS: frozenset[str] = frozenset({"model_reply", "response_done"})
 REALTIME: tuple[str, ...] = (
     "model_replies_to_turns",
     "model_replies_to_tools",
-    "model_responding",
     "pending_cancels",
-    "model_replies_paused",
     "final_wait",
     "final_after_speech",
 )
@@ -135,7 +136,7 @@ def check_context(
     configuration: tuple[str, ...] | None = None,
 ) -> None:
     """Refuse a context no call under ``policy`` can be in, in ``configuration`` when
-    given (its state, then the caller's voice while live): see the module's rules.
+    given (its state, then one state of each region beside it while live): see the module's rules.
 
     Raises:
         TypeError: a field of the wrong kind (``tool_rounds="2"``).
@@ -221,16 +222,6 @@ def _check_linked(context: TurnContext, policy: TurnPolicy) -> None:
             "TurnContext.held_tool_reply is set only without a realtime model and with "
             "mute_input_during_tools=False"
         )
-    if context.spill_over_until is not None and not (
-        policy.mutes_greeting
-        and policy.greeting_overlap == "drop"
-        and not context.model_replies_to_turns
-    ):
-        raise ValueError(
-            "TurnContext.spill_over_until is set only with greeting_lock='mute_input' and "
-            "greeting_overlap='drop', and not while a realtime model detects turns "
-            "(model_replies_to_turns)"
-        )
     # the callee's first words: awaited when the user speaks first, or heard while ringing
     if context.first_words_item is not None and not (
         policy.first_speaker == "user" or policy.direction == "outbound"
@@ -257,8 +248,17 @@ def _check_state(context: TurnContext, policy: TurnPolicy, configuration: tuple[
                 f"TurnContext.{name} is {getattr(context, name)!r} in {state!r}: it is set "
                 f"only in {sorted(states)}"
             )
-    if input_muted(policy, {state}) and configuration[1:] != VOICE_STATES[:1]:
-        raise ValueError(f"a muted caller is {VOICE_STATES[0]}, not {configuration[1:]}")
+    if input_muted(policy, {state}) and SPEAKING in configuration:
+        raise ValueError(f"a muted caller is {SILENT}, not {SPEAKING}")
+    if SPOKE_OVER_GREETING in configuration and not (
+        state == "greeting"
+        and not policy.mutes_greeting
+        and policy.greeting_overlap == "answer_whole"
+    ):
+        raise ValueError(
+            f"the caller is {SPOKE_OVER_GREETING!r} only in 'greeting', with "
+            "greeting_lock='keep_listening' and greeting_overlap='answer_whole'"
+        )
     if state == "ended" and context.end_reason is None:
         raise ValueError("TurnContext.end_reason must say why the call ended")
     if state in ("speaking", "tool_loop") and not context.active_speeches:
@@ -275,8 +275,9 @@ def _check_state(context: TurnContext, policy: TurnPolicy, configuration: tuple[
             speech = getattr(context, name)
             if speech is not None and speech not in context.active_speeches:
                 raise ValueError(f"TurnContext.{name} {speech!r} is not an active speech")
+    _check_model(context, configuration)
     if state == "greeting":
-        _check_greeting_phase(context, policy, phase)
+        _check_greeting_phase(context, policy, configuration)
     if state == "listening":
         _check_listening_phase(context, policy, configuration)
     for timer in context.timers:
@@ -296,11 +297,11 @@ def _check_state(context: TurnContext, policy: TurnPolicy, configuration: tuple[
 def _check_listening_phase(
     context: TurnContext, policy: TurnPolicy, configuration: tuple[str, ...]
 ) -> None:
-    """An overlap is discarded only under ``drop`` (a spill-over's only where LiveKit
-    commits turns, not a realtime model's server); the held audio is replayed only under
-    ``mute_input`` + ``answer_whole``, on a pipeline, and the caller's voice in it moves
-    it on; both follow the greeting's end before any tool round; the spill-over window
-    is open only until an overlap is discarded."""
+    """An overlap is discarded only under ``drop``; a spill-over is awaited only under
+    ``mute_input`` + ``drop``, where LiveKit commits turns (not a realtime model's
+    server); the held audio is replayed only under ``mute_input`` + ``answer_whole``, on
+    a pipeline; the caller's voice starting moves the spill-over window and the unheard
+    replay on; all follow the greeting's end before any tool round."""
     phase = configuration[0]
     if phase in OVERLAP_PHASES:
         for name in TOOL_ROUND_FIELDS:
@@ -309,9 +310,14 @@ def _check_listening_phase(
                     f"TurnContext.{name} is {getattr(context, name)!r} in {phase!r}, which "
                     "follows the greeting before any tool round"
                 )
-    if context.spill_over_until is not None and phase != "listening_open":
+    if phase == "spill_over_window" and (
+        not (policy.mutes_greeting and policy.greeting_overlap == "drop")
+        or context.model_replies_to_turns
+    ):
         raise ValueError(
-            f"TurnContext.spill_over_until is set only in 'listening_open', not in {phase!r}"
+            "no call under this policy is in 'spill_over_window': only with greeting_lock="
+            "'mute_input' and greeting_overlap='drop', and not while a realtime model "
+            "detects turns (model_replies_to_turns)"
         )
     if phase == "discarding_overlap" and (
         policy.greeting_overlap != "drop"
@@ -330,17 +336,34 @@ def _check_listening_phase(
             f"no call under this policy is in {phase!r}: only with greeting_lock="
             "'mute_input' and greeting_overlap='answer_whole', without a realtime model"
         )
-    if phase == "replay_unheard" and configuration[1:] != VOICE_STATES[:1]:
+    if phase in ("spill_over_window", "replay_unheard") and SPEAKING in configuration:
         raise ValueError(
-            f"the caller is {VOICE_STATES[0]} in 'replay_unheard' (their voice in the replay "
-            f"makes it 'replay_heard_caller'), not {configuration[1:]}"
+            f"the caller is {SILENT} in {phase!r} (their voice starting moves it on), "
+            f"not {SPEAKING}"
         )
 
 
-def _check_greeting_phase(context: TurnContext, policy: TurnPolicy, phase: str) -> None:
+def _check_model(context: TurnContext, configuration: tuple[str, ...]) -> None:
+    """The realtime model's region leaves ``model_free`` only once a model is linked, and
+    is in ``model_cancelling`` exactly while cancels are on their way."""
+    # (ended: no model's activity is left)
+    model = next((leaf for leaf in configuration if leaf in MODEL_STATES), "model_free")
+    if model != "model_free" and not context.realtime_model:
+        raise ValueError(f"no call is in {model!r} without a realtime model (realtime_model)")
+    if bool(context.pending_cancels) != (model in CANCELLING):
+        raise ValueError(
+            f"TurnContext.pending_cancels holds cancels exactly in {sorted(CANCELLING)}, "
+            f"got {sorted(context.pending_cancels)} in {model!r}"
+        )
+
+
+def _check_greeting_phase(
+    context: TurnContext, policy: TurnPolicy, configuration: tuple[str, ...]
+) -> None:
     """The greeting's speech exists exactly while it plays; it is retried only with a
     text; it waits for the model only while the model is busy (a free one ends the wait in
     the step that frees it)."""
+    phase = configuration[0]
     if (context.greeting_speech_id is not None) != (phase in PLAYING):
         raise ValueError(
             f"TurnContext.greeting_speech_id is set exactly in {sorted(PLAYING)}, "
@@ -350,9 +373,5 @@ def _check_greeting_phase(context: TurnContext, policy: TurnPolicy, phase: str) 
         raise ValueError(
             f"no call under this policy is in {phase!r}: only a greeting text is retried"
         )
-    busy = context.model_responding or bool(context.pending_cancels)
-    if phase in AWAITING_MODEL and not busy:
-        raise ValueError(
-            f"{phase!r} waits for a busy realtime model (model_responding=False, "
-            "no pending_cancels)"
-        )
+    if phase in AWAITING_MODEL and "model_free" in configuration:
+        raise ValueError(f"{phase!r} waits for a busy realtime model, not 'model_free'")

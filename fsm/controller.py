@@ -49,11 +49,12 @@ from .machine import (
     TurnChart,
     TurnMachine,
     atomic_states,
+    configurations,
     entry_leaves,
     handled_events,
-    leaf_states,
     public_states,
-    voice_states,
+    region_states,
+    side_regions,
     walk_states,
 )
 from .policy import TurnPolicy
@@ -174,8 +175,10 @@ class TurnController:
 
     @property
     def configuration(self) -> tuple[str, ...]:
-        """The atomic state and, while the call is live, the caller's voice beside it, e.g.
-        ``("greeting_playing", "caller_speaking")``."""
+        """The active atomic states, one per active region in document order: the turn's
+        (which :attr:`state` reports), then one of each region beside it (the caller's
+        voice while the call is live, the realtime model's activity until it ends), e.g.
+        ``("greeting_playing", "caller_speaking", "model_free")``."""
         self._claim()
         return self._configuration
 
@@ -235,8 +238,10 @@ class TurnController:
 
     def restore(self, configuration: str | tuple[str, ...], context: TurnContext) -> None:
         """Resume from a :meth:`snapshot` (the trace and strict monitor are not rewound).
-        A state alone (``"speaking"``) is that state with the caller silent; a phased one
-        (``"listening"``) names its first phase (``listening_open``).
+        A state alone (``"speaking"``) is that state with the regions beside it in their
+        initial states (the caller silent); a phased one (``"listening"``) names its first
+        phase (``listening_open``). A configuration that leaves out a region beside the
+        turn has it in its initial state too: ``("speaking", "caller_speaking")``.
 
         Raises:
             ValueError, TypeError: the configuration is not one of the machine's, or the
@@ -247,14 +252,15 @@ class TurnController:
         by_state = _configurations(self._machine_class)
         if isinstance(configuration, str):
             configuration = _named(self._machine_class).get(configuration, (configuration,))
-        if not _is_configuration(self._machine_class, configuration):
+        completed = _completed(self._machine_class, configuration)
+        if completed is None:
             raise ValueError(
                 f"configuration must be one of {sorted(by_state.values())} or a live one with"
-                f" the caller speaking, got {configuration!r}"
+                f" other states of the regions beside the turn, got {configuration!r}"
             )
         standard = state_rules_apply(self._machine_class, type(self._rules))
-        check_context(context, self.policy, configuration if standard else None)
-        self._resume(configuration, context.copy())
+        check_context(context, self.policy, completed if standard else None)
+        self._resume(completed, context.copy())
 
     def _resume(self, configuration: tuple[str, ...], context: TurnContext) -> None:
         """Put the machine in ``configuration`` with ``context`` (taken, not copied),
@@ -400,18 +406,21 @@ def _handled(machine_class: type[TurnChart], configuration: tuple[str, ...]) -> 
 
 @functools.cache
 def _configurations(machine_class: type[TurnChart]) -> dict[str, tuple[str, ...]]:
-    """Each state's configuration with the caller silent (the voice's first state)."""
-    voice = [state.id for state in voice_states(machine_class)][:1]
-    return {
-        state.id: (state.id, *voice) if _is_live(state) else (state.id,)
-        for state in leaf_states(machine_class)
-    }
+    """Each state's configuration with the regions beside it in their initial states
+    (the caller silent)."""
+    initial = {leaf for region in side_regions(machine_class) for leaf in entry_leaves(region)}
+    defaults: dict[str, tuple[str, ...]] = {}
+    for configuration in configurations(machine_class):
+        if all(leaf in initial for leaf in configuration[1:]):
+            defaults.setdefault(configuration[0], configuration)
+    return defaults
 
 
 @functools.cache
 def _named(machine_class: type[TurnChart]) -> dict[str, tuple[str, ...]]:
     """The configuration a state alone names in :meth:`TurnController.restore`: each
-    atomic state's, and each phased state's first phase's (with the caller silent)."""
+    atomic state's, and each phased state's first phase's (the regions beside it in their
+    initial states)."""
     named = dict(_configurations(machine_class))
     for state in walk_states(machine_class.states):
         if state.id in PHASED_STATES:
@@ -419,23 +428,39 @@ def _named(machine_class: type[TurnChart]) -> dict[str, tuple[str, ...]]:
     return named
 
 
-def _is_live(state: State) -> bool:
-    """Whether ``state`` is in a parallel state: then the caller's voice runs beside it."""
-    node = state.parent
-    while node is not None and not node.parallel:
-        node = node.parent
-    return node is not None
+@functools.cache
+def _regions_of(machine_class: type[TurnChart]) -> dict[str, str]:
+    """The region beside the turn of each of its atomic states, by id."""
+    return {
+        leaf.id: region
+        for region, leaves in region_states(machine_class).items()
+        for leaf in leaves
+    }
 
 
-def _is_configuration(machine_class: type[TurnChart], configuration: object) -> bool:
-    """Whether ``configuration`` is a state, then the caller's voice if that state is live."""
+@functools.cache
+def _all_configurations(machine_class: type[TurnChart]) -> frozenset[tuple[str, ...]]:
+    return frozenset(configurations(machine_class))
+
+
+def _completed(machine_class: type[TurnChart], configuration: object) -> tuple[str, ...] | None:
+    """``configuration`` (a state of the turn, then at most one state of each region
+    beside it) with the regions it leaves out in their initial states; ``None`` if it is
+    not one of the chart's."""
     if not isinstance(configuration, tuple) or not configuration:
-        return False
-    state, *voice = configuration
-    expected = _configurations(machine_class).get(state)  # type: ignore[call-overload]
-    if expected is None:
-        return False
-    return len(voice) == len(expected) - 1 and all(v in _voice_ids(machine_class) for v in voice)
+        return None
+    turn, *beside = configuration
+    default = _configurations(machine_class).get(turn)  # type: ignore[call-overload]
+    regions = _regions_of(machine_class)
+    if default is None or not all(isinstance(leaf, str) for leaf in beside):
+        return None
+    given = {regions.get(leaf): leaf for leaf in beside}
+    if None in given or len(given) != len(beside):
+        return None
+    completed = tuple(given.pop(regions.get(leaf), leaf) for leaf in default)
+    if given or completed not in _all_configurations(machine_class):
+        return None
+    return completed
 
 
 @functools.cache
@@ -455,15 +480,16 @@ def _path(machine_class: type[TurnChart], configuration: tuple[str, ...]) -> tup
 
 
 def _configuration_of(machine: TurnChart) -> tuple[str, ...]:
-    """The call's state, then the caller's voice while the call is live."""
-    voices = _voice_ids(type(machine))
-    leaves = [state.id for state in machine.configuration if not state.states]
-    return tuple(sorted(leaves, key=lambda leaf: leaf in voices))
+    """The reference machine's active atomic states, in document order."""
+    order = _document_order(type(machine))
+    return tuple(
+        sorted((s.id for s in machine.configuration if not s.states), key=order.__getitem__)
+    )
 
 
 @functools.cache
-def _voice_ids(machine_class: type[TurnChart]) -> frozenset[str]:
-    return frozenset(state.id for state in voice_states(machine_class))
+def _document_order(machine_class: type[TurnChart]) -> dict[str, int]:
+    return {state.id: index for index, state in enumerate(walk_states(machine_class.states))}
 
 
 def replay(trace: Trace, **controller_options: object) -> Trace:

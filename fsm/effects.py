@@ -14,7 +14,13 @@ import attrs
 from .fields import Label, Text
 
 TimerName = Literal[
-    "await_user", "idle", "max_duration", "model_reply", "response_done", "tool_reply_hold"
+    "await_user",
+    "idle",
+    "max_duration",
+    "model_reply",
+    "response_done",
+    "spill_over",
+    "tool_reply_hold",
 ]
 """The timers the machine uses; each one's expiry comes back as its own event
 (``idle_timer_expired``: :data:`turnfsm.events.TIMER_EVENTS`). With a realtime
@@ -22,7 +28,9 @@ model, ``model_reply`` bounds the wait for the model's own reply and ``response_
 wait for its active response to finish (the greeting's ``greeting_awaiting_model`` and
 ``retry_awaiting_model``, ``TurnContext.final_wait``). ``tool_reply_hold`` bounds a
 ``HoldToolReply`` once the caller is silent: LiveKit has not interrupted by then, the
-reply to the tool output is sent."""
+reply to the tool output is sent. ``spill_over`` is the window after a greeting that
+muted the input (``spill_over_window``) in which speech that starts is the tail of an
+overlap the muted input missed."""
 
 TIMER_NAMES: tuple[TimerName, ...] = get_args(TimerName)
 

@@ -33,8 +33,10 @@ few dictionary lookups and the rules' own calls (a handled step of the turn char
 >>> answer = events.CallAnswered(at=0.0)
 >>> compiled.handle(answer) == reference.handle(answer)
 True
->>> compiled.configuration == reference.configuration == ("awaiting_user", "caller_silent")
+>>> compiled.configuration == reference.configuration
 True
+>>> compiled.configuration
+('awaiting_user', 'caller_silent', 'model_free')
 
 The compiled engine builds no python-statemachine machine per call (one per chart and
 rules class, when the pair is first used, to read what it resolved). It calls private
@@ -47,13 +49,16 @@ invocations and engine settings other than :class:`~turnfsm.machine.TurnChart`'s
 refused with :class:`UnsupportedChart`, naming what; ``TurnController(...,
 engine="reference")`` runs such a chart.
 
-Regions are tried in document order (the turn, then the caller's voice), as the
+Regions are tried in document order (the turn, then each region beside it), as the
 reference does after a restore. Mid-call, the reference tries them in the order it
-entered them (its ``_select_transitions`` notes the sorting as a TODO); the two orders
-differ in outcome only when two regions take transitions that conflict or that both
-have actions, which the turn chart never does (``tests/core/test_engine.py`` checks
-every pair). :func:`turnfsm.testing.explore` proves the two engines equal on every
-configuration it reaches (``ExplorationReport.engine_checks``).
+entered them (its ``_select_transitions`` notes the sorting as a TODO); both engines
+run exit and enter actions in document order, so the orders differ in outcome only
+when regions take transitions that conflict or that both have actions of their own
+(``before``, ``on``, ``after``), which the turn chart never does in one step
+(``tests/core/test_engine.py`` checks every order of every set of candidates the
+regions can take together, their guards not contradicting each other).
+:func:`turnfsm.testing.explore` proves the two engines equal on every configuration it
+reaches (``ExplorationReport.engine_checks``).
 """
 
 from __future__ import annotations
@@ -66,7 +71,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from statemachine.callbacks import allways_true
 from statemachine.orderedset import OrderedSet
 
-from .machine import VOICE_REGION, walk_states
+from .machine import walk_states
 
 if TYPE_CHECKING:
     from statemachine import State, StateChart
@@ -256,7 +261,6 @@ class CompiledChart:
                     self._callbacks(key, Site(state, state, state, transition))
                 if not transition.initial:
                     self._compile(transition)
-        self._voice = frozenset(_voice_leaves(self._instance_states))
         self._candidates: dict[tuple[tuple[str, ...], str | None], Regions] = {}
         self._plans: dict[tuple[tuple[str, ...], tuple[int, ...]], Plan] = {}
         self._active: dict[tuple[str, ...], tuple[frozenset[str], bool]] = {}
@@ -358,11 +362,10 @@ class CompiledChart:
         return tuple(calls), terminates
 
     def _leaves(self, configuration: OrderedSet[State]) -> tuple[str, ...]:
-        """The active atomic states, the caller's voice last (as the controller names a
-        configuration)."""
-        leaves = [state.id for state in configuration if not state.states]
-        ordered = [leaf for leaf in self._document_order() if leaf in leaves]
-        return tuple(sorted(ordered, key=lambda leaf: leaf in self._voice))
+        """The active atomic states in document order, one per region (as the controller
+        names a configuration)."""
+        leaves = {state.id for state in configuration if not state.states}
+        return tuple(leaf for leaf in self._document_order() if leaf in leaves)
 
     def _document_order(self) -> list[str]:
         return [key for key, state in self._items() if not state.states]
@@ -507,12 +510,6 @@ def _shaped(function: Callable[..., Any], shape: tuple[str, ...], static: dict[s
         return function(rules, **{name: fixed.get(name, given.get(name)) for name in shape})
 
     return call
-
-
-def _voice_leaves(states: dict[str, State]) -> Iterator[str]:
-    for key, state in states.items():
-        if not state.states and any(a.id == VOICE_REGION for a in state.ancestors()):
-            yield key
 
 
 def _matching_own(state: State, event: str | None) -> Iterator[Transition]:

@@ -269,6 +269,15 @@ class ResponseDoneTimerExpired(TimerExpired):
 
 
 @attrs.frozen
+class SpillOverTimerExpired(TimerExpired):
+    """The ``spill_over_window`` after a greeting that muted the input is over: speech
+    that starts now is new, not the tail of an overlap."""
+
+    name: ClassVar[str] = "spill_over_timer_expired"
+    timer: ClassVar[TimerName] = "spill_over"
+
+
+@attrs.frozen
 class ToolReplyHoldTimerExpired(TimerExpired):
     """LiveKit did not interrupt a held tool step's speech within ``tool_reply_hold``."""
 
@@ -282,6 +291,7 @@ TIMER_EVENTS: tuple[type[TimerExpired], ...] = (
     MaxDurationTimerExpired,
     ModelReplyTimerExpired,
     ResponseDoneTimerExpired,
+    SpillOverTimerExpired,
     ToolReplyHoldTimerExpired,
 )
 """Each timer's expiry (a test checks there is one per :data:`~turnfsm.effects.TIMER_NAMES`)."""

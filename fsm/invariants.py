@@ -327,13 +327,15 @@ class SafetyMonitor:
     def _check_realtime(
         self, before: str, event: ev.Event, effects: tuple[fx.Effect, ...]
     ) -> None:
+        # a model's events count once a realtime model is linked, as the machine takes
+        # them (runs_realtime_model): before, they are a pipeline's strays
         if isinstance(event, ev.RealtimeModelLinked):
             self.realtime = True
-        elif isinstance(event, ev.ModelResponseCreated):
+        elif self.realtime and isinstance(event, ev.ModelResponseCreated):
             self.model_responding = True
-        elif isinstance(event, ev.ModelResponseDone):
+        elif self.realtime and isinstance(event, ev.ModelResponseDone):
             self.model_responding = False
-        elif isinstance(event, ev.ModelCancelSent):
+        elif self.realtime and isinstance(event, ev.ModelCancelSent):
             self.cancels_pending.add(event.cancel_id)
         elif isinstance(event, ev.ModelCancelAnswered):
             self.cancels_pending.discard(event.cancel_id)

@@ -22,9 +22,15 @@ or ``listening``), whose enter actions then run once, with the call live; buildi
 machine emits nothing.
 
 A live call is two regions side by side: the ``turn`` and the ``caller_voice``
-(``caller_silent ⇄ caller_speaking``). The voice region follows voice activity on its
-own, so a turn's state never doubles as a "the caller is speaking" flag; the turn's
-guards and actions that depend on it read it (``caller_is_speaking``).
+(``caller_silent ⇄ caller_speaking``, and ``caller_spoke_over_greeting``). The voice
+region follows voice activity on its own, so a turn's state never doubles as a "the
+caller is speaking" flag, nor as "the caller spoke over the greeting"; the turn's guards
+and actions that depend on it read it (``caller_is_speaking``). Beside the whole
+call (its ``line``: connecting, then live) runs a third region, the realtime model's
+activity (``model_activity``: ``model_free``, ``model_responding``, ``model_cancelling``
+while a ``response.cancel`` is on its way), from the call's start: a model's response
+created while the call still rings must hold the greeting as well (invariant I9). The
+waits for a free model read it (``model_is_free``); a pipeline's stays in ``model_free``.
 
 Events that a state does not handle are ignored there on purpose; :data:`IGNORED` says
 why for each (state, event) pair, and the test suite checks every pair.
@@ -46,6 +52,7 @@ False
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, cast
@@ -147,161 +154,220 @@ def timers_declared(state: State) -> tuple[After, ...]:
 def declare_chart() -> dict[str, Any]:
     """A fresh declaration of the turn chart: its states and events, by name.
 
-    ``call`` holds every state of a call: ``start`` and ``ringing`` before it is live
-    (``connecting``), then ``live``, two regions side by side: the ``turn`` (``awaiting_user``,
-    ``greeting``, and ``listening ⇄ speaking ⇄ tool_loop`` in ``conversation``) and the
-    ``caller_voice`` (``caller_silent ⇄ caller_speaking``); ``ended`` is final.
+    ``call`` holds every state of a call, in two regions: its ``line``, ``start`` and
+    ``ringing`` before it is live (``connecting``), then ``live``, two regions side by
+    side: the ``turn`` (``awaiting_user``, ``greeting``, and ``listening ⇄ speaking ⇄
+    tool_loop`` in ``conversation``) and the ``caller_voice`` (``caller_silent ⇄
+    caller_speaking``, and ``caller_spoke_over_greeting`` in a greeting that answers an
+    overlap whole); and beside the line, the realtime model's activity
+    (``model_activity``). ``ended`` is final.
     """
 
-    class call(State.Compound):  # noqa: N801 - state ids are snake_case
-        """The call, from its start to the hang-up."""
+    class call(State.Parallel):  # noqa: N801 - state ids are snake_case
+        """The call, from its start to the hang-up: its course, and beside it, the
+        realtime model's activity."""
 
-        class connecting(State.Compound):  # noqa: N801
-            """Before the call is live: nobody is on the line yet, and the agent must not
-            talk (invariant I8, as in ``awaiting_user``)."""
+        class line(State.Compound):  # noqa: N801
+            """The call's course: connecting, then live (whose turn it is, and beside it,
+            the caller's voice)."""
 
-            start = State(initial=True)
-            """The call is not live yet: outbound calls ring at once, inbound ones wait
-            here for the session to start."""
+            class connecting(State.Compound, exit="resume_model_replies"):  # noqa: N801
+                """Before the call is live: nobody is on the line yet, and the agent must not
+                talk (invariant I8, as in ``awaiting_user``)."""
 
-            ringing = State()
-            """Outbound only: dialing, until the callee picks up."""
+                start = State(initial=True)
+                """The call is not live yet: outbound calls ring at once, inbound ones wait
+                here for the session to start."""
 
-        class live(State.Parallel):  # noqa: N801
-            """The call is live: whose turn it is, and beside it, the caller's voice."""
+                ringing = State()
+                """Outbound only: dialing, until the callee picks up."""
 
-            class turn(State.Compound):  # noqa: N801
-                """Whose turn it is, from the answer to the hang-up."""
+            class live(State.Parallel):  # noqa: N801
+                """The call is live: whose turn it is, and beside it, the caller's voice."""
 
-                awaiting_user = State()
-                """Answered; waiting for the callee's first words before greeting (the agent
-                must not talk: invariant I8)."""
+                class turn(State.Compound):  # noqa: N801
+                    """Whose turn it is, from the answer to the hang-up."""
 
-                awaiting_agent = State()
-                """Inbound, the agent greets in its own words (``first_speaker="agent"``,
-                no greeting text): waiting for the first speech its code asks for (a
-                ``say`` or ``generate_reply`` in ``on_enter``), which is the greeting.
-                Nothing is held meanwhile: a caller who speaks first is answered as usual,
-                without a greeting."""
+                    awaiting_user = State(exit="resume_model_replies")
+                    """Answered; waiting for the callee's first words before greeting (the agent
+                    must not talk: invariant I8)."""
 
-                class greeting(  # noqa: N801
-                    State.Compound,
-                    enter="begin_greeting",
-                    exit=[
-                        "unmute_after_greeting",
-                        "resume_user_turns_on_hang_up",
-                        "forget_greeting",
-                    ],
-                ):
-                    """The locked greeting: nothing the caller says interrupts it. Its phases
-                    are sub-states; :attr:`TurnController.state` reports ``greeting`` in
-                    each (:func:`public_state`)."""
+                    awaiting_agent = State()
+                    """Inbound, the agent greets in its own words (``first_speaker="agent"``,
+                    no greeting text): waiting for the first speech its code asks for (a
+                    ``say`` or ``generate_reply`` in ``on_enter``), which is the greeting.
+                    Nothing is held meanwhile: a caller who speaks first is answered as usual,
+                    without a greeting."""
 
-                    greeting_awaiting_model = State(initial=True)
-                    """A realtime model's active response (or a cancel on its way) must end
-                    before the greeting is asked for (invariant I9); a free model (and
-                    every pipeline) leaves at once, in the same step."""
-
-                    greeting_requested = State(enter="request_greeting")
-                    """The greeting is asked for; its speech does not exist yet."""
-
-                    greeting_playing = State()
-                    """The greeting's speech exists, locked, until it ends."""
-
-                    class greeting_retry(State.Compound):  # noqa: N801
-                        """The greeting's start was refused or failed: its text is said once
-                        more, locked; a second failure ends the call."""
-
-                        retry_awaiting_model = State(initial=True)
-                        retry_requested = State(enter="say_greeting_locked")
-                        retry_playing = State()
-
-                class conversation(State.Compound):  # noqa: N801
-                    """Turns after the greeting."""
-
-                    class listening(  # noqa: N801
-                        State.Compound, initial=True, exit="close_spill_over_window"
+                    class greeting(  # noqa: N801
+                        State.Compound,
+                        enter=["begin_greeting", "pause_model_replies"],
+                        exit=[
+                            "unmute_after_greeting",
+                            "resume_user_turns_on_hang_up",
+                            "forget_greeting",
+                            "resume_model_replies",
+                        ],
                     ):
-                        """The caller's turn. What is left of the greeting's overlap is a
-                        phase of it; :attr:`TurnController.state` reports ``listening`` in
+                        """The locked greeting: nothing the caller says interrupts it. Its phases
+                        are sub-states; :attr:`TurnController.state` reports ``greeting`` in
                         each (:func:`public_state`)."""
 
-                        listening_open = State(initial=True)
-                        """Nothing of the greeting's overlap is left to wait for."""
+                        greeting_awaiting_model = State(initial=True)
+                        """A realtime model's active response (or a cancel on its way) must end
+                        before the greeting is asked for (invariant I9); a free model (and
+                        every pipeline) leaves at once, in the same step."""
 
-                        discarding_overlap = State(exit="stop_discarding_overlap")
-                        """Speech that overlapped the greeting (``keep_listening``), or
-                        spilled over its end (``mute_input``), goes on: user turns are held
-                        until it ends, and what it said is discarded (``drop``)."""
+                        greeting_requested = State(enter="request_greeting")
+                        """The greeting is asked for; its speech does not exist yet."""
 
-                        class replaying_held_audio(  # noqa: N801
-                            State.Compound,
-                            enter="hold_user_turns_through_the_replay",
-                            exit="resume_user_turns_after_the_replay",
-                        ):
-                            """The caller's audio held over the greeting (``mute_input`` +
-                            ``answer_whole``) is being replayed: user turns are held until
-                            its end (the unmute's outcome), so that it becomes one turn."""
+                        greeting_playing = State()
+                        """The greeting's speech exists, locked, until it ends."""
 
-                            replay_unheard = State(initial=True)
-                            """No voice of the caller heard in the replay yet."""
+                        class greeting_retry(State.Compound):  # noqa: N801
+                            """The greeting's start was refused or failed: its text is said once
+                            more, locked; a second failure ends the call."""
 
-                            replay_heard_caller = State()
-                            """The caller's voice was heard in the replay: there is a turn
-                            to commit at its end."""
+                            retry_awaiting_model = State(initial=True)
+                            retry_requested = State(enter="say_greeting_locked")
+                            retry_playing = State()
 
-                    speaking = State()
-                    """The agent's turn: a reply is being generated or played."""
+                    class conversation(State.Compound):  # noqa: N801
+                        """Turns after the greeting."""
 
-                    tool_loop = State(enter="mute_for_tools", exit="unmute_after_tools")
-                    """The reply runs a tool step; capped at ``max_tool_steps`` per user turn."""
+                        class listening(State.Compound, initial=True):  # noqa: N801
+                            """The caller's turn. What is left of the greeting's overlap is a
+                            phase of it; :attr:`TurnController.state` reports ``listening`` in
+                            each (:func:`public_state`)."""
 
-            class caller_voice(State.Compound):  # noqa: N801
-                """The caller's voice, as the unmuted input tells it: speech the muted
-                input cannot hear is neither started nor ended."""
+                            listening_open = State(initial=True)
+                            """Nothing of the greeting's overlap is left to wait for."""
 
-                caller_silent = State(initial=True)
-                caller_speaking = State()
+                            spill_over_window = State()
+                            """Just after a greeting that muted the input and drops an overlap
+                            (``mute_input`` + ``drop``), for ``spill_over_window`` seconds
+                            (its ``spill_over`` timer), until a turn is committed: speech
+                            that starts now is the tail of an overlap the muted input missed.
+                            Not while a realtime model's server detects turns: it commits
+                            the tail before anything could hold it."""
+
+                            discarding_overlap = State(exit="stop_discarding_overlap")
+                            """Speech that overlapped the greeting (``keep_listening``), or
+                            spilled over its end (``mute_input``), goes on: user turns are held
+                            until it ends, and what it said is discarded (``drop``)."""
+
+                            class replaying_held_audio(  # noqa: N801
+                                State.Compound,
+                                enter="hold_user_turns_through_the_replay",
+                                exit="resume_user_turns_after_the_replay",
+                            ):
+                                """The caller's audio held over the greeting (``mute_input`` +
+                                ``answer_whole``) is being replayed: user turns are held until
+                                its end (the unmute's outcome), so that it becomes one turn."""
+
+                                replay_unheard = State(initial=True)
+                                """No voice of the caller heard in the replay yet."""
+
+                                replay_heard_caller = State()
+                                """The caller's voice was heard in the replay: there is a turn
+                                to commit at its end."""
+
+                        speaking = State()
+                        """The agent's turn: a reply is being generated or played."""
+
+                        tool_loop = State(enter="mute_for_tools", exit="unmute_after_tools")
+                        """The reply runs a tool step; capped at ``max_tool_steps`` per user
+                        turn."""
+
+                class caller_voice(State.Compound):  # noqa: N801
+                    """The caller's voice, as the unmuted input tells it: speech the muted
+                    input cannot hear is neither started nor ended."""
+
+                    caller_silent = State(initial=True)
+                    caller_speaking = State()
+                    caller_spoke_over_greeting = State()
+                    """Silent, after speech that ended in the greeting that keeps listening
+                    and answers an overlap whole: the greeting's end commits what they said
+                    as one turn. Silent again once the greeting is left."""
+
+        class model_activity(State.Compound):  # noqa: N801
+            """Beside the call's course, from its start: what the realtime model is doing,
+            as its link reports it (``response.created``, ``response.done``, a
+            ``response.cancel`` and its answer). A request to the model waits until it is
+            free (invariant I9). A pipeline, and a call before the model's link, stays in
+            ``model_free``: the model's events are taken once a realtime model is linked
+            (``runs_realtime_model``)."""
+
+            model_free = State(initial=True)
+            """No response of the model is active and no cancel of it is on its way: a
+            request now is neither refused nor cut."""
+
+            model_responding = State()
+            """A response of the model is active: it refuses another request until done."""
+
+            class model_cancelling(State.Compound, exit="forget_cancels"):  # noqa: N801
+                """A ``response.cancel`` is on its way (``TurnContext.pending_cancels``
+                holds each by id, until its answer): a request now could meet a cancel
+                meant for another response, and be cut by it."""
+
+                cancelling_active = State(initial=True)
+                """A response of the model is active too."""
+
+                cancelling_idle = State()
+                """No response of the model is active: only the answers are awaited."""
 
     ended = State(final=True, enter="clean_up_call")
     """The call is over; only clean-up effects are emitted on the way in."""
 
     # the compound classes become States when declared: name them as such for the checker
-    in_call, connecting = cast(State, call), cast(State, call.connecting)
-    start, ringing = call.connecting.start, call.connecting.ringing
-    turn = cast(State, call.live.turn)
-    awaiting_user = call.live.turn.awaiting_user
-    greeting = cast(State, call.live.turn.greeting)
+    in_call, connecting = cast(State, call), cast(State, call.line.connecting)
+    start, ringing = call.line.connecting.start, call.line.connecting.ringing
+    turn = cast(State, call.line.live.turn)
+    awaiting_user = call.line.live.turn.awaiting_user
+    greeting = cast(State, call.line.live.turn.greeting)
     greeting_awaiting_model, greeting_requested, greeting_playing = (
-        call.live.turn.greeting.greeting_awaiting_model,
-        call.live.turn.greeting.greeting_requested,
-        call.live.turn.greeting.greeting_playing,
+        call.line.live.turn.greeting.greeting_awaiting_model,
+        call.line.live.turn.greeting.greeting_requested,
+        call.line.live.turn.greeting.greeting_playing,
     )
-    greeting_retry = cast(State, call.live.turn.greeting.greeting_retry)
+    greeting_retry = cast(State, call.line.live.turn.greeting.greeting_retry)
     retry_awaiting_model, retry_requested, retry_playing = (
-        call.live.turn.greeting.greeting_retry.retry_awaiting_model,
-        call.live.turn.greeting.greeting_retry.retry_requested,
-        call.live.turn.greeting.greeting_retry.retry_playing,
+        call.line.live.turn.greeting.greeting_retry.retry_awaiting_model,
+        call.line.live.turn.greeting.greeting_retry.retry_requested,
+        call.line.live.turn.greeting.greeting_retry.retry_playing,
     )
-    awaiting_agent = call.live.turn.awaiting_agent
-    conversation = cast(State, call.live.turn.conversation)
-    listening = cast(State, call.live.turn.conversation.listening)
-    listening_open, discarding_overlap = (
-        call.live.turn.conversation.listening.listening_open,
-        call.live.turn.conversation.listening.discarding_overlap,
+    awaiting_agent = call.line.live.turn.awaiting_agent
+    conversation = cast(State, call.line.live.turn.conversation)
+    listening = cast(State, call.line.live.turn.conversation.listening)
+    listening_open, spill_over_window, discarding_overlap = (
+        call.line.live.turn.conversation.listening.listening_open,
+        call.line.live.turn.conversation.listening.spill_over_window,
+        call.line.live.turn.conversation.listening.discarding_overlap,
     )
-    replaying_held_audio = cast(State, call.live.turn.conversation.listening.replaying_held_audio)
+    replaying_held_audio = cast(
+        State, call.line.live.turn.conversation.listening.replaying_held_audio
+    )
     replay_unheard, replay_heard_caller = (
-        call.live.turn.conversation.listening.replaying_held_audio.replay_unheard,
-        call.live.turn.conversation.listening.replaying_held_audio.replay_heard_caller,
+        call.line.live.turn.conversation.listening.replaying_held_audio.replay_unheard,
+        call.line.live.turn.conversation.listening.replaying_held_audio.replay_heard_caller,
     )
     speaking, tool_loop = (
-        call.live.turn.conversation.speaking,
-        call.live.turn.conversation.tool_loop,
+        call.line.live.turn.conversation.speaking,
+        call.line.live.turn.conversation.tool_loop,
     )
-    caller_silent, caller_speaking = (
-        call.live.caller_voice.caller_silent,
-        call.live.caller_voice.caller_speaking,
+    caller_silent, caller_speaking, caller_spoke_over_greeting = (
+        call.line.live.caller_voice.caller_silent,
+        call.line.live.caller_voice.caller_speaking,
+        call.line.live.caller_voice.caller_spoke_over_greeting,
+    )
+    model_free, model_responding = (
+        call.model_activity.model_free,
+        call.model_activity.model_responding,
+    )
+    model_cancelling = cast(State, call.model_activity.model_cancelling)
+    cancelling_active, cancelling_idle = (
+        call.model_activity.model_cancelling.cancelling_active,
+        call.model_activity.model_cancelling.cancelling_idle,
     )
 
     # Timers, declared per state (XState's ``after``): started as the state is entered
@@ -312,6 +378,7 @@ def declare_chart() -> dict[str, Any]:
     after(turn, "max_duration", seconds="max_call_duration")
     after(awaiting_user, "await_user", seconds="await_user_timeout", while_silent=True)
     after(listening, "idle", seconds="idle_timeout", while_silent=True)
+    after(spill_over_window, "spill_over", seconds="spill_over_window")
     after(greeting_awaiting_model, "response_done", seconds="response_done_wait")
     after(retry_awaiting_model, "response_done", seconds="response_done_wait")
     # the capped final reply's waits for a realtime model, and the hold of a tool step's reply
@@ -332,36 +399,36 @@ def declare_chart() -> dict[str, Any]:
 
     call_answered = ringing.to(greeting, cond="agent_speaks_first") | ringing.to(awaiting_user)
 
-    def call_wide(
-        on: str | list[str],
-        regions: tuple[State, State] = (connecting, turn),
-        cond: str | list[str] | None = None,
-    ) -> Any:
-        """Bookkeeping in every state of the call: targetless, on the call's regions but
-        not the caller's voice. (Declared on ``call`` itself, it would be a candidate in the
-        voice region too, and its actions would run twice, beside a turn's transition.)"""
+    def call_wide(on: str | list[str], regions: tuple[State, State] = (connecting, turn)) -> Any:
+        """Bookkeeping in every state of the call: targetless, on the states of its line
+        but not the regions beside them (the caller's voice, the model's activity).
+        (Declared on ``call`` itself, it would be a candidate in those regions too, and
+        its actions would run more than once, beside a turn's transition.)"""
         before_live, live_turn = regions
-        guards = {} if cond is None else {"cond": cond}
-        return before_live.to(None, on=on, **guards) | live_turn.to(None, on=on, **guards)
+        return before_live.to(None, on=on) | live_turn.to(None, on=on)
 
     call_ended = in_call.to(ended, on="note_end_reason")
 
     # The caller's voice follows the voice activity the unmuted input reports; muting the
-    # input silences it (eventless: no end of speech comes through a muted input).
-    user_speech_started = caller_silent.to(caller_speaking, unless="input_is_muted")
-    user_speech_ended = caller_speaking.to(caller_silent)
+    # input silences it (eventless: no end of speech comes through a muted input). Speech
+    # that ends in the greeting that answers an overlap whole is an overlap its end
+    # commits; once the greeting is left, that silence is plain (eventless: after the step
+    # that leaves it, whose actions have read it).
+    user_speech_started = caller_speaking.from_(
+        caller_silent, caller_spoke_over_greeting, unless="input_is_muted"
+    )
+    user_speech_ended = caller_speaking.to(
+        caller_spoke_over_greeting,
+        cond=["answers_whole_overlap", "in_greeting"],
+        unless="mutes_greeting",
+    ) | caller_speaking.to(caller_silent)
     caller_speaking.to(caller_silent, cond="input_is_muted")
+    caller_spoke_over_greeting.to(caller_silent, unless="in_greeting")
 
     # what the turn makes of it
     user_speech_started |= (
         awaiting_user.to(None, on="stop_silence_timers")
-        | greeting.to(None, on="note_overlap")
-        # (opened only after a greeting that muted the input and drops an overlap)
-        | listening_open.to(
-            discarding_overlap,
-            cond=["mutes_greeting", "drops_overlap", "in_spill_over_window"],
-            on=["stop_silence_timers", "hold_spill_over"],
-        )
+        | spill_over_window.to(discarding_overlap, on=["stop_silence_timers", "hold_spill_over"])
         | replay_unheard.to(replay_heard_caller, on="stop_silence_timers")
         | listening.to(None, on="stop_silence_timers")
         # a barge-in into a tool step: its reply waits for LiveKit's decision
@@ -383,6 +450,8 @@ def declare_chart() -> dict[str, Any]:
         # the caller spoke before the agent greeted: the call goes on without a greeting
         | awaiting_agent.to(listening, on="note_user_turn")
         | greeting.to(None, cond="drops_overlap", unless="is_first_words", on="reject_user_turn")
+        # a turn ends the spill-over window: what starts after it is new speech
+        | spill_over_window.to(listening_open, on="note_user_turn")
         # (a reply still held: LiveKit committed the turn without interrupting its speech)
         | conversation.to(None, on=["note_user_turn", "send_held_tool_reply"])
     )
@@ -402,7 +471,7 @@ def declare_chart() -> dict[str, Any]:
         greeting,
         cond=["greets_on_final_transcript", "has_final_words"],
         unless="runs_realtime_model",
-        on=["note_first_words_heard", "note_user_turn", "note_overlap_if_the_caller_speaks"],
+        on=["note_first_words_heard", "note_user_turn"],
     )
 
     agent_speech_created = (
@@ -467,8 +536,8 @@ def declare_chart() -> dict[str, Any]:
     agent_speech_ended = (
         # the greeting muted the input: held audio replayed through held user turns (one
         # turn; not on a realtime model, whose server commits the replayed audio itself),
-        # or a spill-over's tail discarded (where LiveKit commits turns: a realtime
-        # model's server commits the tail before anything could hold it)
+        # or a spill-over's tail awaited, to be discarded (where LiveKit commits turns: a
+        # realtime model's server commits the tail before anything could hold it)
         leave_greeting(["mutes_greeting", agents_turn], speaking)
         | leave_greeting(
             ["mutes_greeting", "answers_whole_overlap"],
@@ -476,9 +545,7 @@ def declare_chart() -> dict[str, Any]:
             unless="runs_realtime_model",
         )
         | leave_greeting(
-            ["mutes_greeting", "drops_overlap"],
-            unless="model_detects_turns",
-            before="open_spill_over_window",
+            ["mutes_greeting", "drops_overlap"], spill_over_window, unless="model_detects_turns"
         )
         | leave_greeting(["mutes_greeting"])
         # the greeting kept listening: its held turns resumed, an overlap answered whole
@@ -633,35 +700,47 @@ def declare_chart() -> dict[str, Any]:
     # a pipeline has no such model, and one told of it anyway changes nothing.
     realtime_model_linked = call_wide(on="note_model_link")
 
-    model_response_created = call_wide(on="note_model_responding", cond="runs_realtime_model")
+    # the model's activity, in its own region: a response active, cancels on their way
+    # (each noted by id: only the answer to a cancel the machine took frees the model)
+    model_response_created = model_free.to(
+        model_responding, cond="runs_realtime_model"
+    ) | cancelling_idle.to(cancelling_active)
+    model_cancel_sent = (
+        model_free.to(cancelling_idle, cond="runs_realtime_model", on="note_cancel_sent")
+        | model_responding.to(cancelling_active, on="note_cancel_sent")
+        | model_cancelling.to(None, on="note_cancel_sent")
+    )
 
-    def when_model_free(
-        free: str,
-        note: str,
-        conversation: State = conversation,
-        everywhere: Callable[..., Any] = call_wide,
-    ) -> Any:
+    def when_model_free(free: list[str], conversation: State = conversation) -> Any:
         """The capped final reply waits until the model is free: no response of it
         active, no cancel of it on its way (invariant I9); ``free`` tells whether this
-        event frees it, ``note`` notes the event in every state. (The greeting's waits
-        end by themselves, eventless, once the model is free.)"""
+        event frees it. (The greeting's waits end by themselves, eventless, once the
+        model's region is in ``model_free``.)"""
         return conversation.to(
             None,
-            cond=["runs_realtime_model", "final_reply_waits_for_response_done", free],
-            on=[note, "ask_final_reply"],
-        ) | everywhere(on=note, cond="runs_realtime_model")
+            cond=["runs_realtime_model", "final_reply_waits_for_response_done", *free],
+            on="ask_final_reply",
+        )
 
     # the greeting is asked for once the model is free: at once on a pipeline or with
-    # a free model (eventless: in the step that enters the wait), else when its response
-    # is done or its cancel answered
+    # a free model (eventless: in the step that enters the wait), else in the step that
+    # frees it (its response done, its last cancel answered)
     greeting_awaiting_model.to(greeting_requested, cond="model_is_free")
     retry_awaiting_model.to(retry_requested, cond="model_is_free")
 
-    model_response_done = when_model_free("no_cancel_pending", "note_model_free")
+    model_response_done = (
+        model_responding.to(model_free)
+        | cancelling_active.to(cancelling_idle)
+        | when_model_free(["no_cancel_pending"])
+    )
 
-    model_cancel_sent = call_wide(on="note_cancel_sent", cond="runs_realtime_model")
-
-    model_cancel_answered = when_model_free("model_free_once_answered", "note_cancel_answered")
+    # (leaving model_cancelling, its exit forgets the cancels: the last one is answered)
+    model_cancel_answered = (
+        cancelling_active.to(model_responding, cond="last_cancel_answered")
+        | cancelling_idle.to(model_free, cond="last_cancel_answered")
+        | model_cancelling.to(None, unless="last_cancel_answered", on="note_cancel_answered")
+        | when_model_free(["last_cancel_answered", "no_response_active"])
+    )
 
     # the model's own reply: never before nor in the greeting (the greeting replaces it);
     # after tool output, adopted as the final reply, suppressed as a second one, or let through
@@ -694,14 +773,19 @@ def declare_chart() -> dict[str, Any]:
 
     model_reply_timer_expired = conversation.to(None, on="ask_final_reply_when_model_free")
 
+    # the spill-over window is over: speech that starts now is new
+    spill_over_timer_expired = spill_over_window.to(listening_open)
+
     tool_reply_hold_timer_expired = conversation.to(None, on="send_held_tool_reply")
 
     del in_call, connecting, start, ringing, turn, awaiting_user, awaiting_agent, greeting
     del greeting_awaiting_model, greeting_requested, greeting_playing, greeting_retry
     del retry_awaiting_model, retry_requested, retry_playing, not_started, names_it
     del conversation
-    del listening, listening_open, discarding_overlap, replaying_held_audio
+    del listening, listening_open, spill_over_window, discarding_overlap, replaying_held_audio
     del replay_unheard, replay_heard_caller, speaking, tool_loop, caller_silent, caller_speaking
+    del caller_spoke_over_greeting
+    del model_free, model_responding, model_cancelling, cancelling_active, cancelling_idle
     del leave_greeting, speech_ended, agents_turn, committing
     del step_started, step_finished, interrupted
     del call_wide, when_model_free
@@ -765,41 +849,90 @@ def entry_leaves(state: State) -> list[str]:
 VOICE_REGION = "caller_voice"
 """The region beside the turn that follows the caller's voice."""
 
+MODEL_REGION = "model_activity"
+"""The region beside the call's course that follows the realtime model's activity."""
 
-def _in_voice_region(state: State) -> bool:
-    node: State | None = state
-    while node is not None and node.id != VOICE_REGION:
+
+def side_region_of(state: State) -> State | None:
+    """The region beside the turn that ``state`` is in (itself, if it is one), if any: a
+    region of a parallel state but its first, which is the turn's. (The outermost such
+    region, where regions nest.)"""
+    found, node = None, state
+    while node.parent is not None:
+        if node.parent.parallel and node.id != node.parent.states[0].id:
+            found = node
         node = node.parent
-    return node is not None
+    return found
 
 
 @functools.cache
-def _atomic_by_region(
-    machine_class: type[TurnChart],
-) -> tuple[tuple[State, ...], tuple[State, ...]]:
-    """The atomic states, in declaration order: the call's, and the caller's voice's.
-    (Cached: a chart class is never changed once declared.)"""
-    atomic = [state for state in walk_states(machine_class.states) if not state.states]
-    return (
-        tuple(state for state in atomic if not _in_voice_region(state)),
-        tuple(state for state in atomic if _in_voice_region(state)),
+def side_regions(machine_class: type[TurnChart] = TurnMachine) -> tuple[State, ...]:
+    """The regions beside the turn, in document order: every region of a parallel state
+    but its first (the turn's own). (Cached: a chart class never changes.)"""
+    return tuple(
+        state for state in walk_states(machine_class.states) if side_region_of(state) is state
     )
 
 
+@functools.cache
+def _atomic(machine_class: type[TurnChart]) -> tuple[State, ...]:
+    return tuple(state for state in walk_states(machine_class.states) if not state.states)
+
+
+@functools.cache
 def leaf_states(machine_class: type[TurnChart] = TurnMachine) -> tuple[State, ...]:
-    """The states a call can be in (the atomic ones outside the caller's voice), in
-    declaration order."""
-    return _atomic_by_region(machine_class)[0]
+    """The states a call can be in (the atomic ones outside the regions beside the turn),
+    in declaration order."""
+    return tuple(state for state in _atomic(machine_class) if side_region_of(state) is None)
+
+
+@functools.cache
+def region_states(
+    machine_class: type[TurnChart] = TurnMachine,
+) -> Mapping[str, tuple[State, ...]]:
+    """The atomic states of each region beside the turn, by the region's id, in document
+    order (regions and states)."""
+    return MappingProxyType(
+        {
+            region.id: tuple(s for s in walk_states([region]) if not s.states)
+            for region in side_regions(machine_class)
+        }
+    )
 
 
 def voice_states(machine_class: type[TurnChart] = TurnMachine) -> tuple[State, ...]:
     """The states of the caller's voice, beside the turn while the call is live."""
-    return _atomic_by_region(machine_class)[1]
+    return region_states(machine_class)[VOICE_REGION]
 
 
 def atomic_states(machine_class: type[TurnChart] = TurnMachine) -> tuple[State, ...]:
-    """The call's states, then the caller's voice's: every atomic state of the chart."""
-    return (*leaf_states(machine_class), *voice_states(machine_class))
+    """The call's states, then each region's beside the turn: every atomic state of the
+    chart."""
+    return (
+        *leaf_states(machine_class),
+        *(state for states in region_states(machine_class).values() for state in states),
+    )
+
+
+def _configurations_in(states: Any) -> Iterator[tuple[str, ...]]:
+    """The configurations (atomic states, in document order) inside any one of ``states``."""
+    for state in states:
+        if not state.states:
+            yield (state.id,)
+        elif state.parallel:
+            for parts in itertools.product(*(list(_configurations_in([r])) for r in state.states)):
+                yield tuple(leaf for part in parts for leaf in part)
+        else:
+            yield from _configurations_in(state.states)
+
+
+@functools.cache
+def configurations(machine_class: type[TurnChart] = TurnMachine) -> tuple[tuple[str, ...], ...]:
+    """Every configuration of the chart, as :attr:`TurnController.configuration` names it:
+    one atomic state per active region, in document order (the turn's first, then one of
+    each region beside it: the caller's voice while the call is live, the model's
+    activity until it ends)."""
+    return tuple(_configurations_in(machine_class.states))
 
 
 def _names(transition: Transition) -> list[str]:
@@ -809,11 +942,12 @@ def _names(transition: Transition) -> list[str]:
 def leaf_transitions(state: State) -> Iterator[Transition]:
     """The event transitions that can fire in ``state``, in the order they are tried: its
     own, then its parents'. One after an unguarded transition of its event never fires
-    there, and is left out. For the caller's voice, those of its region only: the
-    call's own (``call.to(ended)``) are the turn's moves, taken once for both."""
+    there, and is left out. For a state of a region beside the turn (the caller's
+    voice), those of its region only: the call's own (``call.to(ended)``) are the turn's
+    moves, taken once for every region."""
     closed: set[str] = set()
     node: State | None = state
-    last = VOICE_REGION if _in_voice_region(state) else None
+    last = side_region_of(state)
     while node is not None:
         for transition in node.transitions:
             names = set(_names(transition))
@@ -821,14 +955,14 @@ def leaf_transitions(state: State) -> Iterator[Transition]:
                 yield transition
                 if not any(not spec.is_convention for spec in transition.cond):
                     closed |= names
-        node = None if node.id == last else node.parent
+        node = None if node is last else node.parent
 
 
 @functools.cache
 def handled_events(
     machine_class: type[TurnChart] = TurnMachine,
 ) -> Mapping[str, frozenset[str]]:
-    """For each atomic state id (the caller's voice too), the events that have at least
+    """For each atomic state id (the regions' beside the turn too), the events that have at least
     one transition from it. (Cached, read-only: a chart class never changes.)"""
     return MappingProxyType(
         {
@@ -840,7 +974,7 @@ def handled_events(
 
 def declared_moves(machine_class: type[TurnChart] = TurnMachine) -> set[tuple[str, str, str]]:
     """(source, event, target) for every declared transition, from every atomic state it
-    can fire in (the caller's voice too), named as :attr:`TurnController.state` reports
+    can fire in (the regions' beside the turn too), named as :attr:`TurnController.state` reports
     them (a move between the greeting's phases stays in ``greeting``); a targetless
     transition stays in its state."""
     public = public_states(machine_class)
@@ -891,8 +1025,31 @@ them (the greeting's phases, not ``greeting``)."""
 STATES: tuple[str, ...] = tuple(dict.fromkeys(public_state(leaf) for leaf in LEAF_STATES))
 """The states a call can be in, as :attr:`TurnController.state` reports them."""
 
-VOICE_STATES: tuple[str, ...] = tuple(state.id for state in voice_states())
+REGION_STATES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {region: tuple(state.id for state in states) for region, states in region_states().items()}
+)
+"""The atomic states of each region beside the turn, by region
+(``TurnController.configuration`` names one of each active one after the turn's)."""
+
+VOICE_STATES: tuple[str, ...] = REGION_STATES[VOICE_REGION]
 """The caller's voice while the call is live (``TurnController.configuration``)."""
+
+MODEL_STATES: tuple[str, ...] = REGION_STATES[MODEL_REGION]
+"""The realtime model's activity, from the call's start to its end
+(``TurnController.configuration``)."""
+
+
+@functools.cache
+def states_beside(
+    machine_class: type[TurnChart] = TurnMachine,
+) -> Mapping[str, frozenset[str]]:
+    """For each state a call can be in (:func:`leaf_states`), the states of the regions
+    beside it that can be active with it (the caller's voice while live, the realtime
+    model's activity until the end)."""
+    beside: dict[str, set[str]] = {state.id: set() for state in leaf_states(machine_class)}
+    for configuration in configurations(machine_class):
+        beside[configuration[0]].update(configuration[1:])
+    return MappingProxyType({state: frozenset(states) for state, states in beside.items()})
 
 
 def leaves_under(compound: str) -> frozenset[str]:
@@ -916,7 +1073,7 @@ LIVE_STATES: frozenset[str] = _and_phased(leaves_under("turn"))
 
 
 def states_acting(event: str, action: str) -> frozenset[str]:
-    """The call's states (outside the caller's voice) where the chart handles ``event``
+    """The call's states (outside the regions beside the turn) where the chart handles ``event``
     with a transition that runs ``action``: a state set read from the chart itself."""
     return frozenset(
         state.id

@@ -290,7 +290,9 @@ class TurnPolicy:
         validator=Seconds(optional=False),
         metadata=option(
             "with `mute_input` + `drop`: speech heard this soon after unmuting is the overlap's "
-            "tail (not under a realtime model's server turn detection, which commits it itself)",
+            "tail (the `spill_over` timer of `listening`'s phase `spill_over_window`; a "
+            "committed turn ends it; not under a realtime model's server turn detection, which "
+            "commits it itself)",
             drawn=(0.3, 0.5, 1.0),
         ),
     )

@@ -17,9 +17,9 @@ explore.
 
 >>> from turnfsm import TurnPolicy
 >>> inbound = TurnPolicy(greeting="Hi.", idle_timeout=10.0)
->>> from turnfsm.machine import public_state
+>>> from turnfsm.machine import REGION_STATES, public_state
 >>> turn = {public_state(state) for state in reach(inbound).states}
->>> sorted(turn - {"caller_silent", "caller_speaking"})  # nobody rings
+>>> sorted(turn - {state for states in REGION_STATES.values() for state in states})  # nobody rings
 ['ended', 'greeting', 'listening', 'speaking', 'start', 'tool_loop']
 >>> sorted(state for state in reach(inbound).states if state.startswith("retry_"))
 ['retry_awaiting_model', 'retry_playing', 'retry_requested']
@@ -61,7 +61,7 @@ class Reach:
         start: the state a call starts in.
         transitions: the declared transitions that can fire, in declaration order
             (the start's eventless choice included).
-        states: the atomic states a call can be in (the caller's voice too).
+        states: the atomic states a call can be in (the regions' beside the turn too).
     """
 
     start: str
@@ -76,9 +76,10 @@ def reach(policy: TurnPolicy, machine_class: type[TurnChart] = TurnMachine) -> R
     transitions first, then its parents', as the engine tries them); it is kept if it
     can fire in at least one leaf the call reaches from the start.
     """
-    from .controller import initial_state  # the controller's module imports this one
+    from .controller import TurnController  # the controller's module imports this one
 
-    start = initial_state(policy, machine_class)
+    started = TurnController(policy, record=False, machine_class=machine_class)
+    start = started.state
     rules = TurnRules(policy=policy)
     decided = {name: bool(getattr(rules, name)()) for name in POLICY_GUARDS}
     # the expiries of timers the policy never starts (their seconds unset)
@@ -120,7 +121,9 @@ def reach(policy: TurnPolicy, machine_class: type[TurnChart] = TurnMachine) -> R
         return [transition for transition, _, _ in possible]
 
     leaves = {state.id: state for state in atomic_states(machine_class)}
-    reachable, frontier, kept = {start}, [start], set()
+    # the start's configuration: its state, and the regions beside it in their first states
+    reachable, kept = set(started.configuration), set()
+    frontier = list(started.configuration)
     while frontier:
         leaf = frontier.pop()
         for transition in possible_in(leaves[leaf]):
@@ -133,7 +136,7 @@ def reach(policy: TurnPolicy, machine_class: type[TurnChart] = TurnMachine) -> R
     # the chart's first state's eventless choice under this policy (none: inbound calls
     # wait there), which led to ``start``
     first = atomic_states(machine_class)[0]
-    if first.id != start:
+    if first.id != started.configuration[0]:
         kept.update(id(t) for t in possible_in(first) if not list(t.events))
     declared = [t for state in walk_states(machine_class.states) for t in state.transitions]
     return Reach(

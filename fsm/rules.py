@@ -25,7 +25,6 @@ from .events import (
     AssistantMessageCommitted,
     CallEnded,
     EffectOutcome,
-    Event,
     InterruptionSettings,
     ModelCancelAnswered,
     ModelCancelSent,
@@ -40,13 +39,13 @@ from .events import (
     UserTurnDeclined,
     UserTurnEnded,
 )
-from .machine import TIMERS, After, leaves_under, timers_declared
+from .machine import PRE_GREETING_STATES, TIMERS, After, leaves_under, timers_declared
 from .policy import TurnPolicy
 
-GuardKind = Literal["policy", "event", "context", "voice", "state"]
+GuardKind = Literal["policy", "event", "context", "region", "state"]
 """What a guard reads: the policy only (decided once per call, so diagrams prune by it),
-the event, the call's context, the caller's voice (the state of the region beside
-the turn), or the turn's state with the policy."""
+the event, the call's context, a region beside the turn (the caller's voice, the realtime
+model's activity: their state), or the turn's state with the policy."""
 
 _Guard = TypeVar("_Guard", bound=Callable[..., bool])
 
@@ -90,13 +89,17 @@ class TurnRules:
     def answers_whole_overlap(self) -> bool:
         return self.policy.greeting_overlap == "answer_whole"
 
-    @guard("voice")
+    @guard("region")
     def caller_is_speaking(self, machine: StateChart) -> bool:
         return _caller_speaks(machine)
 
     @guard("state")
     def input_is_muted(self, machine: StateChart) -> bool:
         return input_muted(self.policy, machine.configuration_values)
+
+    @guard("state")
+    def in_greeting(self, machine: StateChart) -> bool:
+        return "greeting" in machine.configuration_values
 
     @guard("policy")
     def agent_speaks_first(self) -> bool:
@@ -105,11 +108,6 @@ class TurnRules:
     @guard("policy")
     def greets_in_own_words(self) -> bool:
         return self.policy.greets_in_own_words
-
-    @guard("event")
-    def in_spill_over_window(self, ev: Event) -> bool:
-        until = self.context.spill_over_until
-        return until is not None and ev.at <= until
 
     @guard("event")
     def is_first_words(self, ev: UserTurnCommitted) -> bool:
@@ -265,28 +263,32 @@ class TurnRules:
     def can_reprompt(self) -> bool:
         return self.context.reprompts < self.policy.idle_max_reprompts
 
-    @guard("context")
-    def model_is_free(self) -> bool:
+    @guard("region")
+    def model_is_free(self, machine: StateChart) -> bool:
         """No response of the realtime model is active and no cancel of it is on its way
         (always, on a pipeline): a request now is neither refused nor cut."""
-        return not self._model_busy()
+        return not _model_busy(machine)
 
     @guard("context")
     def final_reply_waits_for_response_done(self) -> bool:
         return self.context.final_wait == "response_done"
 
-    @guard("context")
-    def no_cancel_pending(self) -> bool:
+    @guard("region")
+    def no_cancel_pending(self, machine: StateChart) -> bool:
         """No ``response.cancel`` of the realtime model is unanswered: one still on its
         way would cancel whatever response is active when it lands (invariant I9)."""
-        return not self.context.pending_cancels
+        return "model_cancelling" not in machine.configuration_values
 
     @guard("event")
-    def model_free_once_answered(self, ev: ModelCancelAnswered) -> bool:
-        """Once this cancel is answered, no response of the model is active and no other
-        cancel is on its way."""
-        ctx = self.context
-        return not ctx.model_responding and ctx.pending_cancels <= {ev.cancel_id}
+    def last_cancel_answered(self, ev: ModelCancelAnswered) -> bool:
+        """This answer is to the last cancel on its way (an answer to one the machine
+        never took, sent before the model's link, frees nothing)."""
+        return self.context.pending_cancels <= {ev.cancel_id}
+
+    @guard("region")
+    def no_response_active(self, machine: StateChart) -> bool:
+        """No response of the realtime model is active (a cancel may be on its way)."""
+        return RESPONDING.isdisjoint(machine.configuration_values)
 
     @guard("event")
     def final_reply_awaits_model_reply(self, ev: ModelReplyStarted) -> bool:
@@ -404,7 +406,6 @@ class TurnRules:
         ctx = self.context
         for timer in sorted(ctx.timers):
             self._cancel_timer(timer)
-        self._resume_model_replies()
         self._allow_tools()
         self.emit(fx.EndCall(reason=ctx.end_reason or "hangup"))
 
@@ -413,26 +414,16 @@ class TurnRules:
     def note_first_words(self, ev: UserTurnCommitted) -> None:
         self.context.first_words_item = ev.item_id
 
-    def note_overlap_if_the_caller_speaks(self, machine: StateChart) -> None:
-        """The greeting starts on the callee's final transcript, before their voice has
-        ended (the VAD's end of speech is still to come): what they say on is speech over
-        the greeting, answered or dropped as such."""
-        if _caller_speaks(machine):
-            self.context.overlapped_greeting = True
-
     def note_first_words_heard(self, ev: UserTranscript) -> None:
         self.context.first_words_heard = ev.text
 
     def begin_greeting(self) -> None:
-        """Lock the caller out of the greeting (muted, or turns held), and keep a realtime
-        model from answering the first words itself: the greeting replaces that reply."""
-        ctx, policy = self.context, self.policy
+        """Lock the caller out of the greeting (muted, or turns held)."""
+        policy = self.policy
         if policy.mutes_greeting:
             self._mute(hold_audio=policy.greeting_overlap == "answer_whole")
         else:
             self._hold_user_turns()
-        if ctx.model_replies_to_turns:
-            self._pause_model_replies()
 
     def stop_agent_speech_before_greeting(self, ev: AgentSpeechCreated) -> None:
         """Only that speech: the greeting, created after it, must not be cut."""
@@ -480,17 +471,12 @@ class TurnRules:
             )
         )
 
-    def note_overlap(self) -> None:
-        self.context.overlapped_greeting = True
-
     def forget_greeting(self) -> None:
         """Leaving the greeting, whatever the way: its speech and first words."""
         ctx = self.context
         ctx.greeting_speech_id = None
         ctx.first_words_item = None
         ctx.first_words_heard = None
-        ctx.overlapped_greeting = False
-        self._resume_model_replies()
 
     # Leaving the greeting for the conversation: one action per lock and overlap policy
     # (on a hang-up, clean_up_call releases everything without replaying or committing).
@@ -527,15 +513,12 @@ class TurnRules:
         heard = "replay_heard_caller" in machine.configuration_values
         self._resume_user_turns(commit_pending=over and heard and not _caller_speaks(machine))
 
-    def open_spill_over_window(self, ev: Event) -> None:
-        """Speech starting right after the unmute is the tail of a missed overlap."""
-        self.context.spill_over_until = ev.at + self.policy.spill_over_window
-
     def resume_user_turns_committing_a_finished_overlap(self, machine: StateChart) -> None:
-        """``keep_listening`` + ``answer_whole``: an overlap already over is one turn now;
-        one still going on becomes a turn when the caller stops. (Held at the input gate,
-        its audio is replayed: the model's server commits it.)"""
-        finished = self.context.overlapped_greeting and not _caller_speaks(machine)
+        """``keep_listening`` + ``answer_whole``: an overlap already over (the caller's
+        voice ended in the greeting) is one turn now; one still going on becomes a turn
+        when the caller stops. (Held at the input gate, its audio is replayed: the model's
+        server commits it.)"""
+        finished = "caller_spoke_over_greeting" in machine.configuration_values
         self._resume_user_turns(commit_pending=finished, replay_held_audio=True)
 
     def clear_and_resume_user_turns(self) -> None:
@@ -544,11 +527,9 @@ class TurnRules:
         self.emit(fx.ClearUserTurn())
         self._resume_user_turns(commit_pending=False)
 
-    def close_spill_over_window(self) -> None:
-        self.context.spill_over_until = None
-
     def hold_spill_over(self) -> None:
-        self.context.spill_over_until = None
+        """Speech started in the spill-over window: the tail of a missed overlap, held
+        while it goes on (and discarded as its phase is left)."""
         self._hold_user_turns()
 
     def stop_discarding_overlap(self, target: object) -> None:
@@ -595,7 +576,6 @@ class TurnRules:
         ctx = self.context
         self._end_final_wait()
         self._allow_tools()  # first: the cap's fields say whether they are forbidden
-        ctx.spill_over_until = None
         ctx.tool_rounds = 0
         ctx.capped = False
         ctx.tool_loop_stopped = False
@@ -807,7 +787,7 @@ class TurnRules:
         """The speech plays: the reply to its tool output is under way, not stopped."""
         self.context.tool_replies_due = self.context.tool_replies_due - {ev.speech_id}
 
-    def stop_after_tool_step(self, ev: ToolStepFinished) -> None:
+    def stop_after_tool_step(self, ev: ToolStepFinished, machine: StateChart) -> None:
         ctx = self.context
         self.emit(fx.CancelToolReply(speech_id=ev.speech_id))
         self.note_handoff(ev)
@@ -825,7 +805,7 @@ class TurnRules:
                 # before the step's output reaches the model: no reply of it calls a tool
                 self.emit(fx.ForbidTools())
                 self._stop_tool_replies_due()
-                self._final_reply_after_tool_speech(ev.speech_id)
+                self._final_reply_after_tool_speech(ev.speech_id, machine)
             else:
                 self.emit(fx.FinalReplyWithoutTools(fallback_text=self.policy.tool_cap_fallback))
         ctx.tool_loop_stopped = False
@@ -848,20 +828,22 @@ class TurnRules:
     # done, after a bounded wait for the model's own answer to the tool output (adopted:
     # it runs without tools) and for its active response to finish.
 
-    def _final_reply_after_tool_speech(self, speech_id: str) -> None:
+    def _final_reply_after_tool_speech(self, speech_id: str, machine: StateChart) -> None:
         ctx = self.context
         if speech_id in ctx.active_speeches:
             ctx.final_wait, ctx.final_after_speech = "tool_speech", speech_id
         elif ctx.model_replies_to_tools:
             self._final_waits("model_reply")
         else:
-            self.ask_final_reply_when_model_free()
+            self.ask_final_reply_when_model_free(machine)
 
-    def wait_for_final_reply_after_tool_speech(self, ev: AgentSpeechEnded) -> None:
+    def wait_for_final_reply_after_tool_speech(
+        self, ev: AgentSpeechEnded, machine: StateChart
+    ) -> None:
         ctx = self.context
         if ctx.final_wait == "tool_speech" and ev.speech_id == ctx.final_after_speech:
             self._end_final_wait()
-            self._final_reply_after_tool_speech(ev.speech_id)
+            self._final_reply_after_tool_speech(ev.speech_id, machine)
 
     def _final_waits(self, wait: fx.TimerName) -> None:
         self._end_final_wait()
@@ -874,8 +856,8 @@ class TurnRules:
         if wait is not None and wait != "tool_speech":
             self._cancel_timer(wait)
 
-    def ask_final_reply_when_model_free(self) -> None:
-        if self._model_busy():
+    def ask_final_reply_when_model_free(self, machine: StateChart) -> None:
+        if _model_busy(machine):
             self._final_waits("response_done")
         else:
             self.ask_final_reply()
@@ -904,23 +886,15 @@ class TurnRules:
     # -- realtime models ----------------------------------------------------------------
 
     def note_model_link(self, ev: RealtimeModelLinked, machine: StateChart) -> None:
-        ctx = self.context
+        """A model linked before the greeting that answers turns itself is paused at
+        once: prevented rather than cancelled, its answer to the first words would make
+        the greeting wait out that reply's cancel round trip (issue 19)."""
+        ctx, active = self.context, machine.configuration_values
+        paused = self._replies_paused(active)
         ctx.realtime_model = True
         ctx.model_replies_to_turns = ev.replies_to_turns
         ctx.model_replies_to_tools = ev.replies_to_tool_output
-        before_the_greeting = {"start", "ringing", "awaiting_user"} & set(
-            machine.configuration_values
-        )
-        if ev.replies_to_turns and self.policy.has_greeting and before_the_greeting:
-            # prevent rather than cancel: a model that answers the first words itself
-            # makes the greeting wait out that reply's cancel round trip (issue 19)
-            self._pause_model_replies()
-
-    def note_model_responding(self) -> None:
-        self.context.model_responding = True
-
-    def note_model_free(self) -> None:
-        self.context.model_responding = False
+        self._replies_follow(paused, self._replies_paused(active))
 
     def note_cancel_sent(self, ev: ModelCancelSent) -> None:
         self.context.pending_cancels = self.context.pending_cancels | {ev.cancel_id}
@@ -928,10 +902,9 @@ class TurnRules:
     def note_cancel_answered(self, ev: ModelCancelAnswered) -> None:
         self.context.pending_cancels = self.context.pending_cancels - {ev.cancel_id}
 
-    def _model_busy(self) -> bool:
-        """The realtime model would refuse a request (a response of it is active), or a
-        cancel still on its way could cut the response it starts."""
-        return self.context.model_responding or bool(self.context.pending_cancels)
+    def forget_cancels(self) -> None:
+        """Leaving ``model_cancelling``: the last cancel on its way is answered."""
+        self.context.pending_cancels = frozenset()
 
     def note_model_replies_to_tools(self) -> None:
         self.context.model_replies_to_tools = True
@@ -939,14 +912,31 @@ class TurnRules:
     def suppress_model_reply(self, ev: ModelReplyStarted) -> None:
         self.emit(fx.SuppressReply(speech_id=ev.speech_id))
 
-    def _pause_model_replies(self) -> None:
-        if not self.context.model_replies_paused:
-            self.context.model_replies_paused = True
-            self.emit(fx.PauseModelReplies())
+    # A realtime model's own replies are paused in the states that hold the pause
+    # (model_replies_paused): the greeting's enter action pauses them unless the state
+    # before it held the pause already, the exit actions of the states that hold it
+    # resume them unless the state after it holds it too, and the model's link pauses
+    # (or resumes) them where it changes what the states hold.
 
-    def _resume_model_replies(self) -> None:
-        if self.context.model_replies_paused:
-            self.context.model_replies_paused = False
+    def pause_model_replies(self, source: State, machine: StateChart) -> None:
+        self._replies_follow(
+            self._replies_paused(_around(source)),
+            self._replies_paused(machine.configuration_values),
+        )
+
+    def resume_model_replies(self, target: State, machine: StateChart) -> None:
+        self._replies_follow(
+            self._replies_paused(machine.configuration_values),
+            self._replies_paused(_around(target)),
+        )
+
+    def _replies_paused(self, active: Collection[object]) -> bool:
+        return model_replies_paused(self.policy, self.context.model_replies_to_turns, active)
+
+    def _replies_follow(self, paused: bool, now: bool) -> None:
+        if now and not paused:
+            self.emit(fx.PauseModelReplies())
+        elif paused and not now:
             self.emit(fx.ResumeModelReplies())
 
     def mute_for_tools(self) -> None:
@@ -986,6 +976,34 @@ def _timers_around(state: State) -> Iterator[After]:
     while node is not None:
         yield from timers_declared(node)
         node = node.parent
+
+
+def model_replies_paused(
+    policy: TurnPolicy, replies_to_turns: bool, active: Collection[object]
+) -> bool:
+    """Whether a realtime model's own replies are paused with these states active (a
+    configuration's states, compound ones included): a model that answers turns itself,
+    through the greeting, and on a call with a greeting, before it too (the greeting
+    replaces its answer to the first words)."""
+    return replies_to_turns and (
+        "greeting" in active
+        or (policy.has_greeting and not PRE_GREETING_STATES.isdisjoint(active))
+    )
+
+
+def _around(state: State) -> set[str]:
+    """``state`` and the states around it: what is active in it."""
+    return {state.id, *(parent.id for parent in state.ancestors())}
+
+
+RESPONDING: frozenset[str] = frozenset({"model_responding", "cancelling_active"})
+"""The realtime model's states while a response of it is active."""
+
+
+def _model_busy(machine: StateChart) -> bool:
+    """The realtime model would refuse a request (a response of it is active), or a
+    cancel still on its way could cut the response it starts: its region is not free."""
+    return "model_free" not in machine.configuration_values
 
 
 def _caller_speaks(machine: StateChart) -> bool:

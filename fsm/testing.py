@@ -95,7 +95,8 @@ def __dir__() -> list[str]:
 
 EARLY = 1.0
 LATE = 100.0
-"""Event times: the spill-over window is open at ``EARLY`` and closed at ``LATE``."""
+"""Event times. No guard reads them (time reaches the machine as timers' expiries): one
+time per event is enough for :func:`explore`; ``LATE`` follows it, for the watchdogs."""
 
 WATCHDOGS: dict[str, str] = {
     "W1": "max_duration_fires",
@@ -139,7 +140,7 @@ def pipeline_samples() -> Samples:
         ev.CallRinging: (ev.CallRinging(at=EARLY),),
         ev.CallAnswered: (ev.CallAnswered(at=EARLY),),
         ev.CallEnded: (ev.CallEnded(at=EARLY, reason="hangup"),),
-        ev.UserSpeechStarted: (ev.UserSpeechStarted(at=EARLY), ev.UserSpeechStarted(at=LATE)),
+        ev.UserSpeechStarted: (ev.UserSpeechStarted(at=EARLY),),
         ev.UserSpeechEnded: (ev.UserSpeechEnded(at=EARLY),),
         ev.UserTranscript: (
             ev.UserTranscript(at=EARLY, text="hello", is_final=True),
@@ -349,15 +350,15 @@ class ExplorationReport:
     """What :func:`explore` covered and the breaches it found."""
 
     configurations: int
-    """Distinct configurations (state and caller's voice × context × monitor shadow)
+    """Distinct configurations (the state of every region × context × monitor shadow)
     visited."""
     steps: int
     """Events fed, each checked against every invariant."""
     states: frozenset[str]
     """States reached (as :attr:`~turnfsm.TurnController.state` reports them)."""
     transitions: frozenset[tuple[str, str, str]]
-    """(source, event, target) moves taken in each region (the state's, the caller's
-    voice's), self loops included."""
+    """(source, event, target) moves taken in each region (the state's, and each
+    region's beside it), self loops included."""
     violations: list[str]
     """One line per breach: the invariant (or watchdog), the configuration and the event
     that reached it."""
@@ -729,7 +730,7 @@ def watchdog_problem(
     # what the machine waits for ends: every speech it tracks, then the caller's voice
     for speech_id in sorted(context.active_speeches):
         controller.handle(ev.AgentSpeechEnded(at=LATE, speech_id=speech_id, played_seconds=1.0))
-    if controller.configuration[-1] == "caller_speaking":
+    if "caller_speaking" in controller.configuration:
         controller.handle(ev.UserSpeechEnded(at=LATE))
     back = controller.state == "listening" and "idle" in controller.context.timers
     if back or controller.state == "ended":
@@ -764,13 +765,15 @@ def region_moves(
     after: tuple[str, ...],
     machine_class: type[TurnChart] = TurnMachine,
 ) -> Iterator[tuple[str, str, str]]:
-    """A step's moves: the state's, and the caller's voice's on the events its region
-    handles (its eventless silencing by a mute, and its end with the call, belong to the
-    turn's step). States are named as :attr:`~turnfsm.TurnController.state` reports
-    them, as :func:`~turnfsm.machine.declared_moves` does."""
+    """A step's moves: the state's, and each region's beside it on the events that region
+    handles (a region's eventless moves, and its end with the call, belong to the turn's
+    step). States are named as :attr:`~turnfsm.TurnController.state` reports them, as
+    :func:`~turnfsm.machine.declared_moves` does."""
     yield public_state(before[0]), event, public_state(after[0])
-    if len(before) > 1 and event in handled_events(machine_class)[before[1]]:
-        yield before[1], event, after[-1]
+    handled = handled_events(machine_class)
+    for region, leaf in enumerate(before[1:], start=1):
+        if event in handled[leaf]:
+            yield leaf, event, after[region] if region < len(after) else after[0]
 
 
 def _named(configuration: tuple[str, ...]) -> str:

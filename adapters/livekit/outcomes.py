@@ -59,7 +59,6 @@ from livekit.agents.voice import SpeechHandle
 from turnfsm import TurnController
 from turnfsm import effects as fx
 from turnfsm import events as ev
-from turnfsm.context_rules import SCOPED
 from turnfsm.machine import LIVE_STATES, PRE_GREETING_STATES, public_state
 from turnfsm.spoken import spoken_prefix
 
@@ -141,8 +140,9 @@ STATE_AGREEMENT: ev.OutcomeCheck = "O7"
 UNTIL_THE_GREETING = PRE_GREETING_STATES | {"greeting"}
 """Until the greeting has played: no other speech may reach the output (O1), and a
 turn committed there is the first words or an overlap, judged by the greeting's checks."""
-REPLIES_PAUSED_IN = SCOPED["model_replies_paused"]
-"""The states in which a realtime model's own replies may be paused (the machine's)."""
+REPLIES_PAUSED_IN = UNTIL_THE_GREETING
+"""The states in which a realtime model's own replies may be paused (the machine's:
+:func:`turnfsm.rules.model_replies_paused`)."""
 _REPORTS_OF_A_CUT = (
     ev.AgentSpeechInterrupted,
     ev.AgentSpeechEnded,

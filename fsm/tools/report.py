@@ -289,7 +289,7 @@ class CallReport:
             if isinstance(step.event, ev.OutcomeBreached):
                 breaches[step.event.check] += 1
         voices = set()
-        for before, event, after in voice_moves(trace.steps):
+        for before, event, after in voice_moves(trace.steps, trace.policy):
             voices.add(after)
             if before is not None:
                 self.paths[(before, event, after)] += 1
@@ -799,13 +799,18 @@ def build_report(traces: Iterable[Trace]) -> CallReport:
     return report
 
 
-def voice_moves(steps: Iterable[TraceStep]) -> Iterator[tuple[str | None, str, str]]:
+def voice_moves(
+    steps: Iterable[TraceStep], policy: TurnPolicy
+) -> Iterator[tuple[str | None, str, str]]:
     """The caller's voice through a call, as the chart moves it, from the steps (a trace
     records the turn's state only): ``(None, event, "caller_silent")`` when the call goes
     live, ``("caller_silent", "user_speech_started", "caller_speaking")`` when the caller
-    starts speaking while the input is not muted, back on ``user_speech_ended`` or when a
-    step mutes the input. A bounded trace that lost its start begins silent."""
-    silent, speaking = VOICE_STATES
+    starts speaking while the input is not muted, back on ``user_speech_ended`` (to
+    ``caller_spoke_over_greeting`` in a greeting that answers an overlap whole, silent
+    again once it is left) or when a step mutes the input. A bounded trace that lost its
+    start begins silent."""
+    silent, speaking, spoke_over = VOICE_STATES
+    over_greeting = not policy.mutes_greeting and policy.greeting_overlap == "answer_whole"
     voice: str | None = None
     muted = False
     for step in steps:
@@ -815,18 +820,21 @@ def voice_moves(steps: Iterable[TraceStep]) -> Iterator[tuple[str | None, str, s
         elif voice is None:
             voice = silent
             yield None, event, silent
-        elif event == "user_speech_started" and voice == silent and not muted:
+        elif event == "user_speech_started" and voice != speaking and not muted:
+            yield voice, event, speaking
             voice = speaking
-            yield silent, event, speaking
         elif event == "user_speech_ended" and voice == speaking:
-            voice = silent
-            yield speaking, event, silent
+            voice = spoke_over if over_greeting and step.before == "greeting" else silent
+            yield speaking, event, voice
         for effect in step.effects:
             if isinstance(effect, fx.MuteInput | fx.UnmuteInput):
                 muted = isinstance(effect, fx.MuteInput)
         if muted and voice == speaking:  # the chart's eventless move: a muted input is silent
             voice = silent
             yield speaking, event, silent
+        if voice == spoke_over and step.after != "greeting":  # eventless: the greeting left
+            voice = silent
+            yield spoke_over, event, silent
 
 
 # -- the overlay ------------------------------------------------------------------------------

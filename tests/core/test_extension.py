@@ -109,7 +109,9 @@ def test_an_extension_leaves_turn_machine_unchanged() -> None:
     assert fingerprint(build_machine(name="Plain")) == before  # builds are independent
 
 
-@pytest.mark.parametrize("state", ["call", "connecting", "start", "ringing"])
+@pytest.mark.parametrize(
+    "state", ["call", "line", "connecting", "start", "ringing", "model_activity", "model_free"]
+)
 def test_a_timer_cannot_start_on_entry_where_a_call_is_before_its_first_event(
     state: str,
 ) -> None:
@@ -126,7 +128,7 @@ def test_a_timer_cannot_start_on_entry_where_a_call_is_before_its_first_event(
 
 def test_a_timer_its_actions_start_may_be_declared_there() -> None:
     def time_it(chart: dict[str, Any]) -> None:
-        ringing = chart["call"].connecting.ringing
+        ringing = next(s for s in walk_states(chart["call"].states) if s.id == "ringing")
         after(ringing, "max_duration", seconds="max_call_duration", on_entry=False)
 
     policy = TurnPolicy(direction="outbound", greeting="Hi", max_call_duration=60)

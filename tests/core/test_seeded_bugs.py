@@ -15,13 +15,13 @@ from concurrent.futures import ProcessPoolExecutor
 import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
-from statemachine import State
+from statemachine import State, StateChart
 
 from turnfsm import INVARIANTS, InvariantViolation, TurnController, TurnPolicy
 from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.events import AnsweringMachineDetected, Event, ToolStepFinished, UserTurnCommitted
-from turnfsm.rules import TurnRules, guard
+from turnfsm.rules import RESPONDING, TurnRules, guard
 from turnfsm.testing import INTERRUPTION_SETTINGS, WATCHDOGS, explore, watchdog_problem
 
 from support.cores import cores_for_one_test
@@ -43,10 +43,10 @@ class GreetingLeavesInputMuted(TurnRules):
 
 
 class GreetingInterruptedByOverlap(TurnRules):
-    """I1: speech overlapping the greeting interrupts it."""
+    """I1: a turn the caller commits over the greeting interrupts it (``drop``)."""
 
-    def note_overlap(self) -> None:
-        super().note_overlap()
+    def reject_user_turn(self, ev: ev.UserTurnCommitted) -> None:
+        super().reject_user_turn(ev)
         self.emit(fx.Interrupt())
 
 
@@ -68,7 +68,7 @@ class ToolCapOffByOne(TurnRules):
 class NoFinalReplyAtTheCap(TurnRules):
     """I3: the cap cancels the tool reply but never asks for the final reply."""
 
-    def stop_after_tool_step(self, ev: ToolStepFinished) -> None:
+    def stop_after_tool_step(self, ev: ToolStepFinished, machine: StateChart) -> None:
         self.emit(fx.CancelToolReply(speech_id=ev.speech_id))
         self.context.capped = True
         self.context.tool_loop_stopped = False
@@ -155,12 +155,13 @@ class GreetingAskedUnderAPendingCancel(TurnRules):
     cancel sent for that reply is still on its way (the reply finished before the cancel
     landed: its answer, an error, is still to come)."""
 
-    @guard("context")
-    def no_cancel_pending(self) -> bool:
-        return True
+    @guard("region")
+    def model_is_free(self, machine: StateChart) -> bool:
+        return RESPONDING.isdisjoint(machine.configuration_values)
 
-    def _model_busy(self) -> bool:
-        return self.context.model_responding
+    @guard("region")
+    def no_cancel_pending(self, machine: StateChart) -> bool:
+        return True
 
 
 class ModelReplyLetThroughInTheGreeting(TurnRules):
@@ -281,7 +282,11 @@ REALTIME_HELLO_CANCEL_ON_ITS_WAY = [
 SCENARIOS: list[tuple[type[TurnRules], list[Event], str]] = [
     (
         GreetingInterruptedByOverlap,
-        [*ANSWERED, ev.AgentSpeechCreated(at=1.1, speech_id="g1"), ev.UserSpeechStarted(at=1.5)],
+        [
+            *ANSWERED,
+            ev.AgentSpeechCreated(at=1.1, speech_id="g1"),
+            ev.UserTurnCommitted(at=1.5, text="Wait", item_id="u2"),
+        ],
         "I1",
     ),
     # held turns may last into `listening` (an overlap being discarded), not beyond

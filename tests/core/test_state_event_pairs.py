@@ -17,11 +17,14 @@ from turnfsm.machine import (
     IGNORED,
     LEAF_STATES,
     LIVE_STATES,
+    MODEL_STATES,
+    REGION_STATES,
     STATES,
     VOICE_STATES,
     declared_moves,
     leaf_states,
     public_state,
+    states_beside,
 )
 from turnfsm.rules import input_muted
 from turnfsm.testing import event_alphabet, fresh_context
@@ -54,13 +57,24 @@ def test_states_are_the_documented_ones() -> None:
 
 def declared_in(state: str) -> set[str]:
     """Events a transition takes in some configuration of ``state``: its own, and those of
-    the caller's voice beside it while the call is live."""
-    sources = {state, *VOICE_STATES} if state in LIVE_STATES else {state}
+    the regions beside it (the caller's voice while the call is live, the realtime
+    model's activity until the end)."""
+    beside = states_beside()
+    sources = {state}.union(*(beside[leaf] for leaf in LEAF_STATES if public_state(leaf) == state))
     return {event for source, event, _ in declared_moves() if source in sources}
 
 
 def test_states_are_the_documented_ones_with_the_voice_beside_the_live_ones() -> None:
-    assert VOICE_STATES == ("caller_silent", "caller_speaking")
+    assert VOICE_STATES == ("caller_silent", "caller_speaking", "caller_spoke_over_greeting")
+    assert MODEL_STATES == (
+        "model_free",
+        "model_responding",
+        "cancelling_active",
+        "cancelling_idle",
+    )
+    assert states_beside()["ringing"] == frozenset(MODEL_STATES)
+    assert states_beside()["speaking"] == frozenset({*VOICE_STATES, *MODEL_STATES})
+    assert states_beside()["ended"] == frozenset()
     assert {public_state(state) for state in LIVE_STATES} == {
         "awaiting_user",
         "awaiting_agent",
@@ -93,7 +107,7 @@ def test_ignored_names_only_pairs_without_a_transition() -> None:
 def test_the_controller_prefilter_matches_introspection() -> None:
     expected = {
         state: {e for s, e, _ in declared_moves() if s == state}
-        for state in (*STATES, *VOICE_STATES)
+        for state in (*STATES, *(leaf for leaves in REGION_STATES.values() for leaf in leaves))
     }
     # the greeting's events are those of its phases
     handled: dict[str, set[str]] = {}
@@ -126,11 +140,13 @@ def plausible_contexts(state: str, policy: TurnPolicy) -> list[TurnContext]:
     (nor in the greeting's waits for a busy realtime model: these are pipeline calls, nor
     in its retry without a text)."""
     greeting = public_state(state) == "greeting"
+    drops = policy.greeting_overlap == "drop"
     if (
         public_state(state) not in reachable_states(policy)
         or state.endswith("_awaiting_model")
         or (state.startswith("retry_") and policy.greeting is None)
         or (state == "discarding_overlap" and policy.greeting_overlap != "drop")
+        or (state == "spill_over_window" and not (policy.mutes_greeting and drops))
         or (state.startswith("replay_") and policy.greeting_overlap != "answer_whole")
         or (state.startswith("replay_") and not policy.mutes_greeting)
     ):
@@ -142,11 +158,8 @@ def plausible_contexts(state: str, policy: TurnPolicy) -> list[TurnContext]:
     conversation = conversation and state not in OVERLAP_PHASES
     # after a greeting, a speech in flight is the agent's turn: never one in listening
     quiet = public_state(state) == "listening" and policy.has_greeting
-    window = state == "listening_open" and policy.mutes_greeting
     busy = attrs.evolve(
         fresh,
-        overlapped_greeting=greeting,
-        spill_over_until=(1.5 if window and policy.greeting_overlap == "drop" else None),
         first_words_item="u1"
         if greeting and (policy.direction == "outbound" or policy.first_speaker == "user")
         else None,
@@ -166,16 +179,30 @@ def plausible_contexts(state: str, policy: TurnPolicy) -> list[TurnContext]:
     return [fresh, busy]
 
 
+SILENT_PHASES = ("spill_over_window", "replay_unheard")
+"""Phases of ``listening`` the caller's voice starting moves on: they are silent there."""
+
+
 @pytest.mark.parametrize("policy", POLICIES, ids=["outbound", "inbound-muting"])
 @pytest.mark.parametrize("state", LEAF_STATES)
 def test_every_event_in_every_state_is_handled_without_error(
     state: str, policy: TurnPolicy
 ) -> None:
     controller = TurnController(policy, record=False)
-    voices = [(voice,) for voice in VOICE_STATES] if state in LIVE_STATES else [()]
+    silent, speaking, spoke_over = VOICE_STATES
+    # the caller's voice ends over the greeting only in one that answers an overlap whole
+    over_greeting = public_state(state) == "greeting" and (
+        not policy.mutes_greeting and policy.greeting_overlap == "answer_whole"
+    )
+    voices = [silent, speaking] + ([spoke_over] if over_greeting else [])
     for context in plausible_contexts(state, policy):
-        muted = input_muted(policy, {public_state(state)})
-        heard = [v for v in voices if not muted or v != (VOICE_STATES[1],)]
+        # a muted caller is silent; so is one in a phase their voice starting leaves
+        quiet = input_muted(policy, {public_state(state)}) or state in SILENT_PHASES
+        heard = [
+            (voice,)
+            for voice in voices
+            if state in LIVE_STATES and not (quiet and voice == speaking)
+        ] or [()]
         for voice, event in ((voice, event) for voice in heard for event in event_alphabet()):
             controller.restore((state, *voice), context)
             handled = controller.handled_events
@@ -199,19 +226,32 @@ def test_non_events_are_refused() -> None:
 
 @pytest.mark.parametrize(
     "configuration",
-    ["dancing", ("listening", "dancing"), ("ringing", "caller_silent"), ("caller_silent",), ()],
+    [
+        "dancing",
+        ("listening", "dancing"),
+        ("ringing", "caller_silent"),
+        ("caller_silent",),
+        ("speaking", "caller_silent", "caller_speaking"),  # one region, twice
+        ("caller_silent", "speaking"),  # the turn's state first
+        (),
+    ],
 )
 def test_restore_refuses_an_unknown_configuration(configuration: object) -> None:
     controller = TurnController(POLICIES[0])
     with pytest.raises(ValueError, match="configuration must be one of"):
         controller.restore(configuration, TurnContext())  # type: ignore[arg-type]
-    assert controller.configuration == ("ringing",)
+    assert controller.configuration == ("ringing", "model_free")
 
 
 def test_restore_takes_a_state_alone_as_the_caller_silent() -> None:
     controller = TurnController(POLICIES[0])
     live = TurnContext(timers=frozenset({"max_duration"}))
     controller.restore("listening", live)  # a phased state: its first phase
-    assert controller.configuration == ("listening_open", "caller_silent")
+    assert controller.configuration == ("listening_open", "caller_silent", "model_free")
+    controller.restore(
+        ("speaking",), TurnContext(timers=live.timers, active_speeches=frozenset({"s1"}))
+    )
+    # the regions left out are in their initial states
+    assert controller.configuration == ("speaking", "caller_silent", "model_free")
     controller.restore(("greeting_requested", "caller_speaking"), live)
-    assert controller.snapshot()[0] == ("greeting_requested", "caller_speaking")
+    assert controller.snapshot()[0] == ("greeting_requested", "caller_speaking", "model_free")

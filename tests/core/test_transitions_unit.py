@@ -396,11 +396,14 @@ def test_mute_input_drop_spill_over_within_the_window_is_held_and_discarded() ->
     controller = greeted(
         outbound(greeting_lock="mute_input", greeting_overlap="drop", idle_timeout=6)
     )
+    # the window opens as the greeting ends, for spill_over_window (0.5 s)
     assert controller.handle(ev.AgentSpeechEnded(at=5.0, speech_id="g1", played_seconds=3)) == (
         fx.UnmuteInput(replay_held_audio=False),
         fx.StartTimer(timer="idle", seconds=6),
+        fx.StartTimer(timer="spill_over", seconds=0.5),
     )
-    assert controller.handle(ev.UserSpeechStarted(at=5.5)) == (  # at the window's edge
+    assert controller.handle(ev.UserSpeechStarted(at=5.5)) == (  # its timer not expired yet
+        fx.CancelTimer(timer="spill_over"),
         fx.CancelTimer(timer="idle"),
         fx.HoldUserTurns(),
     )
@@ -427,7 +430,20 @@ def test_no_idle_reprompt_while_the_caller_speaks_the_spill_over() -> None:
 def test_mute_input_drop_speech_after_the_window_is_a_turn() -> None:
     controller = greeted(outbound(greeting_lock="mute_input", greeting_overlap="drop"))
     controller.handle(ev.AgentSpeechEnded(at=5.0, speech_id="g1", played_seconds=3))
+    assert controller.configuration[0] == "spill_over_window"
+    assert controller.handle(ev.SpillOverTimerExpired(at=5.5)) == ()
+    assert controller.configuration[0] == "listening_open"
     assert controller.handle(ev.UserSpeechStarted(at=5.51)) == ()
+    assert not held(controller)
+
+
+def test_mute_input_drop_a_turn_closes_the_spill_over_window() -> None:
+    controller = greeted(outbound(greeting_lock="mute_input", greeting_overlap="drop"))
+    controller.handle(ev.AgentSpeechEnded(at=5.0, speech_id="g1", played_seconds=3))
+    committed = ev.UserTurnCommitted(at=5.2, text="Hi", item_id="u2")
+    assert controller.handle(committed) == (fx.CancelTimer(timer="spill_over"),)
+    assert controller.configuration[0] == "listening_open"
+    assert controller.handle(ev.UserSpeechStarted(at=5.3)) == ()  # a new turn, not a tail
     assert not held(controller)
     assert controller.handle(ev.UserSpeechEnded(at=6.0)) == ()
 
@@ -672,6 +688,40 @@ def own_words(**options: Any) -> TurnController:
     return TurnController(TurnPolicy(direction="inbound", **options), strict=True)
 
 
+def test_speech_going_on_as_the_greeting_starts_is_an_overlap_answered_whole() -> None:
+    """The caller speaks as the agent's first speech, the greeting, is created, and stops
+    in it: under keep_listening + answer_whole what they said is one turn at the greeting's
+    end, as speech that started in it is (before the caller's voice told it, only a start
+    in the greeting counted: this speech was held with the greeting's turns, and never
+    committed)."""
+    controller = own_words(greeting_lock="keep_listening", greeting_overlap="answer_whole")
+    controller.handle(ev.SessionStarted(at=0.0))
+    controller.handle(ev.UserSpeechStarted(at=0.5))
+    greeting = ev.AgentSpeechCreated(at=0.6, speech_id="g1", source="say", from_agent_code=True)
+    controller.handle(greeting)
+    assert controller.configuration[:2] == ("greeting_playing", "caller_speaking")
+    controller.handle(ev.UserSpeechEnded(at=1.0))
+    assert controller.configuration[:2] == ("greeting_playing", "caller_spoke_over_greeting")
+    effects = controller.handle(ev.AgentSpeechEnded(at=3.0, speech_id="g1", played_seconds=2.4))
+    assert fx.ResumeUserTurns(commit_pending=True) in effects
+    assert controller.configuration[:2] == ("listening_open", "caller_silent")
+
+
+@pytest.mark.parametrize("lock", ["keep_listening", "mute_input"])
+@pytest.mark.parametrize("overlap", ["answer_whole", "drop"])
+def test_only_a_greeting_that_answers_an_overlap_whole_remembers_it(
+    lock: str, overlap: str
+) -> None:
+    controller = greeted(outbound(greeting_lock=lock, greeting_overlap=overlap))
+    controller.handle(ev.UserSpeechStarted(at=2.5))
+    controller.handle(ev.UserSpeechEnded(at=2.8))
+    remembered = lock == "keep_listening" and overlap == "answer_whole"
+    assert ("caller_spoke_over_greeting" in controller.configuration) == remembered
+    # speaking again, the caller is no longer silent over the greeting
+    controller.handle(ev.UserSpeechStarted(at=3.0))
+    assert "caller_spoke_over_greeting" not in controller.configuration
+
+
 def test_own_words_waits_for_the_agents_first_speech_holding_nothing() -> None:
     controller = own_words(max_call_duration=120)
     assert controller.handle(ev.SessionStarted(at=0.0)) == (
@@ -679,7 +729,7 @@ def test_own_words_waits_for_the_agents_first_speech_holding_nothing() -> None:
     )
     assert controller.state == "awaiting_agent"
     assert controller.handle(ev.UserSpeechStarted(at=0.1)) == ()  # nothing held yet
-    assert controller.configuration == ("awaiting_agent", "caller_speaking")
+    assert controller.configuration[:2] == ("awaiting_agent", "caller_speaking")
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,14 @@ import re
 import subprocess
 import sys
 
-from turnfsm.machine import GREETING_STATES, LOCKED_STATES, TurnMachine, declared_moves
+from turnfsm.machine import (
+    GREETING_STATES,
+    LOCKED_STATES,
+    MODEL_STATES,
+    VOICE_STATES,
+    TurnMachine,
+    declared_moves,
+)
 from turnfsm.policy import TurnPolicy
 from turnfsm.rules import POLICY_GUARDS, TurnRules
 from turnfsm.tools.cli import PRESETS
@@ -84,7 +91,7 @@ def test_edges_show_guards_and_actions() -> None:
     assert lines == [
         "user_turn_committed / note_first_words, note_user_turn",
         "user_transcript [greets_on_final_transcript, has_final_words, !runs_realtime_model] / "
-        "note_first_words_heard, note_user_turn, note_overlap_if_the_caller_speaks",
+        "note_first_words_heard, note_user_turn",
         "await_user_timer_expired [greets_silent_callee]",
     ]
     # a compound state's transition is drawn once, from its box; unless-guards are negated
@@ -132,7 +139,12 @@ def test_policy_sets_the_start_and_omits_what_cannot_fire() -> None:
     assert "            start --> ringing : [is_outbound]\n" in whole
     assert "        start --> listening : session_started\n" in whole
     # beside the live states, the caller's voice: its own region, with its own moves
-    assert "        --\n            state caller_voice {\n" in whole
+    assert "                --\n                state caller_voice {\n" in whole
+    # beside the call's line, the realtime model's activity: a region of the call
+    assert "        --\n        state model_activity {\n" in whole
+    assert (
+        "model_responding --> cancelling_active : model_cancel_sent / note_cancel_sent\n" in whole
+    )
     assert "caller_speaking --> caller_silent : [input_is_muted]\n" in whole
 
     agent_first = TurnPolicy(direction="outbound", first_speaker="agent", greeting="Hi")
@@ -161,15 +173,19 @@ def test_dot_text_is_valid_graphviz() -> None:
 def test_overview_draws_states_and_state_changes_by_event_only() -> None:
     diagram = build_diagram()
     text = to_overview(diagram)
+    beside_the_call = set(MODEL_STATES)  # named by the caption (parallel_regions)
     for state in set(collapse_phases(diagram).states) - set(diagram.parents.values()):
-        assert re.search(rf"\b{state}\b", text), state
+        drawn = re.search(rf"\b{state}\b", text)
+        assert bool(drawn) != (state in beside_the_call), state
+    assert "model_activity" not in text
     labels = [
         line.split(" : ", 1)[1] for line in text.splitlines() if " --> " in line and " : " in line
     ]
     assert labels, text
     for label in labels:
         for name in label.split("<br/>"):
-            assert re.fullmatch(r"[a-z_]+", name), label  # an event or a policy guard
+            # an event, or the guards of an eventless move (the start's policy guard)
+            assert re.fullmatch(r"!?[a-z_]+(, !?[a-z_]+)*", name), label
     # one edge per pair of states, its events merged
     assert (
         "    awaiting_user --> greeting : "
@@ -203,7 +219,27 @@ def test_overview_draws_states_and_state_changes_by_event_only() -> None:
     assert "        caller_silent --> caller_speaking : user_speech_started\n" in text
     assert "    ringing --> awaiting_user : call_answered\n" in text
     assert " --> turn" not in text
-    assert parallel_regions(diagram) == [
+    assert parallel_regions(diagram)[0] == (
+        "call",
+        [
+            (
+                "line",
+                [
+                    "start",
+                    "ringing",
+                    "awaiting_user",
+                    "awaiting_agent",
+                    "greeting",
+                    "listening",
+                    "speaking",
+                    "tool_loop",
+                    *VOICE_STATES,
+                ],
+            ),
+            ("model_activity", list(MODEL_STATES)),
+        ],
+    )
+    assert parallel_regions(diagram)[1:] == [
         (
             "live",
             [
@@ -218,7 +254,10 @@ def test_overview_draws_states_and_state_changes_by_event_only() -> None:
                         "tool_loop",
                     ],
                 ),
-                ("caller_voice", ["caller_silent", "caller_speaking"]),
+                (
+                    "caller_voice",
+                    ["caller_silent", "caller_speaking", "caller_spoke_over_greeting"],
+                ),
             ],
         )
     ]
@@ -228,10 +267,10 @@ def test_timers_are_drawn_as_declared() -> None:
     """Entry starts only the timers declared to start on entry (``after(...)``); the
     conversation's are started by its actions, and only cancelled on exit."""
     entry_exit = build_diagram(TurnMachine).entry_exit
-    assert entry_exit["listening"][:2] == (
+    assert [line for line in entry_exit["listening"] if "timers" in line] == [
         "entry / start_timers(idle)",
-        "exit / close_spill_over_window, cancel_timers(idle)",
-    )
+        "exit / cancel_timers(idle)",
+    ]
     assert [line for line in entry_exit["conversation"] if "timers" in line] == [
         "exit / cancel_timers(model_reply, response_done, tool_reply_hold)"
     ]

@@ -194,8 +194,8 @@ def test_a_failing_step_into_the_end_leaves_the_machine_running() -> None:
 
 def test_an_invariant_violation_changes_nothing() -> None:
     class InterruptingGreeting(TurnRules):
-        def note_overlap(self) -> None:
-            super().note_overlap()
+        def note_speech(self, ev: ev.AgentSpeechCreated) -> None:
+            super().note_speech(ev)
             self.emit(fx.Interrupt(force=True))  # breaks I1: the greeting is locked
 
     controller = greeting_controller(strict=True, rules_class=InterruptingGreeting)
@@ -203,9 +203,9 @@ def test_an_invariant_violation_changes_nothing() -> None:
     controller.handle(ev.AgentSpeechCreated(at=2.2, speech_id="g1", source="say"))
     before = observable(controller)
     with pytest.raises(InvariantViolation, match="I1"):
-        controller.handle(ev.UserSpeechStarted(at=2.5))
+        controller.handle(ev.AgentSpeechCreated(at=2.5, speech_id="s2"))  # after the greeting
     assert observable(controller) == before
-    assert controller.context.overlapped_greeting is False
+    assert controller.context.active_speeches == {"g1"}
 
 
 def test_a_failing_trace_sink_changes_nothing() -> None:
@@ -277,7 +277,6 @@ def test_a_negative_tool_round_count_cannot_lift_the_cap() -> None:
         (TurnContext(tool_rounds=3), ValueError, "tool_rounds must be <= 2"),
         (TurnContext(reprompts=1), ValueError, "reprompts must be <= 0"),  # no idle timer
         (TurnContext(handing_over="yes"), TypeError, "handing_over must be True or False"),  # type: ignore[arg-type]
-        (TurnContext(spill_over_until=float("nan")), ValueError, "spill_over_until must be"),
         (TurnContext(active_speeches={"s1"}), TypeError, "active_speeches must be a frozenset"),  # type: ignore[arg-type]
         (TurnContext(active_speeches=frozenset({1})), TypeError, "items each must be a string"),  # type: ignore[arg-type]
         (TurnContext(timers=frozenset({"lunch"})), TypeError, "timers must be a frozenset"),  # type: ignore[arg-type]

@@ -26,7 +26,7 @@ from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.context import TurnContext
 from turnfsm.context_rules import SCOPED, reachable_states
-from turnfsm.machine import LEAF_STATES, LIVE_STATES, TIMERS, VOICE_STATES, public_state
+from turnfsm.machine import LEAF_STATES, REGION_STATES, TIMERS, public_state, states_beside
 from turnfsm.testing import INTERRUPTION_SETTINGS, explore
 
 POLICY = TurnPolicy(
@@ -71,7 +71,11 @@ def random_pair(rng: random.Random, policy: TurnPolicy) -> tuple[tuple[str, ...]
     """A state of the chart and a context whose fields are each valid on their own, and
     consistent with each other as far as the field checks go (ids of active speeches)."""
     state = rng.choice(LEAF_STATES)
-    voice = (rng.choice(VOICE_STATES),) if state in LIVE_STATES else ()
+    beside = tuple(
+        rng.choice(options)
+        for states in REGION_STATES.values()
+        if (options := [leaf for leaf in states if leaf in states_beside()[state]])
+    )
     active = frozenset(rng.sample(IDS[:2], rng.randint(0, 2)))
     started = [t for t, timer in TIMERS.items() if getattr(policy, timer.seconds) is not None]
 
@@ -82,8 +86,6 @@ def random_pair(rng: random.Random, policy: TurnPolicy) -> tuple[tuple[str, ...]
         return value if rng.random() < 0.1 else None
 
     context = TurnContext(
-        overlapped_greeting=rng.random() < 0.1,
-        spill_over_until=maybe(1.0),  # type: ignore[arg-type]
         first_words_item=maybe("u1"),  # type: ignore[arg-type]
         greeting_speech_id=an_active_id(),
         active_speeches=active,
@@ -100,7 +102,7 @@ def random_pair(rng: random.Random, policy: TurnPolicy) -> tuple[tuple[str, ...]
         # a fact of the session, the same in every state: the one the explorer is told
         min_words=INTERRUPTION_SETTINGS.min_words,
     )
-    return (state, *voice), context
+    return (state, *beside), context
 
 
 def test_every_pair_restore_accepts_holds_values_calls_hold_there(

@@ -44,7 +44,7 @@ async def test_dispatch_returns_its_steps_effects_and_queues_a_reentered_event()
     effects = adapter.dispatch(ev.CallAnswered(at=adapter.now()))
     assert effects == (fx.StartTimer(timer="await_user", seconds=POLICY.await_user_timeout),)
     assert returned_inside == [()]  # it waited behind the running step
-    assert controller.configuration == ("awaiting_user", "caller_speaking")  # then ran
+    assert controller.configuration[:2] == ("awaiting_user", "caller_speaking")  # then ran
     adapter.detach()
     assert adapter.dispatch(ev.CallEnded(at=adapter.now(), reason="hangup")) == ()
 

@@ -167,7 +167,7 @@ def test_the_callers_voice_is_counted_as_the_chart_moves_it(
         voice = None
         for step in trace:
             controller.handle(step.event)
-            after = controller.configuration[1] if len(controller.configuration) > 1 else None
+            after = next((s for s in controller.configuration if s in VOICE_STATES), None)
             if voice is not None and after is not None and after != voice:
                 moves[(voice, step.event.name, after)] += 1
             voice = after

@@ -1,0 +1,138 @@
+"""The realtime model's activity: a region beside the call's line, not flags.
+
+``model_free ⇄ model_responding``, and ``model_cancelling`` while a ``response.cancel`` is
+on its way, follow what the model's link reports from the call's start; the waits for a
+free model read the region, and the model's replies are paused by the states that hold
+the pause (the states before the greeting, on a call with one, and the greeting)."""
+
+from __future__ import annotations
+
+import pytest
+
+from turnfsm import TurnController, TurnPolicy
+from turnfsm import effects as fx
+from turnfsm import events as ev
+from turnfsm.context import TurnContext
+from turnfsm.engine import ENGINES, EngineName
+
+OUTBOUND = TurnPolicy(direction="outbound", greeting="Hi, it's Ada.")
+LINK = ev.RealtimeModelLinked(at=0.0, replies_to_turns=True)
+
+
+def linked(engine: EngineName = "compiled") -> TurnController:
+    controller = TurnController(OUTBOUND, strict=True, engine=engine)
+    assert controller.handle(LINK) == (fx.PauseModelReplies(),)  # before the greeting
+    return controller
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_response_created_while_ringing_holds_the_greeting(engine: EngineName) -> None:
+    """The region runs beside the whole call: what the model does before the answer
+    still holds the greeting (I9), as the live call's own region could not tell."""
+    controller = linked(engine)
+    controller.handle(ev.ModelResponseCreated(at=0.1, response_id="r1"))
+    assert controller.configuration == ("ringing", "model_responding")
+    controller.handle(ev.CallAnswered(at=1.0))
+    assert controller.configuration[2] == "model_responding"
+    effects = controller.handle(ev.UserTurnCommitted(at=2.0, text="Hello?", item_id="u1"))
+    assert controller.configuration[0] == "greeting_awaiting_model"
+    assert not any(isinstance(effect, fx.StartGreeting) for effect in effects)
+    effects = controller.handle(ev.ModelResponseDone(at=2.5, response_id="r1"))
+    # the region frees the model, and the greeting's wait ends in the same step
+    assert controller.configuration == ("greeting_requested", "caller_silent", "model_free")
+    assert any(isinstance(effect, fx.StartGreeting) for effect in effects)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_only_the_answer_to_the_last_cancel_frees_the_model(engine: EngineName) -> None:
+    controller = linked(engine)
+    for cancel in ("c1", "c2"):
+        controller.handle(ev.ModelCancelSent(at=0.2, cancel_id=cancel))
+    assert controller.configuration == ("ringing", "cancelling_idle")
+    assert controller.context.pending_cancels == {"c1", "c2"}
+    # an answer to a cancel the machine never took (sent before the link) frees nothing
+    controller.handle(ev.ModelCancelAnswered(at=0.3, cancel_id="c0"))
+    controller.handle(ev.ModelCancelAnswered(at=0.4, cancel_id="c1"))
+    assert controller.configuration == ("ringing", "cancelling_idle")
+    controller.handle(ev.ModelResponseCreated(at=0.5, response_id="r1"))
+    assert controller.configuration == ("ringing", "cancelling_active")
+    controller.handle(ev.ModelCancelAnswered(at=0.6, cancel_id="c2"))
+    assert controller.configuration == ("ringing", "model_responding")
+    assert controller.context.pending_cancels == frozenset()
+
+
+def test_a_pipeline_stays_free() -> None:
+    """No realtime model is linked: its events are taken by no state."""
+    controller = TurnController(OUTBOUND, strict=True)
+    controller.handle(ev.CallAnswered(at=1.0))
+    for event in (
+        ev.ModelResponseCreated(at=1.1, response_id="r1"),
+        ev.ModelCancelSent(at=1.2, cancel_id="c1"),
+        ev.ModelCancelAnswered(at=1.3, cancel_id="c1"),
+    ):
+        assert controller.handle(event) == ()
+        assert controller.configuration == ("awaiting_user", "caller_silent", "model_free")
+        assert controller.context.pending_cancels == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("model", "context", "refused"),
+    [
+        ("model_responding", TurnContext(), "without a realtime model"),
+        ("cancelling_idle", TurnContext(realtime_model=True), "pending_cancels"),
+        (
+            "model_free",
+            TurnContext(realtime_model=True, pending_cancels=frozenset({"c1"})),
+            "pending",
+        ),
+        (
+            "cancelling_active",
+            TurnContext(realtime_model=True, pending_cancels=frozenset({"c1"})),
+            None,
+        ),
+    ],
+)
+def test_restore_holds_the_region_to_the_cancels_on_their_way(
+    model: str, context: TurnContext, refused: str | None
+) -> None:
+    controller = TurnController(OUTBOUND)
+    if refused is None:
+        controller.restore(("ringing", model), context)
+        assert controller.configuration == ("ringing", model)
+        return
+    with pytest.raises(ValueError, match=refused):
+        controller.restore(("ringing", model), context)
+
+
+def test_the_states_that_hold_the_pause_pause_and_resume_once() -> None:
+    """Paused from the link, before the greeting: going on into the greeting pauses
+    nothing again, and its end resumes once; hanging up before it resumes too."""
+    controller = linked()
+    effects = controller.handle(ev.CallAnswered(at=1.0))
+    assert not any(isinstance(effect, fx.PauseModelReplies) for effect in effects)
+    effects = controller.handle(ev.UserTurnCommitted(at=2.0, text="Hello?", item_id="u1"))
+    assert not any(isinstance(effect, fx.PauseModelReplies) for effect in effects)
+    controller.handle(ev.AgentSpeechCreated(at=2.1, speech_id="g", source="say"))
+    effects = controller.handle(ev.AgentSpeechEnded(at=4.0, speech_id="g"))
+    assert [e for e in effects if isinstance(e, fx.ResumeModelReplies)] == [
+        fx.ResumeModelReplies()
+    ]
+    assert controller.state == "listening"
+
+    before_the_greeting = linked()
+    before_the_greeting.handle(ev.CallAnswered(at=1.0))
+    effects = before_the_greeting.handle(ev.CallEnded(at=2.0, reason="hangup"))
+    assert [type(effect) for effect in effects][-2:] == [fx.ResumeModelReplies, fx.EndCall]
+
+
+def test_a_model_linked_in_the_greeting_is_paused_through_it() -> None:
+    """The greeting holds the pause whenever the model answers turns itself: one linked
+    only once the greeting began (a late link) is paused at once, and resumed at its end."""
+    controller = TurnController(OUTBOUND, strict=True)
+    controller.handle(ev.CallAnswered(at=1.0))
+    controller.handle(ev.UserTurnCommitted(at=2.0, text="Hello?", item_id="u1"))
+    assert controller.state == "greeting"
+    assert controller.handle(LINK) == (fx.PauseModelReplies(),)
+    controller.handle(ev.AgentSpeechCreated(at=2.1, speech_id="g", source="say"))
+    effects = controller.handle(ev.AgentSpeechEnded(at=4.0, speech_id="g"))
+    assert fx.ResumeModelReplies() in effects
