@@ -54,7 +54,7 @@ def self_fields(text: str, class_name: str) -> set[str]:
             return {
                 target.attr
                 for sub in ast.walk(node)
-                for target in _targets(sub)
+                for target in assignment_targets(sub)
                 if isinstance(target, ast.Attribute)
                 and isinstance(target.value, ast.Name)
                 and target.value.id == "self"
@@ -62,7 +62,9 @@ def self_fields(text: str, class_name: str) -> set[str]:
     return set()
 
 
-def _targets(node: ast.AST) -> list[ast.expr]:
+def assignment_targets(node: ast.AST) -> list[ast.expr]:
+    """What the statement ``node`` assigns to (``x = ``, ``x: int = ``, ``x += ``); none
+    for any other node. The lever check (``tests/test_levers_only_act.py``) reads it too."""
     if isinstance(node, ast.Assign):
         return list(node.targets)
     if isinstance(node, ast.AnnAssign | ast.AugAssign):

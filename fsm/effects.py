@@ -145,7 +145,6 @@ class DropUnspokenText(Effect):
     name: ClassVar[str] = "drop_unspoken_text"
     speech_id: Label
     keep: Literal["spoken", "nothing"] = "spoken"
-    played_seconds: float = 0.0
 
 
 @attrs.frozen

@@ -117,12 +117,39 @@ def after(
     """Declare that ``timer`` runs in ``state``: the rules' ``start_timers`` starts it as
     the state is entered (unless ``on_entry=False``: its actions start it), their
     ``cancel_timers`` cancels it as the state is left, first of its exit actions; its
-    expiry is the event ``<timer>_timer_expired`` (:data:`~turnfsm.events.TIMER_EVENTS`)."""
+    expiry is the event ``<timer>_timer_expired`` (:data:`~turnfsm.events.TIMER_EVENTS`).
+    A state a call is in before its first event cannot start one on entry
+    (:func:`refuse_timers_started_before_any_event`)."""
     declared = (*timers_declared(state), After(timer, seconds, on_entry, while_silent))
     state.timers = declared  # type: ignore[attr-defined]
-    if len(declared) == 1:
+    # the entry action only where a timer starts on entry: the diagrams draw it as it is
+    if on_entry and sum(timer.on_entry for timer in declared) == 1:
         state.enter.add("start_timers", priority=CallbackPriority.AFTER)
+    if len(declared) == 1:
         state.exit.add("cancel_timers", priority=CallbackPriority.GENERIC)
+
+
+def refuse_timers_started_before_any_event(machine_class: type[TurnChart]) -> None:
+    """Raise ``ValueError`` if a state a call is in before its first event declares a
+    timer that starts on entry: the machine enters it while it is built, when no effect
+    can be emitted, so its ``StartTimer`` would be lost (the controller refuses it)."""
+    entered, todo = set(), [state for state in machine_class.states if state.initial]
+    while todo:  # the initial descent, and the eventless transitions taken from it
+        state = todo.pop()
+        if state.id in entered:
+            continue
+        entered.add(state.id)
+        for transition in state.transitions:
+            if transition.is_eventless:
+                todo.extend(transition.targets)
+        for timer in timers_declared(state):
+            if timer.on_entry:
+                raise ValueError(
+                    f"after({state.id}, {timer.timer!r}) starts on entry, but a call is in "
+                    f"{state.id} before its first event (the machine enters it as it is "
+                    "built, when no effect can be emitted): declare it on a state entered "
+                    "by an event, or with on_entry=False and start it from an action"
+                )
 
 
 def timers_declared(state: State) -> tuple[After, ...]:
@@ -882,7 +909,9 @@ def build_machine(*extensions: Extension, name: str = "CustomTurnMachine") -> ty
     for extend in extensions:
         extend(chart)
     chart["__module__"] = __name__
-    return type(name, (TurnChart,), chart)
+    machine_class = type(name, (TurnChart,), chart)
+    refuse_timers_started_before_any_event(machine_class)
+    return machine_class
 
 
 TurnMachine: type[TurnChart] = build_machine(name="TurnMachine")

@@ -622,7 +622,7 @@ class TurnRules:
     def note_speech_end(self, ev: AgentSpeechEnded) -> None:
         ctx = self.context
         if ev.interrupted and self.policy.interrupted_text != "keep":
-            self._drop_unspoken(ev.speech_id, ev.played_seconds)
+            self._drop_unspoken(ev.speech_id)
         ctx.active_speeches = ctx.active_speeches - {ev.speech_id}
         ctx.tool_replies_due = ctx.tool_replies_due - {ev.speech_id}
         ctx.interrupted_speeches = ctx.interrupted_speeches - {ev.speech_id}
@@ -656,9 +656,9 @@ class TurnRules:
                 self.emit(fx.Say(text=self.policy.tool_cap_fallback, reason="tool_fallback"))
 
     def drop_unspoken_text(self, ev: AssistantMessageCommitted) -> None:
-        self._drop_unspoken(ev.speech_id, 0.0)
+        self._drop_unspoken(ev.speech_id)
 
-    def _drop_unspoken(self, speech_id: str, played_seconds: float) -> None:
+    def _drop_unspoken(self, speech_id: str) -> None:
         ctx = self.context
         if speech_id in ctx.dropped_speeches:
             return
@@ -667,7 +667,6 @@ class TurnRules:
             fx.DropUnspokenText(
                 speech_id=speech_id,
                 keep="nothing" if self.policy.interrupted_text == "drop" else "spoken",
-                played_seconds=played_seconds,
             )
         )
 

@@ -51,7 +51,7 @@ from .machine import (
     public_state,
     transition_key,
 )
-from .policy import TurnPolicy
+from .policy import Count, OneOf, Seconds, TurnPolicy, option_of
 from .rules import TurnRules
 
 if TYPE_CHECKING:  # for type checkers only: at run time they come from __getattr__
@@ -376,6 +376,42 @@ class ExplorationReport:
     on the compiled engine (none on the reference alone). The eventless ones taken as
     the machine is built, before the first event, are not steps: an outbound call's
     ``start`` to ``ringing``."""
+
+
+SHORT_TIMERS: tuple[float, ...] = (1.0, 5.0)
+"""Seconds a duration option is drawn at besides its default: timers that run out within
+a simulated call."""
+
+
+def drawn_values(field: attrs.Attribute) -> tuple[Any, ...]:
+    """The values the tests draw for a :class:`~turnfsm.policy.TurnPolicy` option (the
+    fuzzed calls weigh them by repetition): its :class:`~turnfsm.policy.Option`'s
+    ``drawn``, else what its validator accepts: every choice; both flags; a duration's
+    default, ``None`` (no limit) where it is optional and :data:`SHORT_TIMERS`; a count's
+    minimum, default and one more; a text's default alone. So a new option is drawn as
+    soon as it is declared.
+
+    >>> import attrs
+    >>> fields = attrs.fields_dict(TurnPolicy)
+    >>> drawn_values(fields["greet_on"])
+    ('final_transcript', 'end_of_turn')
+    >>> drawn_values(fields["tool_reply_hold"])
+    (3.0, None, 1.0, 5.0)
+    """
+    option, check, default = option_of(field), field.validator, field.default
+    if option.drawn is not None:
+        return option.drawn
+    if isinstance(check, OneOf):
+        return check.choices
+    if isinstance(default, bool):
+        return (False, True)
+    if isinstance(check, Seconds):
+        return tuple(dict.fromkeys((default, *[None] * check.optional, *SHORT_TIMERS)))
+    if isinstance(check, Count) and isinstance(default, int):
+        return tuple(dict.fromkeys((check.minimum, default, default + 1)))
+    if option.shapes_the_call:
+        raise ValueError(f"{field.name} shapes the call: it is drawn by hand, with the shape")
+    return (default,)
 
 
 def fresh_context(state: str, policy: TurnPolicy) -> TurnContext:

@@ -47,19 +47,18 @@ from .invariants import InvariantViolation
 from .machine import STATES
 from .policy import TurnPolicy
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 """The format written: 2 names the call and the turnfsm version in the header; 3 names
 each timer's expiry as an event of its own (``idle_timer_expired``); 4 measures a cut
 reply in its drop's outcome (``effect_outcome``'s ``text_chars`` and ``heard_chars``),
-and ``agent_speech_ended`` and ``drop_unspoken_text`` no longer carry ``played_text``."""
+and ``agent_speech_ended`` and ``drop_unspoken_text`` no longer carry ``played_text``;
+5: ``drop_unspoken_text`` no longer carries ``played_seconds`` (its lever measures the
+cut at the output: nothing read it)."""
 
-READ_VERSIONS: tuple[int, ...] = (1, 2, 3, 4)
+READ_VERSIONS: tuple[int, ...] = (1, 2, 3, 4, 5)
 """The formats read: 1 is a header with the policy alone; before 3, a timer's expiry is
-``{"name": "timer_fired", "timer": ...}``, read as that timer's own event; before 4,
-``agent_speech_ended`` and ``drop_unspoken_text`` may hold ``played_text`` (a transcript
-synchronizer's text, which keeps words nobody heard: it never was the cut), read
-without it (their drops are then unmeasured, ``CallMetrics.unmeasured_drops`` in
-turnfsm.tools.metrics)."""
+``{"name": "timer_fired", "timer": ...}``, read as that timer's own event; the fields a
+later format took out (:data:`RETIRED_FIELDS`) are read without them."""
 
 MAX_LINE_BYTES = 1_000_000
 """The longest line read, in bytes, its newline aside (a step is a few hundred bytes): a
@@ -551,6 +550,7 @@ _HEADER_KEYS: dict[int, frozenset[str]] = {
     2: frozenset({"turnfsm_trace", "turnfsm_version", "call", "policy", "dropped_steps"}),
     3: frozenset({"turnfsm_trace", "turnfsm_version", "call", "policy", "dropped_steps"}),
     4: frozenset({"turnfsm_trace", "turnfsm_version", "call", "policy", "dropped_steps"}),
+    5: frozenset({"turnfsm_trace", "turnfsm_version", "call", "policy", "dropped_steps"}),
 }
 """The keys a header of each format may hold."""
 
@@ -625,16 +625,25 @@ def _timer_fired(data: Any) -> Any:
     return {**fields, "name": kind.name}
 
 
-_PLAYED_TEXT_OF = frozenset({ev.AgentSpeechEnded.name, fx.DropUnspokenText.name})
-"""What held ``played_text`` before format 4."""
+RETIRED_FIELDS: dict[str, dict[str, int]] = {
+    ev.AgentSpeechEnded.name: {"played_text": 3},
+    fx.DropUnspokenText.name: {"played_text": 3, "played_seconds": 4},
+}
+"""The fields an event or effect no longer has, by its name, each with the last format
+that wrote it; a trace of that format or an earlier one is read without them.
+``played_text`` was a transcript synchronizer's text, which keeps words nobody heard: it
+never was the cut (those drops read as unmeasured, ``CallMetrics.unmeasured_drops`` in
+turnfsm.tools.metrics); a drop's ``played_seconds`` was read by nobody."""
 
 
-def _without_played_text(data: Any) -> Any:
-    """A format 1 to 3 speech end or drop without its ``played_text`` (format 4);
-    anything else as it is."""
-    if not isinstance(data, dict) or data.get("name") not in _PLAYED_TEXT_OF:
+def _without_retired(data: Any, version: int) -> Any:
+    """An event or effect of a ``version`` trace without the fields that format still
+    wrote and this one no longer has; anything else as it is."""
+    name = data.get("name") if isinstance(data, dict) else None
+    retired = RETIRED_FIELDS.get(name) if isinstance(name, str) else None
+    if not retired:
         return data
-    return {key: value for key, value in data.items() if key != "played_text"}
+    return {key: value for key, value in data.items() if retired.get(key, 0) < version}
 
 
 def _step_from_dict(record: dict[str, Any], states: frozenset[str], version: int) -> TraceStep:
@@ -651,9 +660,8 @@ def _step_from_dict(record: dict[str, Any], states: frozenset[str], version: int
         if record[key] not in states:
             raise ValueError(f"{key}: unknown state {show(record[key])}")
     event_data = record["event"] if version >= 3 else _timer_fired(record["event"])
-    if version < 4:
-        event_data = _without_played_text(event_data)
-        effects = [_without_played_text(effect) for effect in effects]
+    event_data = _without_retired(event_data, version)
+    effects = [_without_retired(effect, version) for effect in effects]
     event = _build(ev.EVENTS_BY_NAME, event_data, "event")
     at = record["at"]
     if isinstance(at, bool) or not isinstance(at, int | float) or at != event.at:

@@ -69,12 +69,18 @@ def _imports(tree: ast.AST, *, optional: bool = False) -> Iterator[tuple[str, bo
             yield from _imports(node, optional=optional)
 
 
+OWN_PACKAGES = frozenset(path.parent.name for path in ROOT.glob("*/__init__.py"))
+"""The repository's own top-level packages (``benchmarks``, whose code-reading helpers a
+test shares): code of the project, never a requirement."""
+
+
 def third_party_imports(folder: Path) -> dict[str, bool]:
     """Each module the code in ``folder`` imports from outside the standard library,
-    turnfsm and the folder itself, and whether it is optional there."""
+    turnfsm, the repository's own packages and the folder itself, and whether it is
+    optional there."""
     files = list(folder.rglob("*.py"))
     folders = {path.name for path in folder.rglob("*") if path.is_dir()}
-    local = {path.stem for path in files} | folders
+    local = {path.stem for path in files} | folders | OWN_PACKAGES
     found: dict[str, bool] = {}
     for path in files:
         for module, optional in _imports(ast.parse(path.read_text(encoding="utf-8"))):

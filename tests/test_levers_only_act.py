@@ -14,6 +14,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from benchmarks.structure import assignment_targets
+
 ADAPTER = Path(__file__).resolve().parents[1] / "adapters" / "livekit"
 LEVER_MODULES = ("levers", "realtime_levers")
 
@@ -33,14 +35,6 @@ LEFT_ON_THE_PORT = {
     "timers": "the running timers, cancelled by CancelTimer",
 }
 """Every attribute of the port a lever sets, and why it is no decision."""
-
-
-def _targets(node: ast.AST) -> list[ast.expr]:
-    if isinstance(node, ast.Assign):
-        return list(node.targets)
-    if isinstance(node, ast.AnnAssign | ast.AugAssign):
-        return [node.target]
-    return []
 
 
 def _set_on(target: ast.expr, owner: str) -> str | None:
@@ -65,7 +59,7 @@ def decisions(source: str) -> list[str]:
                 found.append((node.lineno, f"reads {ast.unparse(node)}"))
             elif node.attr == "state" and ast.unparse(node.value) == "site":
                 found.append((node.lineno, "reads site.state"))
-        for target in _targets(node):
+        for target in assignment_targets(node):
             kept = _set_on(target, "self")
             if kept is not None and kept not in KEPT_BY_THE_REALTIME_LEVERS:
                 found.append((node.lineno, f"keeps self.{kept}"))

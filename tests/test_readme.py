@@ -1,4 +1,5 @@
-"""The README stays true: its first commands, its inline diagram and its embedding steps."""
+"""The README stays true: its first commands, its inline diagram, its option table and its
+embedding steps."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import importlib
 import re
 from pathlib import Path
 
-from turnfsm.tools.cli import readme_diagram
+from turnfsm.tools.cli import option_table, readme_diagram
 
 from support.readme import readme_embed_block
 
@@ -32,6 +33,14 @@ def test_readme_diagram_is_the_generated_one() -> None:
     assert block.group(1) == readme_diagram(), "README diagram drifted: run `make diagrams`"
     overview = (ROOT / "diagrams" / "overview.mmd").read_text(encoding="utf-8")
     assert f"```mermaid\n{overview}```\n" in block.group(1)
+
+
+def test_readme_option_table_is_the_generated_one() -> None:
+    """Written from the policy's fields (``make diagrams``): a new option is a new row."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"<!-- policy:options -->\n(.*?)<!-- /policy -->", readme, flags=re.S)
+    assert block is not None, "README lacks the generated option table: run `make diagrams`"
+    assert block.group(1) == option_table(), "README option table drifted: run `make diagrams`"
 
 
 def _calls(source: str) -> list[str]:

@@ -5,7 +5,9 @@ message) and returns the :mod:`turnfsm.events` event it means, stamped ``at``; n
 state or dispatches. What the adapter must remember between LiveKit's events (which
 speech ran a tool call, what a speech played) it keeps itself and hands in. A session
 event that needs nothing else is in :data:`TRANSLATIONS`, which the adapter subscribes
-to as it is: adding one is one function and one row here.
+to as it is: adding one is one function and one row here. The session events the adapter
+does not subscribe to are in :data:`IGNORED_SESSION_EVENTS`, each with why (a test holds
+LiveKit's list of events to the two).
 
 ==============================================  ============================================
 LiveKit                                          turnfsm event
@@ -197,6 +199,23 @@ TRANSLATIONS: dict[str, Callable[[Any, float], ev.Event]] = {
 }
 """The session events translated as they come, by LiveKit's event name: the adapter
 subscribes to each and dispatches what it returns."""
+
+IGNORED_SESSION_EVENTS: dict[str, str] = {
+    "user_transcription_timeout": "emitted only with the session's transcription_timeout"
+    " (off by default), after speech no final transcript followed: no turn was committed,"
+    " so nothing is asked of the machine (the caller's speech start and end were seen)",
+    "overlapping_speech": "adaptive interruption detection's verdict on speech over the"
+    " agent: LiveKit acts on it itself, and the machine sees what it did (the speech"
+    " interrupted, the turn committed or declined)",
+    "metrics_collected": "deprecated by LiveKit 1.8 for session_usage_updated; the call's"
+    " turn metrics come from the trace (turnfsm.tools.metrics)",
+    "session_usage_updated": "the models' usage (tokens, characters, seconds): no turn-taking"
+    " fact",
+    "debug_message": "LiveKit's internal payloads for its debugger and recorder",
+}
+"""LiveKit's ``AgentSession`` events the adapter does not subscribe to, each with why: a
+test holds every event of LiveKit's ``EventTypes`` to be subscribed or named here, so an
+event a new LiveKit brings cannot pass unseen."""
 
 
 def call_ended(event: CloseEvent, at: float) -> ev.CallEnded:

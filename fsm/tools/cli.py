@@ -25,13 +25,15 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from .. import __version__
 from ..machine import TurnChart, TurnMachine
-from ..policy import TurnPolicy
+from ..policy import Seconds, TurnPolicy, option_of
 from ..trace import Trace, TraceFormatError
 from .diagram import (
     build_diagram,
@@ -147,7 +149,10 @@ def _parser() -> argparse.ArgumentParser:
         "--check", action="store_true", help="write nothing; fail if the text files are stale"
     )
     diagrams.add_argument(
-        "--readme", type=Path, help="also update this file's <!-- diagram:overview --> block"
+        "--readme",
+        type=Path,
+        help="also update this file's generated blocks: <!-- diagram:overview --> and "
+        "<!-- policy:options -->",
     )
     diagrams.set_defaults(run=_diagrams)
 
@@ -442,15 +447,48 @@ def _listed(states: list[str]) -> str:
     return ", ".join(f"`{state}`" for state in states)
 
 
+README_OPTIONS = re.compile(r"(<!-- policy:options -->\n).*?(<!-- /policy -->)", re.S)
+"""Where the README holds the generated option table."""
+
+
+def option_table() -> str:
+    """The README's option table: one row per :class:`~turnfsm.policy.TurnPolicy` field,
+    in declaration order, from its :class:`~turnfsm.policy.Option`."""
+    rows = ["| option | default | meaning | also known as |", "|---|---|---|---|"]
+    for field in attrs.fields(TurnPolicy):
+        option = option_of(field)
+        cells = (f"`{field.name}`", _shown_default(field), option.meaning, option.known_as)
+        rows.append("|" + "|".join(f" {cell} " if cell else " " for cell in cells) + "|")
+    return "\n".join(rows) + "\n"
+
+
+def _shown_default(field: attrs.Attribute) -> str:
+    """A field's default as the table shows it: its own words, else the value as it is
+    written in Python (with its unit, seconds)."""
+    shown = option_of(field).shown_default
+    if shown is not None:
+        return shown
+    value = json.dumps(field.default) if isinstance(field.default, str) else repr(field.default)
+    unit = " s" if isinstance(field.validator, Seconds) and field.default is not None else ""
+    return f"`{value}`{unit}"
+
+
+def _between_markers(generated: str) -> Callable[[re.Match[str]], str]:
+    """A block's replacement: ``generated`` between the block's markers."""
+    return lambda match: match[1] + generated + match[2]
+
+
 def update_readme(readme: Path, machine_class: type[TurnChart] = TurnMachine) -> bool:
-    """Rewrite ``readme``'s generated diagram; whether it changed."""
+    """Rewrite ``readme``'s generated diagram and option table; whether it changed."""
     text = readme.read_text(encoding="utf-8")
-    if not README_BLOCK.search(text):
-        raise CliError(
-            f"{printable_path(readme)} has no <!-- diagram:overview --> block to update"
-        )
-    block = readme_diagram(machine_class)
-    updated = README_BLOCK.sub(lambda match: match[1] + block + match[2], text)
+    updated = text
+    for block, marker, generated in (
+        (README_BLOCK, "<!-- diagram:overview -->", readme_diagram(machine_class)),
+        (README_OPTIONS, "<!-- policy:options -->", option_table()),
+    ):
+        if not block.search(text):
+            raise CliError(f"{printable_path(readme)} has no {marker} block to update")
+        updated = block.sub(_between_markers(generated), updated)
     if updated != text:
         readme.write_text(updated, encoding="utf-8")
     return updated != text

@@ -50,10 +50,12 @@ from ..machine import (
     LOCKED_STATES,
     PHASED_STATES,
     VOICE_REGION,
+    After,
     TurnChart,
     TurnMachine,
     atomic_states,
     entry_leaves,
+    timers_declared,
     walk_states,
 )
 from ..policy import TurnPolicy
@@ -194,6 +196,9 @@ def build_diagram(
         fires = {id(transition) for transition in reached.transitions}
         kept = tuple(transition_edge(t) for t, _ in pairs if id(t) in fires)
     tree = {state.id: state for state in _walk_model(graph.states)}
+    declared = {
+        str(state.id): timers_declared(state) for state in walk_states(machine_class.states)
+    }
     parents = {child.id: state.id for state in tree.values() for child in state.children}
     drawn = set(drawn_leaves)
     for leaf in list(drawn):
@@ -212,7 +217,7 @@ def build_diagram(
         locked=LOCKED_STATES & drawn,
         entry_exit={
             state_id: tuple(
-                f"{action.type.value} / {action.body}"
+                f"{action.type.value} / {_with_timers(declared[state_id], action.body)}"
                 for action in tree[state_id].actions
                 if action.type is not ActionType.INTERNAL
             )
@@ -222,6 +227,20 @@ def build_diagram(
         omitted=tuple(edge for edge in edges if edge not in kept),
     )
     return diagram if trace is None else _overlay(diagram, trace, machine_class)
+
+
+def _with_timers(timers: tuple[After, ...], actions: str) -> str:
+    """A state's entry or exit actions, naming the timers its ``start_timers`` starts (those
+    declared to start on entry, not those its actions start) and its ``cancel_timers``
+    cancels (all it declares)."""
+    named = {
+        "start_timers": [timer.timer for timer in timers if timer.on_entry],
+        "cancel_timers": [timer.timer for timer in timers],
+    }
+    return ", ".join(
+        f"{action}({', '.join(named[action])})" if action in named else action
+        for action in actions.split(", ")
+    )
 
 
 def _first_leaf(machine_class: type[TurnChart]) -> str:

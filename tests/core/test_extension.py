@@ -23,11 +23,13 @@ from turnfsm import events as ev
 from turnfsm.machine import (
     TurnChart,
     TurnMachine,
+    after,
     build_machine,
     chart_states,
     declared_moves,
     handled_events,
     leaf_states,
+    walk_states,
 )
 from turnfsm.rules import TurnRules
 from turnfsm.tools.check import format_check, run_check
@@ -105,6 +107,32 @@ def test_an_extension_leaves_turn_machine_unchanged() -> None:
     assert ("speaking", "caller_said_goodbye", "ended") in declared_moves(extended)
     assert ("speaking", "session_error", "listening") in declared_moves(extended)
     assert fingerprint(build_machine(name="Plain")) == before  # builds are independent
+
+
+@pytest.mark.parametrize(
+    "state", ["call", "line", "connecting", "start", "ringing", "model_activity", "model_free"]
+)
+def test_a_timer_cannot_start_on_entry_where_a_call_is_before_its_first_event(
+    state: str,
+) -> None:
+    """The machine enters these as it is built (``ringing`` by the outbound start's
+    eventless transition), when no ``StartTimer`` can be emitted: refused at once."""
+
+    def time_it(chart: dict[str, Any]) -> None:
+        found = {s.id: s for s in walk_states(chart["call"].states)} | {"call": chart["call"]}
+        after(found[state], "max_duration", seconds="max_call_duration")
+
+    with pytest.raises(ValueError, match=f"after\\({state}, 'max_duration'\\) starts on entry"):
+        build_machine(time_it)
+
+
+def test_a_timer_its_actions_start_may_be_declared_there() -> None:
+    def time_it(chart: dict[str, Any]) -> None:
+        ringing = next(s for s in walk_states(chart["call"].states) if s.id == "ringing")
+        after(ringing, "max_duration", seconds="max_call_duration", on_entry=False)
+
+    policy = TurnPolicy(direction="outbound", greeting="Hi", max_call_duration=60)
+    assert TurnController(policy, machine_class=build_machine(time_it)).state == "ringing"
 
 
 def test_an_extension_runs_with_its_rules() -> None:

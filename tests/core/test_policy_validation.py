@@ -8,39 +8,55 @@ import attrs
 import pytest
 
 from turnfsm import TurnPolicy
+from turnfsm.policy import MAX_COUNT, Count, OneOf, Seconds
 
 GOOD = {"direction": "inbound", "greeting": "Hi, this is Ada."}
 """A valid base; each case below changes one field to a bad value."""
 
-BAD_VALUES: dict[str, list[object]] = {
-    "direction": ["sideways", None, 1],
-    "first_speaker": ["bot", None],
-    "greeting": ["", "   ", 3],
-    "greeting_instructions": ["", 3],
-    "await_user_timeout": [0, -1.0, "8", True],
-    "on_await_user_timeout": ["wait", None],
-    "greeting_lock": ["mute", None],
-    "greeting_overlap": ["keep", None],
-    "greet_on": ["vad", None],
-    "spill_over_window": [0, -0.5, None, "0.5", False],
-    "model_reply_wait": [0, -2, None, "2", True],
-    "response_done_wait": [0, -5, None, "5", False],
-    "tool_reply_hold": [0, -3, "3", True, float("inf")],
-    "interrupted_text": ["spoken_prefix", None],
-    "max_tool_steps": [0, -1, 1.5, True, "3"],
-    "tool_cap_fallback": ["", " ", None],
-    "mute_input_during_tools": [1, "yes", None],
-    "idle_timeout": [0, -3, "5", True],
-    "idle_max_reprompts": [-1, 1.0, False],
-    "idle_message": ["", None],
-    "max_call_duration": [0, -60, "600"],
-    "on_answering_machine": ["voicemail", None],
+SPECIAL_BAD_VALUES: dict[str, list[object]] = {
+    "direction": ["sideways", 1],
+    "first_speaker": ["bot"],
+    "await_user_timeout": ["8"],
+    "on_await_user_timeout": ["wait"],
+    "greeting_lock": ["mute"],
+    "greeting_overlap": ["keep"],
+    "greet_on": ["vad"],
+    "spill_over_window": [-0.5, "0.5", False],
+    "interrupted_text": ["spoken_prefix"],
+    "max_tool_steps": [-1],
+    "tool_cap_fallback": [" "],
+    "tool_reply_hold": [-3, "3"],
+    "idle_timeout": [-3],
+    "idle_max_reprompts": [1.0, False],
+    "max_call_duration": [-60, "600"],
+    "on_answering_machine": ["voicemail"],
+    "model_reply_wait": [-2, "2"],
+    "response_done_wait": [-5, False],
 }
+"""Cases written out, beside those every field's validator gives (:func:`bad_values`)."""
 
 
-def test_every_field_has_bad_value_cases() -> None:
-    """A new policy field without a validation case fails here."""
-    assert set(BAD_VALUES) == {field.name for field in attrs.fields(TurnPolicy)}
+def bad_values(field: attrs.Attribute) -> list[object]:
+    """Values ``field``'s validator must refuse, by its kind."""
+    check, default = field.validator, field.default
+    if isinstance(check, OneOf):
+        return ["none_of_them", None]
+    if isinstance(check, Seconds):
+        return [0, -1.0, "5", True, float("inf"), *[None] * (not check.optional)]
+    if isinstance(check, Count):
+        return [check.minimum - 1, MAX_COUNT + 1, 1.5, True, "3"]
+    if isinstance(default, bool):
+        return [1, "yes", None]
+    if "Text" in str(field.type):
+        return ["", "   ", 3, *[None] * (default is not None)]
+    raise AssertionError(f"{field.name}: no bad values known for its validator {check!r}")
+
+
+BAD_VALUES: dict[str, list[object]] = {
+    field.name: [*bad_values(field), *SPECIAL_BAD_VALUES.get(field.name, [])]
+    for field in attrs.fields(TurnPolicy)
+}
+"""Every field's bad values: a new field is checked as soon as it is declared."""
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from statemachine.callbacks import CallbackSpec
 
 from turnfsm import TurnPolicy
 from turnfsm import effects as fx
+from turnfsm import events as ev
 from turnfsm.events import EVENT_TYPES, REALTIME_EVENTS, TIMER_EVENTS, SessionError
 from turnfsm.fields import TEXT_MARK, string_kinds, text_fields
 from turnfsm.machine import TIMERS, TurnMachine, leaf_states, leaf_transitions
@@ -108,3 +109,21 @@ def test_every_registered_event_is_explored_or_says_why_not() -> None:
     without_errors = {k: v for k, v in pipeline_samples().items() if k is not SessionError}
     with pytest.raises(KeyError, match="SessionError"):
         alphabet_of(without_errors)
+
+
+def _kinds(base: type) -> set[type]:
+    """Every class under ``base`` declared beside it with a name of its own (an event or
+    effect kind of turnfsm's; an extension's own kinds are declared elsewhere)."""
+    found = set()
+    for kind in base.__subclasses__():
+        if "name" in vars(kind) and kind.__module__ == base.__module__:
+            found.add(kind)
+        found |= _kinds(kind)
+    return found
+
+
+def test_every_event_and_effect_kind_is_registered() -> None:
+    """An event or effect missing from its registry would be handled and traced, then
+    refused when its trace is read ("unknown event"), and never explored."""
+    assert _kinds(ev.Event) == set(EVENT_TYPES)
+    assert _kinds(fx.Effect) == set(fx.EFFECT_TYPES)

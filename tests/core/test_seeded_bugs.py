@@ -80,7 +80,7 @@ class NoFinalReplyAtTheCap(TurnRules):
 class InterruptedTextKept(TurnRules):
     """I4: an interrupted speech keeps its unspoken text."""
 
-    def _drop_unspoken(self, speech_id: str, played_seconds: float) -> None:
+    def _drop_unspoken(self, speech_id: str) -> None:
         return
 
 

@@ -36,11 +36,8 @@ EVENT_NAMES = sorted(cls.name for cls in EVENT_TYPES)
 def test_machine_events_are_event_types() -> None:
     machine_events = {event for _, event, _ in declared_moves()}
     assert machine_events <= set(EVENTS_BY_NAME)
-    # events no state handles are traced only, and say so
-    assert set(EVENTS_BY_NAME) - machine_events == {
-        "call_ringing",
-        "outcome_breached",
-    }
+    # an event no state handles (one traced only) says why in IGNORED, in every state:
+    # the pair test below holds it to that, so it is not listed here a second time
     assert len(EVENTS_BY_NAME) == len(EVENT_TYPES)  # names are unique
 
 

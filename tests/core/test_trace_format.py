@@ -232,11 +232,14 @@ def header(**changes: object) -> str:
 @pytest.mark.parametrize(
     ("first", "message"),
     [
-        (None, "line 1: header: turnfsm_trace must be 1 or 2 or 3 or 4, got None"),  # a step
-        (header(turnfsm_trace=5), "line 1: header: turnfsm_trace must be 1 or 2 or 3 or 4, got 5"),
+        (None, "line 1: header: turnfsm_trace must be 1 or 2 or 3 or 4 or 5, got None"),  # a step
+        (
+            header(turnfsm_trace=6),
+            "line 1: header: turnfsm_trace must be 1 or 2 or 3 or 4 or 5, got 6",
+        ),
         (
             header(turnfsm_trace="1"),
-            "line 1: header: turnfsm_trace must be 1 or 2 or 3 or 4, got '1'",
+            "line 1: header: turnfsm_trace must be 1 or 2 or 3 or 4 or 5, got '1'",
         ),
         (header(policy="outbound"), "line 1: header: policy must be an object"),
         (

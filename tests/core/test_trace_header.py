@@ -23,6 +23,10 @@ FORMAT_3 = Path(__file__).parent / "traces" / "format-3.jsonl"
 """A trace written by turnfsm before drops were measured in their outcome (format 3, text
 kept): its speech end and drop hold ``played_text``, a transcript synchronizer's text."""
 
+FORMAT_4 = Path(__file__).parent / "traces" / "format-4.jsonl"
+"""The same call written by turnfsm before the drop lost ``played_seconds`` (format 4, text
+kept)."""
+
 CALL_INFO = CallInfo(
     call_id="call-_+15550100_Xk2p", started_at="2025-06-02T09:30:12.5Z", agent_name="caller"
 )
@@ -40,7 +44,7 @@ def test_the_header_names_the_call_and_the_turnfsm_that_wrote_it(tmp_path: Path)
     path = tmp_path / "call.jsonl"
     controller = _recorded(path)
     header = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
-    assert header["turnfsm_trace"] == FORMAT_VERSION == 4
+    assert header["turnfsm_trace"] == FORMAT_VERSION == 5
     assert header["call"] == {
         "call_id": "call-_+15550100_Xk2p",
         "started_at": "2025-06-02T09:30:12.5Z",
@@ -94,6 +98,23 @@ def test_a_format_3_trace_reads_without_the_synchronizers_text() -> None:
         Trace.parse(lines)
 
 
+def test_a_format_4_trace_reads_its_drop_without_played_seconds() -> None:
+    """Format 4's drop held the seconds played, which nothing read: read without them."""
+    raw = FORMAT_4.read_text(encoding="utf-8")
+    assert json.loads(raw.splitlines()[0])["turnfsm_trace"] == 4
+    assert raw.count('"drop_unspoken_text", "played_seconds": 0.8') == 1
+    trace = Trace.read(FORMAT_4)
+    assert [step.event for step in trace] == [step.event for step in Trace.read(FORMAT_3)]
+    drops = [e for s in trace for e in s.effects if e.name == "drop_unspoken_text"]
+    assert [(d.speech_id, d.keep) for d in drops] == [("s2", "spoken")]
+    assert list(replay(trace, keep_text=True).steps) == list(trace.steps)
+    # format 5 has no such field: the same lines under its header are refused
+    lines = raw.splitlines()
+    lines[0] = lines[0].replace('"turnfsm_trace": 4', '"turnfsm_trace": 5')
+    with pytest.raises(TraceFormatError, match="unknown fields \\['played_seconds'\\]"):
+        Trace.parse(lines)
+
+
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
@@ -112,7 +133,7 @@ def test_call_details_are_checked_at_the_door(field: str, value: object, message
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"turnfsm_trace": 5}, "header: turnfsm_trace must be 1 or 2 or 3 or 4, got 5"),
+        ({"turnfsm_trace": 6}, "header: turnfsm_trace must be 1 or 2 or 3 or 4 or 5, got 6"),
         ({"call": "room-1"}, "header: call must be an object"),
         ({"call": {"call_id": "x", "room": "y"}}, "header: call has unknown keys ['room']"),
         ({"call": {"started_at": "noon"}}, "CallInfo.started_at must be an ISO 8601 time"),

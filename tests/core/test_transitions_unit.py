@@ -186,7 +186,7 @@ def test_the_agents_own_speech_before_the_greeting_is_stopped_alone() -> None:
     )
     interrupted = ev.AgentSpeechEnded(at=2.1, speech_id="f1", interrupted=True)
     assert controller.handle(interrupted) == (  # nothing of it heard, nothing kept
-        fx.DropUnspokenText(speech_id="f1", keep="spoken", played_seconds=0.0),
+        fx.DropUnspokenText(speech_id="f1", keep="spoken"),
     )
     assert controller.state == "greeting"  # the filler's end is not the greeting's
     later = ev.AgentSpeechCreated(at=3.0, speech_id="f2", source="say", from_agent_code=True)
@@ -252,9 +252,7 @@ def test_a_declined_turn_forgets_the_reply_livekit_prepared_for_it() -> None:
     assert controller.state == "listening"
     # LiveKit ends the stopped reply later: nothing waits for it any more
     late = ev.AgentSpeechEnded(at=9.1, speech_id="p1", interrupted=True)
-    assert controller.handle(late) == (
-        fx.DropUnspokenText(speech_id="p1", keep="spoken", played_seconds=0.0),
-    )
+    assert controller.handle(late) == (fx.DropUnspokenText(speech_id="p1", keep="spoken"),)
     assert controller.state == "listening"
 
 
@@ -518,7 +516,7 @@ def test_interrupted_greeting_end_still_releases_the_lock_and_drops_unspoken_tex
         ev.AgentSpeechEnded(at=4.0, speech_id="g1", interrupted=True, played_seconds=1.0)
     ) == (
         fx.UnmuteInput(replay_held_audio=True),
-        fx.DropUnspokenText(speech_id="g1", keep="spoken", played_seconds=1.0),
+        fx.DropUnspokenText(speech_id="g1", keep="spoken"),
         fx.HoldUserTurns(),
     )
 
@@ -818,7 +816,7 @@ def test_barge_in_drops_the_unspoken_text(policy: str, keep: str) -> None:
     effects = controller.handle(
         ev.AgentSpeechEnded(at=2.1, speech_id="s1", interrupted=True, played_seconds=0.9)
     )
-    assert effects == (fx.DropUnspokenText(speech_id="s1", keep=keep, played_seconds=0.9),)
+    assert effects == (fx.DropUnspokenText(speech_id="s1", keep=keep),)
     assert controller.state == "listening"
     late = ev.AssistantMessageCommitted(at=2.2, item_id="a1", speech_id="s1", interrupted=True)
     assert controller.handle(late) == ()  # committed after the end: dropped once only
@@ -1165,7 +1163,7 @@ def test_livekit_interruption_during_tools_cancels_without_a_final_reply() -> No
     assert controller.state == "speaking"
     assert controller.handle(
         ev.AgentSpeechEnded(at=3.6, speech_id="s1", interrupted=True, played_seconds=0.4)
-    ) == (fx.DropUnspokenText(speech_id="s1", played_seconds=0.4),)
+    ) == (fx.DropUnspokenText(speech_id="s1"),)
     assert controller.state == "listening"
 
 

@@ -18,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from livekit.agents.tokenize.basic import split_words
 
@@ -37,6 +38,8 @@ from turnfsm.adapters.sim.fuzz.draw import (
 from turnfsm.adapters.sim.fuzz.harness import CallRecord, Mutation
 from turnfsm.adapters.sim.fuzz.judge import judge_tool_rounds
 from turnfsm.adapters.sim.fuzz.runner import replay
+from turnfsm.policy import option_of
+from turnfsm.testing import drawn_values
 from turnfsm.tools import cli
 
 REPLAYED = 23
@@ -47,25 +50,23 @@ barge-in, a tool round and a failing lever: as much to keep in order."""
 REPLAYS = [("pipeline", REPLAYED), ("realtime", REALTIME_REPLAYED)]
 
 
+OPTIONS = [option for option in attrs.fields(TurnPolicy) if not option_of(option).shapes_the_call]
 POLICY_DRAWN = {
     "direction=inbound",
     "direction=outbound",
     "first=user",
     "first=agent",
-    "lock=mute_input",
-    "lock=keep_listening",
-    "overlap=drop",
-    "overlap=answer_whole",
+    *(f"{option.name}={value!r}" for option in OPTIONS for value in drawn_values(option)),
 }
-"""The policy's dimensions every world draws, each value."""
+"""The policy's dimensions every world draws, each value: every option's declared values
+(:func:`turnfsm.testing.drawn_values`), so that a new option is held to being drawn."""
 
 
 def _policy_drawn(policy: TurnPolicy) -> set[str]:
     return {
         f"direction={policy.direction}",
         f"first={policy.first_speaker}",
-        f"lock={policy.greeting_lock}",
-        f"overlap={policy.greeting_overlap}",
+        *(f"{option.name}={getattr(policy, option.name)!r}" for option in OPTIONS),
     }
 
 
@@ -79,7 +80,6 @@ def test_a_seed_draws_the_same_call_and_every_dimension_is_drawn() -> None:
         drawn.update(
             {
                 *_policy_drawn(policy),
-                f"text={policy.interrupted_text}",
                 f"instructions={policy.greeting_instructions is not None}",
                 f"preemptive={plan.turn_handling['preemptive_generation']['enabled']}",
                 f"min_words={plan.turn_handling['interruption']['min_words']}",
@@ -100,7 +100,6 @@ def test_a_seed_draws_the_same_call_and_every_dimension_is_drawn() -> None:
         )
     expected = {
         *POLICY_DRAWN,
-        "text=keep",
         "instructions=True",
         "preemptive=True",
         "preemptive=False",

@@ -68,7 +68,7 @@ CASES: dict[str, tuple[list[str], str]] = {
     "unknown step key": (edited(4, {"extra": 1}), "step has unknown keys ['extra']"),
     "header version": (
         edited(1, {"turnfsm_trace": True}),
-        "turnfsm_trace must be 1 or 2 or 3 or 4, got True",
+        "turnfsm_trace must be 1 or 2 or 3 or 4 or 5, got True",
     ),
     "header policy value": (edited(1, {"policy": {"max_tool_steps": "3"}}), "max_tool_steps"),
     "header unknown key": (edited(1, {"secret": 1}), "header: unknown keys ['secret']"),

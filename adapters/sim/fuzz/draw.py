@@ -17,9 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import attrs
+
 from turnfsm import TurnPolicy
 from turnfsm import effects as fx
-from turnfsm.policy import Direction, Speaker
+from turnfsm.policy import Direction, Speaker, option_of
+from turnfsm.testing import drawn_values
 
 from ..realtime.fidelity import REAL_PROTOCOL, Fidelity
 
@@ -305,7 +308,29 @@ def _cue(rng: random.Random, kind: CueKind, text: str, anchor: Anchor, offset: f
     return Cue(kind=kind, text=text, duration=duration, anchor=anchor, offset=round(offset, 3))
 
 
-def _draw_policy(rng: random.Random) -> TurnPolicy:
+LISTED_OPTIONS: tuple[str, ...] = (
+    "await_user_timeout",
+    "on_await_user_timeout",
+    "greeting_lock",
+    "greeting_overlap",
+    "spill_over_window",
+    "interrupted_text",
+    "max_tool_steps",
+    "mute_input_during_tools",
+    "idle_timeout",
+    "idle_max_reprompts",
+    "max_call_duration",
+)
+"""The options the listed seeds' calls were drawn with (``tests/fuzz/regressions.toml``),
+from the call's own stream, in this order: kept so that every listed seed draws the call
+it was listed with. Never added to: every other option is drawn from a stream of its own
+(:func:`_draw_options`), so that a new option is drawn without an edit and shifts no
+other draw."""
+
+
+def _draw_policy(rng: random.Random, stream: str) -> TurnPolicy:
+    """The policy: its shape (direction, who speaks first, the greeting) by hand, every
+    other option from the values the tests draw for it (:func:`turnfsm.testing.drawn_values`)."""
     direction: Direction = rng.choice(("outbound", "outbound", "outbound", "inbound", "inbound"))
     first_speaker: Speaker = "user" if direction == "outbound" else "agent"
     if rng.random() < 0.15:
@@ -323,18 +348,31 @@ def _draw_policy(rng: random.Random) -> TurnPolicy:
         first_speaker=first_speaker,
         greeting=greeting,
         greeting_instructions=instructions,
-        await_user_timeout=rng.choice((1.5, 3.0, 6.0)),
-        on_await_user_timeout=rng.choice(("greet", "greet", "greet", "hang_up")),
-        greeting_lock=rng.choice(("mute_input", "keep_listening")),
-        greeting_overlap=rng.choice(("drop", "answer_whole")),
-        spill_over_window=rng.choice((0.3, 0.5, 1.0)),
-        interrupted_text=rng.choice(("spoken", "spoken", "spoken", "drop", "keep")),
-        max_tool_steps=rng.randint(1, 4),
-        mute_input_during_tools=rng.random() < 0.2,
-        idle_timeout=rng.choice((None, None, None, 3.0, 6.0)),
-        idle_max_reprompts=rng.randint(0, 2),
-        max_call_duration=rng.choice((None,) * 8 + (8.0, 15.0)),
+        **_draw_options(rng, stream),
     )
+
+
+def _draw_options(rng: random.Random, stream: str) -> dict[str, Any]:
+    """Every option but the call's shape: a listed one (:data:`LISTED_OPTIONS`) from
+    ``rng``, any other from its own stream, named by ``stream`` and the option."""
+    options: dict[str, Any] = {}
+    for option in attrs.fields(TurnPolicy):
+        if option_of(option).shapes_the_call:
+            continue
+        own = option.name not in LISTED_OPTIONS
+        source = random.Random(f"{stream} {option.name}") if own else rng
+        options[option.name] = _pick(source, drawn_values(option))
+    return options
+
+
+def _pick(rng: random.Random, values: tuple[Any, ...]) -> Any:
+    """One of ``values``, weighed by repetition: a flag as a chance (the share of
+    ``True``), a single value without drawing."""
+    if len(set(values)) == 1:
+        return values[0]
+    if all(isinstance(value, bool) for value in values):
+        return rng.random() < values.count(True) / len(values)
+    return rng.choice(values)
 
 
 def _draw_settings(
@@ -448,7 +486,7 @@ def _draw_fault(
 
 def _draw_pipeline(seed: int) -> CallPlan:
     rng = random.Random(seed)
-    policy = _draw_policy(rng)
+    policy = _draw_policy(rng, f"pipeline {seed}")
     turn_handling, session_options, transcript_sync = _draw_settings(rng, policy)
     pace = Pace(
         tts_chars_per_second=round(rng.uniform(12.0, 18.0), 2),
@@ -481,7 +519,7 @@ def _draw_pipeline(seed: int) -> CallPlan:
 
 def _draw_realtime(seed: int) -> RealtimeCallPlan:
     rng = random.Random(f"realtime {seed}")  # not the pipeline call of the same seed
-    policy = _draw_policy(rng)
+    policy = _draw_policy(rng, f"realtime {seed}")
     uneven = rng.random() < 0.5
     fidelity = Fidelity(
         network_latency_ms=rng.choice((0, 50, 100, 300)),
