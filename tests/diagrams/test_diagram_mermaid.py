@@ -269,12 +269,12 @@ def test_overview_draws_states_and_state_changes_by_event_only() -> None:
 
 def test_timers_are_drawn_as_declared() -> None:
     """Entry starts only the timers declared to start on entry (``after(...)``); the
-    conversation's are started by its actions, and only cancelled on exit."""
+    conversation's tool-reply hold is started by its actions, and only cancelled on exit."""
     entry_exit = build_diagram(TurnMachine).entry_exit
     assert [line for line in entry_exit["listening"] if "timers" in line] == [
         "entry / start_timers(idle)",
         "exit / cancel_timers(idle)",
     ]
     assert [line for line in entry_exit["conversation"] if "timers" in line] == [
-        "exit / cancel_timers(model_reply, response_done, tool_reply_hold)"
+        "exit / cancel_timers(tool_reply_hold)"
     ]
