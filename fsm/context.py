@@ -78,9 +78,6 @@ class TurnContext:
     ``interruption["min_words"]`` in this session (``interruption_settings``; 0 without
     an STT or with manual turn detection: every turn does)."""
 
-    realtime_model: bool = False
-    """The session runs a realtime model (``realtime_model_linked``)."""
-
     model_replies_to_turns: bool = False
     """The realtime model answers committed user turns on its own."""
 

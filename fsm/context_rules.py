@@ -43,12 +43,15 @@ from .machine import (
     public_state,
 )
 from .policy import TurnPolicy
-from .rules import TurnRules, input_muted
+from .rules import MODEL_IDLE, TurnRules, input_muted
 
 _CONVERSATION_AND_END = CONVERSATION_STATES | {"ended"}
 
 SILENT, SPEAKING, SPOKE_OVER_GREETING = VOICE_STATES
 """The caller's voice (its region beside the turn)."""
+
+UNLINKED = "model_unlinked"
+"""The realtime model's state on a pipeline, and before a realtime model's link."""
 
 CANCELLING = leaves_under("model_cancelling")
 """The realtime model's states while a cancel of it is on its way."""
@@ -122,7 +125,8 @@ REALTIME: tuple[str, ...] = (
     "pending_cancels",
     "final_after_speech",
 )
-"""Fields a call sets only once a realtime model is linked (``realtime_model``)."""
+"""Fields a call sets only once a realtime model is linked (the model's region has left
+``model_unlinked``)."""
 
 _DEFAULTS = TurnContext()
 
@@ -163,7 +167,9 @@ def check_context(
         speech = getattr(context, name)
         if speech is not None and speech not in context.active_speeches:
             raise ValueError(f"TurnContext.{name} {speech!r} is not an active speech")
-    _check_linked(context, policy)
+    # (a chart of one's own may name its states otherwise: no realtime check without them)
+    realtime = None if configuration is None else runs_realtime_model(configuration)
+    _check_linked(context, policy, realtime)
     if configuration is not None:
         _check_state(context, policy, configuration)
 
@@ -190,23 +196,29 @@ def reachable_states(policy: TurnPolicy) -> frozenset[str]:
     return frozenset(states)
 
 
-def _check_linked(context: TurnContext, policy: TurnPolicy) -> None:
+def runs_realtime_model(configuration: tuple[str, ...]) -> bool | None:
+    """Whether a realtime model is linked in ``configuration`` (``None`` in ``ended``,
+    where no region's state is left to tell)."""
+    if configuration[0] == "ended":
+        return None
+    return UNLINKED not in configuration
+
+
+def _check_linked(context: TurnContext, policy: TurnPolicy, realtime: bool | None) -> None:
     """The fields that follow from others, whatever the state."""
-    if not context.realtime_model:
+    if realtime is False:
         for name in REALTIME:
             if getattr(context, name) != getattr(_DEFAULTS, name):
                 raise ValueError(
-                    f"TurnContext.{name} is set only with a realtime model (realtime_model=False)"
+                    f"TurnContext.{name} is set only with a realtime model (not {UNLINKED!r})"
                 )
         if waits := sorted(context.timers & REALTIME_TIMERS):
             raise ValueError(
-                f"TurnContext.timers {waits} run only with a realtime model (realtime_model=False)"
+                f"TurnContext.timers {waits} run only with a realtime model (not {UNLINKED!r})"
             )
     if "tool_reply_hold" in context.timers and context.held_tool_reply is None:
         raise ValueError("TurnContext.timers: 'tool_reply_hold' runs only while a reply is held")
-    if context.held_tool_reply is not None and (
-        context.realtime_model or policy.mute_input_during_tools
-    ):
+    if context.held_tool_reply is not None and (realtime or policy.mute_input_during_tools):
         raise ValueError(
             "TurnContext.held_tool_reply is set only without a realtime model and with "
             "mute_input_during_tools=False"
@@ -325,7 +337,7 @@ def _check_listening_phase(
         )
     if phase in REPLAY_PHASES and (
         not (policy.mutes_greeting and policy.greeting_overlap == "answer_whole")
-        or context.realtime_model
+        or runs_realtime_model(configuration)
     ):
         raise ValueError(
             f"no call under this policy is in {phase!r}: only with greeting_lock="
@@ -339,12 +351,10 @@ def _check_listening_phase(
 
 
 def _check_model(context: TurnContext, configuration: tuple[str, ...]) -> None:
-    """The realtime model's region leaves ``model_free`` only once a model is linked, and
-    is in ``model_cancelling`` exactly while cancels are on their way."""
+    """The realtime model's region is in ``model_cancelling`` exactly while cancels are on
+    their way."""
     # (ended: no model's activity is left)
-    model = next((leaf for leaf in configuration if leaf in MODEL_STATES), "model_free")
-    if model != "model_free" and not context.realtime_model:
-        raise ValueError(f"no call is in {model!r} without a realtime model (realtime_model)")
+    model = next((leaf for leaf in configuration if leaf in MODEL_STATES), UNLINKED)
     if bool(context.pending_cancels) != (model in CANCELLING):
         raise ValueError(
             f"TurnContext.pending_cancels holds cancels exactly in {sorted(CANCELLING)}, "
@@ -374,8 +384,8 @@ def _check_cap_phase(
             f"{phase!r} follows the cap: tool_rounds must be {policy.max_tool_steps}, "
             f"got {context.tool_rounds}"
         )
-    if phase in REALTIME_CAP_PHASES and not context.realtime_model:
-        raise ValueError(f"{phase!r} waits for a realtime model (realtime_model=False)")
+    if phase in REALTIME_CAP_PHASES and not runs_realtime_model(configuration):
+        raise ValueError(f"{phase!r} waits for a realtime model, not one {UNLINKED!r}")
     if (context.final_after_speech is not None) != (phase == "final_awaits_tool_speech"):
         raise ValueError(
             "TurnContext.final_after_speech is set exactly in 'final_awaits_tool_speech', "
@@ -418,5 +428,5 @@ def _check_greeting_phase(
         raise ValueError(
             f"no call under this policy is in {phase!r}: only a greeting text is retried"
         )
-    if phase in AWAITING_MODEL and "model_free" in configuration:
-        raise ValueError(f"{phase!r} waits for a busy realtime model, not 'model_free'")
+    if phase in AWAITING_MODEL and not MODEL_IDLE.isdisjoint(configuration):
+        raise ValueError(f"{phase!r} waits for a busy realtime model, not one in {MODEL_IDLE}")

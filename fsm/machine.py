@@ -33,10 +33,11 @@ says what comes after it, in its states' enter and exit actions only (none on it
 transitions), so that its effects take the same place in a step whichever region the
 engine tries first (:mod:`turnfsm.engine`). Beside the whole
 call (its ``line``: connecting, then live) runs a third region, the realtime model's
-activity (``model_activity``: ``model_free``, ``model_responding``, ``model_cancelling``
-while a ``response.cancel`` is on its way), from the call's start: a model's response
-created while the call still rings must hold the greeting as well (invariant I9). The
-waits for a free model read it (``model_is_free``); a pipeline's stays in ``model_free``.
+activity (``model_activity``: ``model_unlinked`` until a realtime model is linked, then
+``model_free``, ``model_responding``, ``model_cancelling`` while a ``response.cancel`` is
+on its way), from the call's start: a model's response created while the call still
+rings must hold the greeting as well (invariant I9). The waits for a free model read it
+(``model_is_free``); a pipeline's stays in ``model_unlinked``.
 
 Events that a state does not handle are ignored there on purpose; :data:`IGNORED` says
 why for each (state, event) pair, and the test suite checks every pair.
@@ -359,10 +360,14 @@ def declare_chart() -> dict[str, Any]:
             as its link reports it (``response.created``, ``response.done``, a
             ``response.cancel`` and its answer). A request to the model waits until it is
             free (invariant I9). A pipeline, and a call before the model's link, stays in
-            ``model_free``: the model's events are taken once a realtime model is linked
-            (``runs_realtime_model``)."""
+            ``model_unlinked``, where no model event is taken: whether the call runs a
+            realtime model is this region's state (``runs_realtime_model``)."""
 
-            model_free = State(initial=True)
+            model_unlinked = State(initial=True)
+            """No realtime model is linked: a pipeline (its LLM is asked, never busy in
+            the sense of a realtime response), or a realtime model not told yet."""
+
+            model_free = State()
             """No response of the model is active and no cancel of it is on its way: a
             request now is neither refused nor cut."""
 
@@ -441,7 +446,8 @@ def declare_chart() -> dict[str, Any]:
         due.final_reply_playing,
     )
     final_reply_over = call.line.live.tool_cap.capped.final_reply_over
-    model_free, model_responding = (
+    model_unlinked, model_free, model_responding = (
+        call.model_activity.model_unlinked,
         call.model_activity.model_free,
         call.model_activity.model_responding,
     )
@@ -797,16 +803,17 @@ def declare_chart() -> dict[str, Any]:
 
     # Realtime models (RealtimeLink): what the model does on its own, and the waits for it.
     # The model's events are taken once a realtime model is linked (runs_realtime_model):
-    # a pipeline has no such model, and one told of it anyway changes nothing.
-    realtime_model_linked = call_wide(on="note_model_link")
+    # a pipeline has no such model, and one told of it anyway changes nothing. (Told once,
+    # before the call starts; told again, it changes nothing either.)
+    realtime_model_linked = model_unlinked.to(model_free, on="note_model_link")
 
     # the model's activity, in its own region: a response active, cancels on their way
     # (each noted by id: only the answer to a cancel the machine took frees the model)
-    model_response_created = model_free.to(
-        model_responding, cond="runs_realtime_model"
-    ) | cancelling_idle.to(cancelling_active)
+    model_response_created = model_free.to(model_responding) | cancelling_idle.to(
+        cancelling_active
+    )
     model_cancel_sent = (
-        model_free.to(cancelling_idle, cond="runs_realtime_model", on="note_cancel_sent")
+        model_free.to(cancelling_idle, on="note_cancel_sent")
         | model_responding.to(cancelling_active, on="note_cancel_sent")
         | model_cancelling.to(None, on="note_cancel_sent")
     )
@@ -876,7 +883,8 @@ def declare_chart() -> dict[str, Any]:
     del tools_open, tool_loop_interrupted, capped, due, final_awaits_tool_speech
     del final_awaits_model_reply, final_awaits_model_free, final_reply_asked
     del final_reply_awaited, final_reply_playing, final_reply_over
-    del model_free, model_responding, model_cancelling, cancelling_active, cancelling_idle
+    del model_unlinked, model_free, model_responding, model_cancelling
+    del cancelling_active, cancelling_idle
     del leave_greeting, speech_ended, agents_turn, committing
     del step_started, step_finished, interrupted
     del call_wide

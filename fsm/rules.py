@@ -129,9 +129,9 @@ class TurnRules:
     def has_final_words(self, ev: UserTranscript) -> bool:
         return ev.is_final and bool(ev.text.strip())
 
-    @guard("context")
-    def runs_realtime_model(self) -> bool:
-        return self.context.realtime_model
+    @guard("region")
+    def runs_realtime_model(self, machine: StateChart) -> bool:
+        return _runs_realtime_model(machine)
 
     @guard("context")
     def model_detects_turns(self) -> bool:
@@ -244,15 +244,15 @@ class TurnRules:
     def has_greeting_text(self) -> bool:
         return self.policy.greeting is not None
 
-    @guard("event")
-    def step_speech_interrupted(self, ev: ToolStepFinished) -> bool:
+    @guard("region")
+    def step_speech_interrupted(self, ev: ToolStepFinished, machine: StateChart) -> bool:
         """LiveKit interrupted the step's speech, whose reply is never played. On a
         realtime model LiveKit would still ask for it, after a cancel of whatever response
         is active (its interrupt before a tool reply): the answer to the caller who spoke
         meanwhile, when another reply's step had taken the machine out of ``tool_loop``
         (fuzz realtime seed 1998)."""
         ctx = self.context
-        return ctx.realtime_model and ev.speech_id in ctx.interrupted_speeches
+        return _runs_realtime_model(machine) and ev.speech_id in ctx.interrupted_speeches
 
     @guard("region")
     def tool_loop_must_stop(self, machine: StateChart) -> bool:
@@ -691,12 +691,12 @@ class TurnRules:
         ctx.tool_rounds += 1
         ctx.tool_speech_id = ev.speech_id
 
-    def note_speech_interrupted(self, ev: AgentSpeechInterrupted) -> None:
+    def note_speech_interrupted(self, ev: AgentSpeechInterrupted, machine: StateChart) -> None:
         ctx = self.context
         # only a realtime model asks for a tool reply of an interrupted speech
         # (step_speech_interrupted): kept elsewhere, the fact would only multiply the
         # configurations the explorer walks (a subset of the active speeches each)
-        if ctx.realtime_model and ev.speech_id in ctx.active_speeches:
+        if _runs_realtime_model(machine) and ev.speech_id in ctx.active_speeches:
             ctx.interrupted_speeches = ctx.interrupted_speeches | {ev.speech_id}
 
     def cancel_tool_reply(self, ev: ToolStepFinished) -> None:
@@ -710,7 +710,7 @@ class TurnRules:
     # asked the model for the reply to its output. That reply is held until LiveKit decided,
     # so an interruption throws away no model request.
 
-    def hold_tool_reply(self) -> None:
+    def hold_tool_reply(self, machine: StateChart) -> None:
         """The caller speaks during the tool step: hold its reply (once), untimed while
         they speak (LiveKit waits for their silence too)."""
         ctx = self.context
@@ -720,7 +720,7 @@ class TurnRules:
             policy = self.policy
             if (
                 policy.tool_reply_hold is not None
-                and not ctx.realtime_model
+                and not _runs_realtime_model(machine)
                 and not policy.mute_input_during_tools
             ):
                 ctx.held_tool_reply = ctx.tool_speech_id
@@ -729,7 +729,7 @@ class TurnRules:
     def hold_tool_reply_while_the_caller_speaks(self, machine: StateChart) -> None:
         """A tool step starts while the caller is speaking: held as if they began now."""
         if _caller_speaks(machine):
-            self.hold_tool_reply()
+            self.hold_tool_reply(machine)
 
     def time_the_tool_reply_hold(self) -> None:
         """The caller stopped: LiveKit decides within its end-of-turn delay; the hold
@@ -781,11 +781,11 @@ class TurnRules:
             # done, and takes no user turn meanwhile, so nothing would decide the hold
             self._release_tool_reply(send=True)
 
-    def note_tool_reply_due(self, ev: ToolStepFinished) -> None:
+    def note_tool_reply_due(self, ev: ToolStepFinished, machine: StateChart) -> None:
         """LiveKit asks the model for the reply to the step's output (under the agent's
         tool choice: a handover's old agent, draining, asks without tools). Noted on a
         realtime model, where a reply's tool loop goes on beside the next turn's."""
-        if self.context.realtime_model and not ev.hands_over:
+        if _runs_realtime_model(machine) and not ev.hands_over:
             self.context.tool_replies_due = self.context.tool_replies_due | {ev.speech_id}
 
     def note_tool_reply_plays(self, ev: AgentSpeechStarted) -> None:
@@ -802,17 +802,17 @@ class TurnRules:
         neither allows tools again before this one is said nor says the fallback."""
         self.context.final_speech_id = None
 
-    def forbid_tools_for_the_final_reply(self) -> None:
+    def forbid_tools_for_the_final_reply(self, machine: StateChart) -> None:
         """A realtime model: before the step's output reaches the model, no reply to it
         may call a tool (a pipeline's final reply carries its own tool choice)."""
-        if self.context.realtime_model:
+        if _runs_realtime_model(machine):
             self.emit(fx.ForbidTools())
             self._stop_tool_replies_due()
 
-    def allow_tools_after_the_final_reply(self) -> None:
+    def allow_tools_after_the_final_reply(self, machine: StateChart) -> None:
         """The final reply is over (or the next user turn, or the call's end, came first):
         a realtime model has its tools again."""
-        if self.context.realtime_model:
+        if _runs_realtime_model(machine):
             self.emit(fx.AllowTools())
 
     def _stop_tool_replies_due(self) -> None:
@@ -852,7 +852,6 @@ class TurnRules:
         the greeting wait out that reply's cancel round trip (issue 19)."""
         ctx, active = self.context, machine.configuration_values
         paused = self._replies_paused(active)
-        ctx.realtime_model = True
         ctx.model_replies_to_turns = ev.replies_to_turns
         ctx.model_replies_to_tools = ev.replies_to_tool_output
         self._replies_follow(paused, self._replies_paused(active))
@@ -968,14 +967,24 @@ def _around(state: State) -> set[str]:
     return {state.id, *(parent.id for parent in state.ancestors())}
 
 
+MODEL_IDLE: frozenset[str] = frozenset({"model_unlinked", "model_free"})
+"""The realtime model's states in which a request to it is neither refused nor cut."""
+
 RESPONDING: frozenset[str] = frozenset({"model_responding", "cancelling_active"})
 """The realtime model's states while a response of it is active."""
 
 
 def _model_busy(machine: StateChart) -> bool:
     """The realtime model would refuse a request (a response of it is active), or a
-    cancel still on its way could cut the response it starts: its region is not free."""
-    return "model_free" not in machine.configuration_values
+    cancel still on its way could cut the response it starts: its region is neither free
+    nor unlinked (a pipeline's model is never busy in that sense)."""
+    return MODEL_IDLE.isdisjoint(machine.configuration_values)
+
+
+def _runs_realtime_model(machine: StateChart) -> bool:
+    """A realtime model is linked: its region has left ``model_unlinked``. (Only the link
+    moves it there, so this is its state both before and after any other step.)"""
+    return "model_unlinked" not in machine.configuration_values
 
 
 def _caller_speaks(machine: StateChart) -> bool:

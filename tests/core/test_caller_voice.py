@@ -28,15 +28,15 @@ def answered(policy: TurnPolicy = OUTBOUND, engine: EngineName = "compiled") -> 
 
 def test_the_voice_exists_only_while_the_call_is_live() -> None:
     controller = TurnController(OUTBOUND, strict=True)
-    assert controller.configuration == ("ringing", "model_free")
+    assert controller.configuration == ("ringing", "model_unlinked")
     assert controller.handle(ev.UserSpeechStarted(at=0.1)) == ()  # nobody on the line
-    assert controller.configuration == ("ringing", "model_free")
+    assert controller.configuration == ("ringing", "model_unlinked")
     controller.handle(ev.CallAnswered(at=0.2))
     assert controller.configuration == (
         "awaiting_user",
         "caller_silent",
         "tools_open",
-        "model_free",
+        "model_unlinked",
     )
     controller.handle(ev.CallEnded(at=0.3, reason="user_initiated"))
     assert controller.configuration == ("ended",)
@@ -53,7 +53,7 @@ def test_one_event_moves_both_regions_once(engine: EngineName) -> None:
         "awaiting_user",
         "caller_speaking",
         "tools_open",
-        "model_free",
+        "model_unlinked",
     )
     if controller._machine is not None:  # the engine's own active states, not the summary
         leaves = [s.id for s in controller._machine.configuration if not s.states]
@@ -61,7 +61,7 @@ def test_one_event_moves_both_regions_once(engine: EngineName) -> None:
         assert controller._engine is not None
         atomic = {state.id for state in atomic_states()}
         leaves = [state for state in controller._engine.active if state in atomic]
-    assert sorted(leaves) == ["awaiting_user", "caller_speaking", "model_free", "tools_open"]
+    assert sorted(leaves) == ["awaiting_user", "caller_speaking", "model_unlinked", "tools_open"]
     assert controller.handle(ev.UserSpeechEnded(at=1.5)) == (
         fx.StartTimer(timer="await_user", seconds=OUTBOUND.await_user_timeout),
     )
@@ -69,7 +69,7 @@ def test_one_event_moves_both_regions_once(engine: EngineName) -> None:
         "awaiting_user",
         "caller_silent",
         "tools_open",
-        "model_free",
+        "model_unlinked",
     )
 
 
@@ -111,7 +111,7 @@ def test_the_idle_timer_waits_for_the_caller_to_stop() -> None:
         "listening_open",
         "caller_speaking",
         "tools_open",
-        "model_free",
+        "model_unlinked",
     )
     assert not any(isinstance(e, fx.StartTimer) for e in effects)
     assert controller.handle(ev.UserSpeechEnded(at=3.0)) == (

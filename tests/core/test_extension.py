@@ -110,7 +110,7 @@ def test_an_extension_leaves_turn_machine_unchanged() -> None:
 
 
 @pytest.mark.parametrize(
-    "state", ["call", "line", "connecting", "start", "ringing", "model_activity", "model_free"]
+    "state", ["call", "line", "connecting", "start", "ringing", "model_activity", "model_unlinked"]
 )
 def test_a_timer_cannot_start_on_entry_where_a_call_is_before_its_first_event(
     state: str,

@@ -1,5 +1,6 @@
 """The realtime model's activity: a region beside the call's line, not flags.
 
+``model_unlinked`` until a realtime model is linked (a pipeline stays there), then
 ``model_free ⇄ model_responding``, and ``model_cancelling`` while a ``response.cancel`` is
 on its way, follow what the model's link reports from the call's start; the waits for a
 free model read the region, and the model's replies are paused by the states that hold
@@ -66,7 +67,7 @@ def test_only_the_answer_to_the_last_cancel_frees_the_model(engine: EngineName) 
     assert controller.context.pending_cancels == frozenset()
 
 
-def test_a_pipeline_stays_free() -> None:
+def test_a_pipeline_stays_unlinked() -> None:
     """No realtime model is linked: its events are taken by no state."""
     controller = TurnController(OUTBOUND, strict=True)
     controller.handle(ev.CallAnswered(at=1.0))
@@ -80,7 +81,7 @@ def test_a_pipeline_stays_free() -> None:
             "awaiting_user",
             "caller_silent",
             "tools_open",
-            "model_free",
+            "model_unlinked",
         )
         assert controller.context.pending_cancels == frozenset()
 
@@ -88,16 +89,16 @@ def test_a_pipeline_stays_free() -> None:
 @pytest.mark.parametrize(
     ("model", "context", "refused"),
     [
-        ("model_responding", TurnContext(), "without a realtime model"),
-        ("cancelling_idle", TurnContext(realtime_model=True), "pending_cancels"),
+        ("model_unlinked", TurnContext(model_replies_to_turns=True), "only with a realtime"),
+        ("cancelling_idle", TurnContext(), "pending_cancels"),
         (
             "model_free",
-            TurnContext(realtime_model=True, pending_cancels=frozenset({"c1"})),
+            TurnContext(pending_cancels=frozenset({"c1"})),
             "pending",
         ),
         (
             "cancelling_active",
-            TurnContext(realtime_model=True, pending_cancels=frozenset({"c1"})),
+            TurnContext(pending_cancels=frozenset({"c1"})),
             None,
         ),
     ],

@@ -73,6 +73,7 @@ def declared_in(state: str) -> set[str]:
 def test_states_are_the_documented_ones_with_the_voice_beside_the_live_ones() -> None:
     assert VOICE_STATES == ("caller_silent", "caller_speaking", "caller_spoke_over_greeting")
     assert MODEL_STATES == (
+        "model_unlinked",
         "model_free",
         "model_responding",
         "cancelling_active",
@@ -253,7 +254,7 @@ def test_restore_refuses_an_unknown_configuration(configuration: object) -> None
     controller = TurnController(POLICIES[0])
     with pytest.raises(ValueError, match="configuration must be one of"):
         controller.restore(configuration, TurnContext())  # type: ignore[arg-type]
-    assert controller.configuration == ("ringing", "model_free")
+    assert controller.configuration == ("ringing", "model_unlinked")
 
 
 def test_restore_takes_a_state_alone_as_the_caller_silent() -> None:
@@ -264,17 +265,22 @@ def test_restore_takes_a_state_alone_as_the_caller_silent() -> None:
         "listening_open",
         "caller_silent",
         "tools_open",
-        "model_free",
+        "model_unlinked",
     )
     controller.restore(
         ("speaking",), TurnContext(timers=live.timers, active_speeches=frozenset({"s1"}))
     )
     # the regions left out are in their initial states
-    assert controller.configuration == ("speaking", "caller_silent", "tools_open", "model_free")
+    assert controller.configuration == (
+        "speaking",
+        "caller_silent",
+        "tools_open",
+        "model_unlinked",
+    )
     controller.restore(("greeting_requested", "caller_speaking"), live)
     assert controller.snapshot()[0] == (
         "greeting_requested",
         "caller_speaking",
         "tools_open",
-        "model_free",
+        "model_unlinked",
     )

@@ -415,13 +415,13 @@ class RawBargeInRules(TurnRules):
     def has_a_tool_speech(self) -> bool:
         return self.context.tool_speech_id is not None
 
-    def hold_tool_reply(self, machine: StateChart | None = None) -> None:
+    def hold_tool_reply(self, machine: StateChart) -> None:
         # tool_loop's own barge-in transition (the hold) runs beside the cap's region's
         # move the extension adds: the raw stop runs there (once: the region moved on)
-        stopped = machine is not None and "tool_loop_interrupted" in machine.configuration_values
-        if machine is not None and not stopped and self.context.tool_speech_id is not None:
+        stopped = "tool_loop_interrupted" in machine.configuration_values
+        if not stopped and self.context.tool_speech_id is not None:
             self.emit(fx.Interrupt(force=False))
-        super().hold_tool_reply()
+        super().hold_tool_reply(machine)
 
 
 async def locked_tool_interrupt(controller: TurnController) -> Outcome:

@@ -26,7 +26,14 @@ from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.context import TurnContext
 from turnfsm.context_rules import SCOPED, reachable_states
-from turnfsm.machine import LEAF_STATES, REGION_STATES, TIMERS, public_state, states_beside
+from turnfsm.machine import (
+    LEAF_STATES,
+    MODEL_STATES,
+    REGION_STATES,
+    TIMERS,
+    public_state,
+    states_beside,
+)
 from turnfsm.testing import INTERRUPTION_SETTINGS, explore
 
 POLICY = TurnPolicy(
@@ -71,10 +78,17 @@ def random_pair(rng: random.Random, policy: TurnPolicy) -> tuple[tuple[str, ...]
     """A state of the chart and a context whose fields are each valid on their own, and
     consistent with each other as far as the field checks go (ids of active speeches)."""
     state = rng.choice(LEAF_STATES)
+    # a pipeline's call, as the explorer explores this policy: no realtime model linked
+    # (its region's other states are a realtime call's, explored elsewhere)
+    unlinked = {leaf for leaf in MODEL_STATES if leaf != "model_unlinked"}
     beside = tuple(
         rng.choice(options)
         for states in REGION_STATES.values()
-        if (options := [leaf for leaf in states if leaf in states_beside()[state]])
+        if (
+            options := [
+                leaf for leaf in states if leaf in states_beside()[state] and leaf not in unlinked
+            ]
+        )
     )
     active = frozenset(rng.sample(IDS[:2], rng.randint(0, 2)))
     started = [t for t, timer in TIMERS.items() if getattr(policy, timer.seconds) is not None]
