@@ -229,7 +229,7 @@ class TurnCalls(RuleBasedStateMachine):
         if self.controller.is_ended:
             assert not self.muted
             assert not self.held
-            if before != "ended":
+            if before[0] != "ended":  # the call ended on this event
                 reason = context.end_reason or "?"
                 Totals.ended[reason] = Totals.ended.get(reason, 0) + 1
         return effects
