@@ -329,29 +329,16 @@ def run(profile: str, summary_line: Callable[[str], None]) -> None:
     beside = {state for states in REGION_STATES.values() for state in states}
     assert {after for _, _, after in Totals.moves} == {*STATES, *beside}
     # The guided strategy gets deep into calls: every state change short of the end is
-    # taken (the rarest about 10 times in 1 000 calls). Each state's way to `ended` is
-    # rarer by design; the explorer covers those exhaustively.
-    # Five more are left to the explorer (tests/core/test_explorer.py explores them):
+    # taken (the rarest twice in 1 040 calls). Each state's way to `ended` is
+    # rarer by design; the explorer covers those exhaustively. The calls drawn are the same
+    # in any process and after any test (tests/conftest.py keeps hypothesis from drawing
+    # the literals of the modules imported before), but hypothesis seeds them from the
+    # source of TurnCalls (comments aside), so an edit here, or to the machine, draws
+    # others. One move is left to the explorer (tests/core/test_explorer.py explores it):
     # a declined turn's prepared reply as the last speech of a tool step whose own speech
-    # already ended (four guided draws in a row), the agent code's first speech as the
-    # greeting (an own-words policy drawn, then that speech first: taken in a run alone,
-    # missed in some runs after other tests in the same worker process changed the draws),
-    # and the greeting's speech ending while another speech is in flight (a speech created
-    # in the greeting, then the greeting's own end: missed since the tool-reply hold's
-    # timer and transitions changed the draws). A turn declined while the agent speaks
-    # (taken in a run alone, missed in a whole `make test` since the realtime-only
-    # interrupted speeches stopped shaping pipeline contexts, which changed the draws)
-    # is a rarer variant of the first. The caller speaking again after speech that ended
-    # over a greeting answering an overlap whole (a keep_listening + answer_whole policy
-    # drawn, then two speech starts in its greeting: taken in a run alone, missed in a run
-    # after other tests) is the fifth.
-    rare = {
-        ("caller_spoke_over_greeting", "user_speech_started", "caller_speaking"),
-        ("tool_loop", "user_turn_declined", "listening"),
-        ("speaking", "user_turn_declined", "listening"),
-        ("awaiting_agent", "agent_speech_created", "greeting"),
-        ("greeting", "agent_speech_ended", "speaking"),
-    }
+    # already ended (four guided draws in a row: 3 times with one source of this file,
+    # never with the next).
+    rare = {("tool_loop", "user_turn_declined", "listening")}
     missing = {move for move in CHANGES if move[2] != "ended"} - taken - rare
     assert not missing, f"never taken: {sorted(missing)}"
 
