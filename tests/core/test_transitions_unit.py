@@ -1028,12 +1028,14 @@ def test_a_turn_under_min_words_over_a_held_reply_is_declined_and_sends_it() -> 
     """LiveKit's end of the turn: one word under ``min_words=3`` is no turn (as LiveKit
     judges one over a playing reply), and the reply goes to the model at once."""
     controller = _held(min_words=3)
+    # (the hold's exit, then the turn's action: one step, the levers act at once)
     assert controller.handle(ev.UserTurnEnded(at=3.9, words=2)) == (
-        fx.RejectUserTurn(),
         fx.CancelTimer(timer="tool_reply_hold"),
         fx.ReleaseToolReply(speech_id="s1", send=True),
+        fx.RejectUserTurn(),
     )
     assert controller.state == "tool_loop"
+    assert "reply_free" in controller.configuration
     assert controller.context.held_tool_reply is None
 
 
