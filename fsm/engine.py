@@ -54,7 +54,10 @@ reference does after a restore. Mid-call, the reference tries them in the order 
 entered them (its ``_select_transitions`` notes the sorting as a TODO); both engines
 run exit and enter actions in document order, so the orders differ in outcome only
 when regions take transitions that conflict or that both have actions of their own
-(``before``, ``on``, ``after``), which the turn chart never does in one step
+(``before``, ``on``, ``after``), or that exit states of equal document order with exit
+actions (python-statemachine 3.2 numbers a state by its place among its siblings plus
+its parent's number, so states of different regions can share a number; those exit in
+the order their transitions were taken), which the turn chart never does in one step
 (``tests/core/test_engine.py`` checks every order of every set of candidates the
 regions can take together, their guards not contradicting each other).
 :func:`turnfsm.testing.explore` proves the two engines equal on every configuration it
