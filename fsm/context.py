@@ -59,7 +59,9 @@ class TurnContext:
 
     held_tool_reply: str | None = None
     """The speech whose reply to its tool output is held (``HoldToolReply``) until LiveKit
-    decides on the caller's barge-in into its tool step."""
+    decides on the caller's barge-in into its tool step: set exactly while the tool
+    reply's region is in ``reply_held``. (The step's speech as the hold began: a later
+    step of another speech, under the cap, moves ``tool_speech_id`` on, not the hold.)"""
 
     final_speech_id: str | None = None
     """The final reply's speech (once the cap's ``final_reply_playing`` is entered); if it

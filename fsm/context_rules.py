@@ -31,6 +31,7 @@ from .fields import check_fields
 from .machine import (
     CAPPED_PHASES,
     CONVERSATION_STATES,
+    HELD_PHASES,
     LIVE_STATES,
     MODEL_STATES,
     REGION_STATES,
@@ -66,7 +67,7 @@ SCOPED: Mapping[str, frozenset[str]] = {
         frozenset({"greeting"}),
     ),
     **dict.fromkeys(
-        ("tool_speech_id", "final_speech_id", "final_after_speech", "held_tool_reply"),
+        ("tool_speech_id", "final_speech_id", "final_after_speech"),
         frozenset({"speaking", "tool_loop", "ended"}),
     ),
     **dict.fromkeys(
@@ -108,13 +109,9 @@ REALTIME_CAP_PHASES = frozenset(
 """The cap's phases that wait for a realtime model (a pipeline's final reply is asked for
 at the cap, its wait for a free model left in the same step)."""
 
-RUNS_IN: Mapping[str, frozenset[str]] = {
-    **TIMER_STATES,
-    # held only while a tool step's speech plays (its end releases the hold)
-    "tool_reply_hold": frozenset({"speaking", "tool_loop"}),
-}
-"""The atomic states each timer can run in: inside the state that declares it
-(:data:`turnfsm.machine.TIMER_STATES`), narrower where its rules say so."""
+HOLDING_STATES = frozenset({"speaking", "tool_loop"})
+"""The states a tool step's reply is held in: a step's speech plays (its end, or its
+interruption, ends the hold)."""
 
 REALTIME_TIMERS: frozenset[str] = frozenset({"model_reply", "response_done"})
 """Timers of the waits for a realtime model."""
@@ -216,8 +213,6 @@ def _check_linked(context: TurnContext, policy: TurnPolicy, realtime: bool | Non
             raise ValueError(
                 f"TurnContext.timers {waits} run only with a realtime model (not {UNLINKED!r})"
             )
-    if "tool_reply_hold" in context.timers and context.held_tool_reply is None:
-        raise ValueError("TurnContext.timers: 'tool_reply_hold' runs only while a reply is held")
     if context.held_tool_reply is not None and (realtime or policy.mute_input_during_tools):
         raise ValueError(
             "TurnContext.held_tool_reply is set only without a realtime model and with "
@@ -283,11 +278,12 @@ def _check_state(context: TurnContext, policy: TurnPolicy, configuration: tuple[
         _check_listening_phase(context, policy, configuration)
     if state in LIVE_STATES:
         _check_cap_phase(context, policy, state, configuration)
+    _check_hold(context, state, configuration)
     for timer in context.timers:
-        if RUNS_IN[timer].isdisjoint(configuration):
+        if TIMER_STATES[timer].isdisjoint(configuration):
             raise ValueError(
                 f"TurnContext.timers: {timer!r} does not run in {configuration!r} "
-                f"(only in {sorted(RUNS_IN[timer])})"
+                f"(only in {sorted(TIMER_STATES[timer])})"
             )
     if state in LIVE_STATES and policy.max_call_duration is not None:
         if "max_duration" not in context.timers:
@@ -362,11 +358,32 @@ def _check_model(context: TurnContext, configuration: tuple[str, ...]) -> None:
         )
 
 
-def cap_possible(configuration: tuple[str, ...]) -> bool:
-    """Whether the cap's region can be in its state of ``configuration`` beside the turn's:
-    it leaves ``tools_open`` only in the conversation, where tool rounds are counted."""
-    beside = set(configuration[1:]) & CAP_STATES
-    return beside <= {TOOLS_OPEN} or public_state(configuration[0]) in CONVERSATION_STATES
+def regions_possible(configuration: tuple[str, ...]) -> bool:
+    """Whether the regions beside the turn can be in their states of ``configuration``
+    beside the turn's: the cap leaves ``tools_open`` only in the conversation, where tool
+    rounds are counted; a tool step's reply is held only in ``speaking`` and
+    ``tool_loop``."""
+    beside, state = set(configuration[1:]), public_state(configuration[0])
+    cap_moved = not (beside & CAP_STATES) <= {TOOLS_OPEN}
+    held = not beside.isdisjoint(HELD_PHASES)
+    return not (cap_moved and state not in CONVERSATION_STATES) and not (
+        held and state not in HOLDING_STATES
+    )
+
+
+def _check_hold(context: TurnContext, state: str, configuration: tuple[str, ...]) -> None:
+    """A tool step's reply is held only while a step's speech plays, and the speech it
+    holds is known exactly while it is held."""
+    held = not HELD_PHASES.isdisjoint(configuration)
+    if held and state not in HOLDING_STATES:
+        raise ValueError(
+            f"a tool step's reply is held only in {sorted(HOLDING_STATES)}, not in {state!r}"
+        )
+    if (context.held_tool_reply is not None) != held:
+        raise ValueError(
+            "TurnContext.held_tool_reply is set exactly while a tool step's reply is held "
+            f"({sorted(HELD_PHASES)}), got {context.held_tool_reply!r} in {configuration!r}"
+        )
 
 
 def _check_cap_phase(
@@ -377,7 +394,7 @@ def _check_cap_phase(
     step's speech is known exactly while the cap waits for its end, and once capped the
     final reply's speech only while it plays."""
     (phase,) = set(configuration) & CAP_STATES
-    if not cap_possible(configuration):
+    if phase != TOOLS_OPEN and state not in CONVERSATION_STATES:
         raise ValueError(f"the cap's region is {TOOLS_OPEN} in {state!r}, not {phase!r}")
     if phase in CAPPED_PHASES and context.tool_rounds != policy.max_tool_steps:
         raise ValueError(

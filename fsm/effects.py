@@ -28,10 +28,11 @@ model, ``model_reply`` bounds the wait for the model's own reply and ``response_
 wait for its active response to finish (the greeting's ``greeting_awaiting_model`` and
 ``retry_awaiting_model``, the cap's ``final_awaits_model_reply`` and
 ``final_awaits_model_free``). ``tool_reply_hold`` bounds a
-``HoldToolReply`` once the caller is silent: LiveKit has not interrupted by then, the
-reply to the tool output is sent. ``spill_over`` is the window after a greeting that
-muted the input (``spill_over_window``) in which speech that starts is the tail of an
-overlap the muted input missed."""
+``HoldToolReply`` once the caller is silent (the hold's ``held_after_caller_stops``):
+LiveKit has not interrupted by then, the reply to the tool output is sent.
+``spill_over`` is the window after a greeting that muted the input
+(``spill_over_window``) in which speech that starts is the tail of an overlap the muted
+input missed."""
 
 TIMER_NAMES: tuple[TimerName, ...] = get_args(TimerName)
 

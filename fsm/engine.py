@@ -36,7 +36,7 @@ True
 >>> compiled.configuration == reference.configuration
 True
 >>> compiled.configuration
-('awaiting_user', 'caller_silent', 'tools_open', 'model_unlinked')
+('awaiting_user', 'caller_silent', 'tools_open', 'reply_free', 'model_unlinked')
 
 The compiled engine builds no python-statemachine machine per call (one per chart and
 rules class, when the pair is first used, to read what it resolved). It calls private
@@ -54,7 +54,10 @@ reference does after a restore. Mid-call, the reference tries them in the order 
 entered them (its ``_select_transitions`` notes the sorting as a TODO); both engines
 run exit and enter actions in document order, so the orders differ in outcome only
 when regions take transitions that conflict or that both have actions of their own
-(``before``, ``on``, ``after``), which the turn chart never does in one step
+(``before``, ``on``, ``after``), or that exit states of equal document order with exit
+actions (python-statemachine 3.2 numbers a state by its place among its siblings plus
+its parent's number, so states of different regions can share a number; those exit in
+the order their transitions were taken), which the turn chart never does in one step
 (``tests/core/test_engine.py`` checks every order of every set of candidates the
 regions can take together, their guards not contradicting each other).
 :func:`turnfsm.testing.explore` proves the two engines equal on every configuration it

@@ -21,17 +21,20 @@ event picks the first live state by the policy's guards (``greeting``, ``awaitin
 or ``listening``), whose enter actions then run once, with the call live; building the
 machine emits nothing.
 
-A live call is three regions side by side: the ``turn``, the ``caller_voice``
-(``caller_silent ⇄ caller_speaking``, and ``caller_spoke_over_greeting``) and the
+A live call is four regions side by side: the ``turn``, the ``caller_voice``
+(``caller_silent ⇄ caller_speaking``, and ``caller_spoke_over_greeting``), the
 ``tool_cap`` (``tools_open ⇄ tool_loop_interrupted``, then ``capped``: the final reply
-without tools, in phases). The voice region follows voice activity on its own, so a
+without tools, in phases) and the ``tool_reply`` (``reply_free ⇄ reply_held``: the reply
+to a tool step's output held while LiveKit decides on the caller's barge-in, in phases).
+The voice region follows voice activity on its own, so a
 turn's state never doubles as a "the caller is speaking" flag, nor as "the caller spoke
 over the greeting"; the turn's guards and actions that depend on it read it
 (``caller_is_speaking``). The cap's region follows the user turn's tool rounds: the turn
 still answers each step (it cancels the reply of a step past the cap), the cap's region
 says what comes after it, in its states' enter and exit actions only (none on its
 transitions), so that its effects take the same place in a step whichever region the
-engine tries first (:mod:`turnfsm.engine`). Beside the whole
+engine tries first (:mod:`turnfsm.engine`); so does the hold of the tool reply, whose
+exit decides whether the reply is sent or dropped. Beside the whole
 call (its ``line``: connecting, then live) runs a third region, the realtime model's
 activity (``model_activity``: ``model_unlinked`` until a realtime model is linked, then
 ``model_free``, ``model_responding``, ``model_cancelling`` while a ``response.cancel`` is
@@ -96,8 +99,6 @@ class After:
     timer: TimerName
     seconds: str
     """The policy field that gives its seconds; unset (``None``), the timer never starts."""
-    on_entry: bool = True
-    """Started as the state is entered; else only by the state's own actions."""
     while_silent: bool = False
     """Runs only while the caller is silent (stopped and started again by the voice)."""
 
@@ -112,27 +113,23 @@ def after(
     timer: TimerName,
     *,
     seconds: str,
-    on_entry: bool = True,
     while_silent: bool = False,
 ) -> None:
     """Declare that ``timer`` runs in ``state``: the rules' ``start_timers`` starts it as
-    the state is entered (unless ``on_entry=False``: its actions start it), their
-    ``cancel_timers`` cancels it as the state is left, first of its exit actions; its
-    expiry is the event ``<timer>_timer_expired`` (:data:`~turnfsm.events.TIMER_EVENTS`).
-    A state a call is in before its first event cannot start one on entry
-    (:func:`refuse_timers_started_before_any_event`)."""
-    declared = (*timers_declared(state), After(timer, seconds, on_entry, while_silent))
+    the state is entered, their ``cancel_timers`` cancels it as the state is left, first
+    of its exit actions; its expiry is the event ``<timer>_timer_expired``
+    (:data:`~turnfsm.events.TIMER_EVENTS`). A state a call is in before its first event
+    cannot declare one (:func:`refuse_timers_started_before_any_event`)."""
+    declared = (*timers_declared(state), After(timer, seconds, while_silent))
     state.timers = declared  # type: ignore[attr-defined]
-    # the entry action only where a timer starts on entry: the diagrams draw it as it is
-    if on_entry and sum(timer.on_entry for timer in declared) == 1:
-        state.enter.add("start_timers", priority=CallbackPriority.AFTER)
     if len(declared) == 1:
+        state.enter.add("start_timers", priority=CallbackPriority.AFTER)
         state.exit.add("cancel_timers", priority=CallbackPriority.GENERIC)
 
 
 def refuse_timers_started_before_any_event(machine_class: type[TurnChart]) -> None:
     """Raise ``ValueError`` if a state a call is in before its first event declares a
-    timer that starts on entry: the machine enters it while it is built, when no effect
+    timer (which starts on entry): the machine enters it while it is built, when no effect
     can be emitted, so its ``StartTimer`` would be lost (the controller refuses it)."""
     entered, todo = set(), [state for state in machine_class.states if state.initial]
     while todo:  # the initial descent, and the eventless transitions taken from it
@@ -144,13 +141,12 @@ def refuse_timers_started_before_any_event(machine_class: type[TurnChart]) -> No
             if transition.is_eventless:
                 todo.extend(transition.targets)
         for timer in timers_declared(state):
-            if timer.on_entry:
-                raise ValueError(
-                    f"after({state.id}, {timer.timer!r}) starts on entry, but a call is in "
-                    f"{state.id} before its first event (the machine enters it as it is "
-                    "built, when no effect can be emitted): declare it on a state entered "
-                    "by an event, or with on_entry=False and start it from an action"
-                )
+            raise ValueError(
+                f"after({state.id}, {timer.timer!r}) starts on entry, but a call is in "
+                f"{state.id} before its first event (the machine enters it as it is "
+                "built, when no effect can be emitted): declare it on a state entered "
+                "by an event"
+            )
 
 
 def timers_declared(state: State) -> tuple[After, ...]:
@@ -162,13 +158,13 @@ def declare_chart() -> dict[str, Any]:
     """A fresh declaration of the turn chart: its states and events, by name.
 
     ``call`` holds every state of a call, in two regions: its ``line``, ``start`` and
-    ``ringing`` before it is live (``connecting``), then ``live``, three regions side by
+    ``ringing`` before it is live (``connecting``), then ``live``, four regions side by
     side: the ``turn`` (``awaiting_user``, ``greeting``, and ``listening ⇄ speaking ⇄
     tool_loop`` in ``conversation``), the ``caller_voice`` (``caller_silent ⇄
     caller_speaking``, and ``caller_spoke_over_greeting`` in a greeting that answers an
-    overlap whole) and the ``tool_cap`` (``tools_open ⇄ tool_loop_interrupted``,
-    ``capped``); and beside the line, the realtime model's activity
-    (``model_activity``). ``ended`` is final.
+    overlap whole), the ``tool_cap`` (``tools_open ⇄ tool_loop_interrupted``,
+    ``capped``) and the ``tool_reply`` (``reply_free ⇄ reply_held``); and beside the
+    line, the realtime model's activity (``model_activity``). ``ended`` is final.
     """
 
     class call(State.Parallel):  # noqa: N801 - state ids are snake_case
@@ -191,8 +187,9 @@ def declare_chart() -> dict[str, Any]:
                 """Outbound only: dialing, until the callee picks up."""
 
             class live(State.Parallel):  # noqa: N801
-                """The call is live: whose turn it is, and beside it, the caller's voice
-                and the cap on the user turn's tool rounds."""
+                """The call is live: whose turn it is, and beside it, the caller's voice,
+                the cap on the user turn's tool rounds and the hold of a tool step's
+                reply."""
 
                 class turn(State.Compound):  # noqa: N801
                     """Whose turn it is, from the answer to the hang-up."""
@@ -355,6 +352,39 @@ def declare_chart() -> dict[str, Any]:
                         """The final reply ended: tools are allowed again, rounds still
                         refused until the next user turn."""
 
+                class tool_reply(State.Compound):  # noqa: N801
+                    """The reply to a tool step's output, held while LiveKit decides on the
+                    caller's barge-in into the step: LiveKit decides when their turn ends,
+                    seconds after the tool may have returned and the reply been asked for,
+                    so an interruption throws away no model request. Its effects are its
+                    states' enter and exit actions only (none on its transitions), as the
+                    cap's."""
+
+                    # (declared in this order, the hold and its timed phase first, for
+                    # python-statemachine's document order, which numbers a state by its
+                    # place among its siblings plus its parent's number: states with equal
+                    # numbers exit in the order their regions are tried, which differs
+                    # between the engines; these numbers match no state of the turn whose
+                    # exit actions can run in the same step: tests/core/test_engine.py)
+                    class reply_held(  # noqa: N801
+                        State.Compound, enter="hold_tool_reply", exit="release_tool_reply"
+                    ):
+                        """The reply to the step's output waits (``HoldToolReply``) until LiveKit
+                        decides: it commits the turn, interrupting the step's speech (the reply
+                        is dropped), or commits it without that, declines it, or a turn too
+                        short to interrupt ends (the reply is sent); the way out decides
+                        (``release_tool_reply``)."""
+
+                        held_after_caller_stops = State()
+                        """LiveKit decides within its end-of-turn delay: the hold waits at most
+                        ``tool_reply_hold`` seconds for it, then sends the reply."""
+
+                        held_while_caller_speaks = State(initial=True)
+                        """Untimed: LiveKit waits for the caller's silence too."""
+
+                    reply_free = State(initial=True)
+                    """No reply is held: LiveKit asks for a step's reply as its tools return."""
+
         class model_activity(State.Compound):  # noqa: N801
             """Beside the call's course, from its start: what the realtime model is doing,
             as its link reports it (``response.created``, ``response.done``, a
@@ -446,6 +476,12 @@ def declare_chart() -> dict[str, Any]:
         due.final_reply_playing,
     )
     final_reply_over = call.line.live.tool_cap.capped.final_reply_over
+    reply_free = call.line.live.tool_reply.reply_free
+    reply_held = cast(State, call.line.live.tool_reply.reply_held)
+    held_while_caller_speaks, held_after_caller_stops = (
+        call.line.live.tool_reply.reply_held.held_while_caller_speaks,
+        call.line.live.tool_reply.reply_held.held_after_caller_stops,
+    )
     model_unlinked, model_free, model_responding = (
         call.model_activity.model_unlinked,
         call.model_activity.model_free,
@@ -460,8 +496,7 @@ def declare_chart() -> dict[str, Any]:
     # Timers, declared per state (XState's ``after``): started as the state is entered
     # (one ``while_silent`` only while the caller is silent: stopped when they speak,
     # started again when they stop), cancelled as it is left; each expires as an event of
-    # its own, ``<timer>_timer_expired``, taken only while the timer runs. One started by
-    # the state's actions (``on_entry=False``) is cancelled with the state too.
+    # its own, ``<timer>_timer_expired``, taken only while the timer runs.
     after(turn, "max_duration", seconds="max_call_duration")
     after(awaiting_user, "await_user", seconds="await_user_timeout", while_silent=True)
     after(listening, "idle", seconds="idle_timeout", while_silent=True)
@@ -470,8 +505,7 @@ def declare_chart() -> dict[str, Any]:
     after(retry_awaiting_model, "response_done", seconds="response_done_wait")
     after(final_awaits_model_reply, "model_reply", seconds="model_reply_wait")
     after(final_awaits_model_free, "response_done", seconds="response_done_wait")
-    # the hold of a tool step's reply
-    after(conversation, "tool_reply_hold", seconds="tool_reply_hold", on_entry=False)
+    after(held_after_caller_stops, "tool_reply_hold", seconds="tool_reply_hold")
 
     # outbound calls ring at once (eventless); inbound ones go live with their session,
     # in the state the policy picks (first match wins)
@@ -518,9 +552,14 @@ def declare_chart() -> dict[str, Any]:
         | spill_over_window.to(discarding_overlap, on=["stop_silence_timers", "hold_spill_over"])
         | replay_unheard.to(replay_heard_caller, on="stop_silence_timers")
         | listening.to(None, on="stop_silence_timers")
-        # a barge-in into a tool step: its reply waits for LiveKit's decision
-        | tool_loop.to(None, unless="input_is_muted", on="hold_tool_reply")
-        | conversation.to(None, cond="holds_tool_reply", on="hold_tool_reply")
+        # a barge-in into a tool step: its reply waits for LiveKit's decision, untimed
+        # while the caller speaks
+        | reply_free.to(
+            reply_held,
+            cond=["holds_tool_replies", "runs_a_tool_step", "has_tool_step_speech"],
+            unless="runs_realtime_model",
+        )
+        | held_after_caller_stops.to(held_while_caller_speaks)
     )
 
     user_speech_ended |= (
@@ -528,7 +567,7 @@ def declare_chart() -> dict[str, Any]:
         # the overlap is over: discarded as its phase is left
         | discarding_overlap.to(listening_open, on="start_silence_timers")
         | listening.to(None, on="start_silence_timers")
-        | conversation.to(None, cond="holds_tool_reply", on="time_the_tool_reply_hold")
+        | held_while_caller_speaks.to(held_after_caller_stops)
     )
 
     user_turn_committed = (
@@ -539,10 +578,11 @@ def declare_chart() -> dict[str, Any]:
         | greeting.to(None, cond="drops_overlap", unless="is_first_words", on="reject_user_turn")
         # a turn ends the spill-over window: what starts after it is new speech
         | spill_over_window.to(listening_open, on="note_user_turn")
-        # (a reply still held: LiveKit committed the turn without interrupting its speech)
-        | conversation.to(None, on=["note_user_turn", "send_held_tool_reply"])
+        | conversation.to(None, on="note_user_turn")
         # a user turn opens a fresh count of tool rounds
         | tools_open.from_(tool_loop_interrupted, capped)
+        # a reply still held: LiveKit committed the turn without interrupting its speech
+        | reply_held.to(reply_free)
     )
 
     # LiveKit's end of the caller's turn, before it commits it: a turn too short to
@@ -550,8 +590,8 @@ def declare_chart() -> dict[str, Any]:
     # tools still run or LiveKit asks for their reply; the reply goes on at once. A longer
     # one LiveKit commits, interrupting that speech itself (which drops the reply).
     user_turn_ended = conversation.to(
-        None, cond=["holds_tool_reply", "is_backchannel"], on="decline_backchannel"
-    )
+        None, cond=["tool_reply_is_held", "is_backchannel"], on="decline_backchannel"
+    ) | reply_held.to(reply_free, cond="is_backchannel")
 
     # greet_on="final_transcript": the callee's first words start the greeting as soon as
     # the STT has them, about 0.5 s before LiveKit's end of turn would commit them (the
@@ -651,6 +691,8 @@ def declare_chart() -> dict[str, Any]:
         )
         | final_awaits_tool_speech.to(final_awaits_model_free, cond="is_capped_step_speech")
         | final_reply_playing.to(final_reply_over, cond="is_final_reply_speech")
+        # the held reply's speech is over: its reply will never be asked for
+        | reply_held.to(reply_free, cond="is_held_tool_reply")
     )
 
     # LiveKit will not answer the caller (its min_words over a tool step, a false
@@ -662,14 +704,10 @@ def declare_chart() -> dict[str, Any]:
             speaking,
             tool_loop,
             cond=["prepared_reply_in_flight", "only_the_prepared_reply_in_flight"],
-            on=["forget_prepared_reply", "send_held_tool_reply"],
+            on="forget_prepared_reply",
         )
-        | conversation.to(
-            None,
-            cond="prepared_reply_in_flight",
-            on=["forget_prepared_reply", "send_held_tool_reply"],
-        )
-        | conversation.to(None, cond="holds_tool_reply", on="send_held_tool_reply")
+        | conversation.to(None, cond="prepared_reply_in_flight", on="forget_prepared_reply")
+        | reply_held.to(reply_free)
         # the final reply's speech was the one LiveKit prepared: the next speech is
         | final_reply_playing.to(
             final_reply_awaited, cond=["prepared_reply_in_flight", "prepares_the_final_reply"]
@@ -680,11 +718,21 @@ def declare_chart() -> dict[str, Any]:
         None, cond="needs_drop", on="drop_unspoken_text"
     ) | conversation.to(None, cond="needs_drop", on="drop_unspoken_text")
 
-    step_started = ["count_tool_round", "hold_tool_reply_while_the_caller_speaks"]
     tool_step_started = (
-        listening.to(tool_loop, on=step_started)
-        | speaking.to(tool_loop, on=step_started)
-        | tool_loop.to(None, on=step_started)
+        listening.to(tool_loop, on="count_tool_round")
+        | speaking.to(tool_loop, on="count_tool_round")
+        | tool_loop.to(None, on="count_tool_round")
+        # a step that starts while the caller speaks: held as if they began now
+        | reply_free.to(
+            reply_held,
+            cond=[
+                "holds_tool_replies",
+                "in_conversation",
+                "caller_is_speaking",
+                "step_has_a_speech",
+            ],
+            unless="runs_realtime_model",
+        )
     )
 
     # (playback is traced only; the state follows creation)
@@ -712,17 +760,20 @@ def declare_chart() -> dict[str, Any]:
         | tools_open.to(final_awaits_model_free, cond="caps_the_tool_loop")
         # an interrupted loop's step ends: the next one counts again
         | tool_loop_interrupted.to(tools_open)
+        # the outgoing agent drains: LiveKit hands over only once its speeches are done,
+        # and takes no user turn meanwhile, so nothing would decide a held reply: sent
+        | reply_held.to(reply_free, cond="hands_over")
     )
 
     interrupted = "note_speech_interrupted"
     agent_speech_interrupted = (
-        speaking.to(None, cond="is_held_tool_reply", on=["drop_held_tool_reply", interrupted])
-        | tool_loop.to(None, cond="is_held_tool_reply", on=["drop_held_tool_reply", interrupted])
-        | speaking.to(None, on=interrupted)
+        speaking.to(None, on=interrupted)
         | tool_loop.to(None, on=interrupted)
         # LiveKit interrupted the speech running the tool step (it stopped the speech
         # itself): no further round, the step's output is not answered
         | tools_open.to(tool_loop_interrupted, cond=["runs_a_tool_step", "is_tool_step_speech"])
+        # LiveKit interrupted the held reply's speech: the reply is never asked for
+        | reply_held.to(reply_free, cond="is_held_tool_reply")
     )
 
     # The greeting did not start (its start refused or failed, before its speech exists
@@ -734,7 +785,9 @@ def declare_chart() -> dict[str, Any]:
         replaying_held_audio.to(listening_open, cond="is_unmute_outcome")
         # the interrupt did not happen: the loop goes on and its reply is spoken
         | tool_loop_interrupted.to(tools_open, cond=["runs_a_tool_step", "interrupt_not_done"])
-        | conversation.to(None, cond="tool_reply_hold_not_done", on="forget_tool_reply_hold")
+        # the adapter did not hold the reply (LiveKit would not interrupt the speech, or it
+        # is gone): nothing waits for a release
+        | reply_held.to(reply_free, cond="tool_reply_hold_not_done")
         | greeting_retry.from_(
             greeting_awaiting_model,
             greeting_requested,
@@ -871,7 +924,8 @@ def declare_chart() -> dict[str, Any]:
     # the spill-over window is over: speech that starts now is new
     spill_over_timer_expired = spill_over_window.to(listening_open)
 
-    tool_reply_hold_timer_expired = conversation.to(None, on="send_held_tool_reply")
+    # LiveKit did not interrupt the held reply's speech in time: the reply is sent
+    tool_reply_hold_timer_expired = held_after_caller_stops.to(reply_free)
 
     del in_call, connecting, start, ringing, turn, awaiting_user, awaiting_agent, greeting
     del greeting_awaiting_model, greeting_requested, greeting_playing, greeting_retry
@@ -883,10 +937,11 @@ def declare_chart() -> dict[str, Any]:
     del tools_open, tool_loop_interrupted, capped, due, final_awaits_tool_speech
     del final_awaits_model_reply, final_awaits_model_free, final_reply_asked
     del final_reply_awaited, final_reply_playing, final_reply_over
+    del reply_free, reply_held, held_while_caller_speaks, held_after_caller_stops
     del model_unlinked, model_free, model_responding, model_cancelling
     del cancelling_active, cancelling_idle
     del leave_greeting, speech_ended, agents_turn, committing
-    del step_started, step_finished, interrupted
+    del step_finished, interrupted
     del call_wide
     return dict(locals())
 
@@ -1092,12 +1147,12 @@ def transition_key(transition: Transition) -> tuple[str, int]:
     return transition.source.id, next(i for i, t in enumerate(declared) if t is transition)
 
 
-PHASED_STATES: tuple[str, ...] = ("greeting", "listening", "capped")
+PHASED_STATES: tuple[str, ...] = ("greeting", "listening", "capped", "reply_held")
 """Compound states whose sub-states are phases of one state: :attr:`TurnController.state`
 (and a trace's steps, the invariants, the outcome monitor) report the compound's id in
-each (the cap's ``capped``, beside the turn: the moves :func:`declared_moves` and the
-explorer name, and the overview diagram); :attr:`TurnController.configuration` names the
-phase."""
+each (the cap's ``capped`` and the tool reply's ``reply_held``, beside the turn: the moves
+:func:`declared_moves` and the explorer name, and the overview diagram);
+:attr:`TurnController.configuration` names the phase."""
 
 
 @functools.cache
@@ -1199,6 +1254,9 @@ and ``listening`` as :attr:`TurnController.state` reports its phases."""
 CAPPED_PHASES: frozenset[str] = leaves_under("capped")
 """The tool cap's phases once a user turn's tool rounds reached the cap."""
 
+HELD_PHASES: frozenset[str] = leaves_under("reply_held")
+"""The phases of the hold of a tool step's reply (its region, ``tool_reply``)."""
+
 LOCKED_STATES: frozenset[str] = frozenset({"greeting"}) | GREETING_STATES
 """States drawn and checked as locked: no interrupt effect is ever emitted in them (the
 greeting, and each of its phases)."""
@@ -1280,7 +1338,6 @@ IGNORED: dict[tuple[str, str], str] = {
         ("awaiting_agent", event): "no speech of the agent exists yet"
         for event in (
             "assistant_message_committed",
-            "tool_step_started",
             "user_turn_declined",  # a reply LiveKit prepared would have left awaiting_agent
         )
     },
@@ -1323,8 +1380,9 @@ IGNORED: dict[tuple[str, str], str] = {
         for timer in TIMERS.values()
         for state in STATES
         if not any(public_state(leaf) == state for leaf in TIMER_STATES[timer.timer])
-        # (the cap's waits run beside the conversation)
+        # (the cap's waits run beside the conversation, the hold's beside a step's speech)
         and not (state in CONVERSATION_STATES and TIMER_STATES[timer.timer] & CAPPED_PHASES)
+        and not (state in ("speaking", "tool_loop") and TIMER_STATES[timer.timer] & HELD_PHASES)
     },
     **{
         (state, "assistant_message_committed"): "an early speech is stopped before it says"
@@ -1334,9 +1392,8 @@ IGNORED: dict[tuple[str, str], str] = {
     **{
         (state, event): "tools before the greeting are not a user turn; the early speech"
         " that calls them is stopped"
-        for state in ("start", "ringing", "awaiting_user")
+        for state in ("start", "ringing")
         for event in ("tool_step_started", "tool_step_finished")
-        if (state, event) != ("awaiting_user", "tool_step_finished")  # (the cap's, beside)
     },
     **{
         (state, "agent_speech_interrupted"): reason
@@ -1345,7 +1402,6 @@ IGNORED: dict[tuple[str, str], str] = {
             ("ringing", "the machine stopped the early speech itself"),
         )
     },
-    ("greeting", "tool_step_started"): "the greeting's speech has no tools; counted per user turn",
     **{
         (state, "effect_outcome"): "no lever outcome changes this state: traced only"
         " (see OUTCOME_DECISIONS)"
@@ -1364,8 +1420,9 @@ IGNORED: dict[tuple[str, str], str] = {
 """Why a state has no transition for an event, per (state, event) pair; the test suite
 checks that every pair is a transition or listed here with a reason, and nothing else.
 A transition of a region beside the state counts: the tool cap's region takes a step's
-end and an interrupted speech in every live state (its guards let them through only in
-the conversation, where tool rounds are counted)."""
+end and an interrupted speech, and the tool reply's a step's start, in every live state
+(their guards let them through only in the conversation, where tool rounds are counted:
+before it, tools are no user turn's, and the early speech that calls them is stopped)."""
 
 OUTCOME_DECISIONS: dict[str, str] = {
     "mute_input": "traced only: the outcome monitor reports caller audio heard in a lock",
@@ -1387,9 +1444,9 @@ OUTCOME_DECISIONS: dict[str, str] = {
     "clear_user_turn": "traced only: the next turn may carry the overlap's words",
     "reject_user_turn": "traced only: the outcome monitor reports a reply to an overlap",
     "cancel_tool_reply": "traced only: the outcome monitor counts tool rounds",
-    "hold_tool_reply": "in speaking or tool_loop: the hold is forgotten (no timer, no"
-    " release): the reply to the tool output goes to the model unheld, as LiveKit alone"
-    " would send it",
+    "hold_tool_reply": "in reply_held: the hold is left for reply_free without a release"
+    " (its timer cancelled): the reply to the tool output goes to the model unheld, as"
+    " LiveKit alone would send it",
     "release_tool_reply": "traced only: the adapter drops a held reply's gate when its"
     " speech ends or the adapter detaches, and LiveKit's interruption cancels the reply",
     "final_reply_without_tools": "traced only: the next user turn starts a fresh count",

@@ -25,6 +25,7 @@ from .events import (
     AssistantMessageCommitted,
     CallEnded,
     EffectOutcome,
+    Event,
     InterruptionSettings,
     ModelCancelAnswered,
     ModelCancelSent,
@@ -190,7 +191,7 @@ class TurnRules:
         return ev.speech_id == self.context.tool_speech_id
 
     @guard("event")
-    def is_held_tool_reply(self, ev: AgentSpeechInterrupted) -> bool:
+    def is_held_tool_reply(self, ev: AgentSpeechInterrupted | AgentSpeechEnded) -> bool:
         return ev.speech_id == self.context.held_tool_reply
 
     @guard("event")
@@ -201,9 +202,30 @@ class TurnRules:
             and ev.speech_id == self.context.held_tool_reply
         )
 
+    @guard("policy")
+    def holds_tool_replies(self) -> bool:
+        """A barge-in into a tool step holds its reply: the hold is on, and the tools do
+        not mute the caller (no barge-in then)."""
+        return self.policy.tool_reply_hold is not None and not self.policy.mute_input_during_tools
+
     @guard("context")
-    def holds_tool_reply(self) -> bool:
-        return self.context.held_tool_reply is not None
+    def has_tool_step_speech(self) -> bool:
+        return self.context.tool_speech_id is not None
+
+    @guard("event")
+    def step_has_a_speech(self, ev: ToolStepStarted) -> bool:
+        """The step's speech is known once the step is counted (``count_tool_round``):
+        its own, or for a round past the cap (not counted) the last counted step's, if it
+        still plays."""
+        return self._counts_the_round() or self.context.tool_speech_id is not None
+
+    @guard("region")
+    def tool_reply_is_held(self, machine: StateChart) -> bool:
+        return "reply_held" in machine.configuration_values
+
+    @guard("event")
+    def hands_over(self, ev: ToolStepFinished) -> bool:
+        return ev.hands_over
 
     @guard("event")
     def is_backchannel(self, ev: UserTurnEnded, machine: StateChart) -> bool:
@@ -273,6 +295,10 @@ class TurnRules:
     @guard("state")
     def runs_a_tool_step(self, machine: StateChart) -> bool:
         return "tool_loop" in machine.configuration_values
+
+    @guard("state")
+    def in_conversation(self, machine: StateChart) -> bool:
+        return "conversation" in machine.configuration_values
 
     @guard("event")
     def is_active_speech(self, ev: ToolStepFinished) -> bool:
@@ -372,7 +398,7 @@ class TurnRules:
         to run from its entry (one that runs while the caller is silent, if they are)."""
         speaking = _caller_speaks(machine)
         for timer in timers_declared(state):
-            if timer.on_entry and not (timer.while_silent and speaking):
+            if not (timer.while_silent and speaking):
                 self._start_timer(timer.timer)
 
     def cancel_timers(self, state: State) -> None:
@@ -630,8 +656,6 @@ class TurnRules:
             ctx.tool_speech_id = None
         if ev.speech_id == ctx.final_after_speech:
             ctx.final_after_speech = None
-        if ev.speech_id == ctx.held_tool_reply:  # its reply will never be asked for
-            self._release_tool_reply(send=False)
         ctx.dropped_speeches = ctx.dropped_speeches - {ev.speech_id}
 
     def forget_prepared_reply(self, ev: UserTurnDeclined) -> None:
@@ -685,11 +709,15 @@ class TurnRules:
         ctx = self.context
         self._add_active_speech(ev.speech_id)
         ctx.tool_replies_due = ctx.tool_replies_due - {ev.speech_id}
-        if ctx.tool_rounds >= self.policy.max_tool_steps:  # (always so once capped)
+        if not self._counts_the_round():  # (always so once capped)
             self.emit(fx.CancelToolReply(speech_id=ev.speech_id))
             return
         ctx.tool_rounds += 1
         ctx.tool_speech_id = ev.speech_id
+
+    def _counts_the_round(self) -> bool:
+        """A step starting now is a round of the user turn's, under the cap."""
+        return self.context.tool_rounds < self.policy.max_tool_steps
 
     def note_speech_interrupted(self, ev: AgentSpeechInterrupted, machine: StateChart) -> None:
         ctx = self.context
@@ -705,81 +733,47 @@ class TurnRules:
         self.emit(fx.CancelToolReply(speech_id=ev.speech_id))
         self.note_handoff(ev)
 
-    # A barge-in into a tool step: LiveKit decides whether it interrupts the step's speech
-    # when the caller's turn ends, seconds after the tool may have finished and LiveKit
-    # asked the model for the reply to its output. That reply is held until LiveKit decided,
-    # so an interruption throws away no model request.
+    # The hold of a tool step's reply (its region, ``tool_reply``): entered on a barge-in
+    # into the step; the way out decides whether the reply goes to the model.
 
-    def hold_tool_reply(self, machine: StateChart) -> None:
-        """The caller speaks during the tool step: hold its reply (once), untimed while
-        they speak (LiveKit waits for their silence too)."""
+    def hold_tool_reply(self) -> None:
+        """Entering the hold: the reply to the step's output waits for LiveKit's decision."""
         ctx = self.context
-        self._cancel_timer("tool_reply_hold")
-        if ctx.held_tool_reply is None and ctx.tool_speech_id is not None:
-            # a realtime model answers tool output on its own: no reply of ours to hold
-            policy = self.policy
-            if (
-                policy.tool_reply_hold is not None
-                and not _runs_realtime_model(machine)
-                and not policy.mute_input_during_tools
-            ):
-                ctx.held_tool_reply = ctx.tool_speech_id
-                self.emit(fx.HoldToolReply(speech_id=ctx.tool_speech_id))
+        assert ctx.tool_speech_id is not None  # (has_tool_step_speech, step_has_a_speech)
+        ctx.held_tool_reply = ctx.tool_speech_id
+        self.emit(fx.HoldToolReply(speech_id=ctx.tool_speech_id))
 
-    def hold_tool_reply_while_the_caller_speaks(self, machine: StateChart) -> None:
-        """A tool step starts while the caller is speaking: held as if they began now."""
-        if _caller_speaks(machine):
-            self.hold_tool_reply(machine)
-
-    def time_the_tool_reply_hold(self) -> None:
-        """The caller stopped: LiveKit decides within its end-of-turn delay; the hold
-        waits at most ``tool_reply_hold`` for it."""
-        self._start_timer("tool_reply_hold")
-
-    def forget_tool_reply_hold(self) -> None:
-        """The adapter did not hold the reply (LiveKit would not interrupt the speech, or
-        it is gone): nothing waits for a release."""
-        self._cancel_timer("tool_reply_hold")
-        self.context.held_tool_reply = None
-
-    def send_held_tool_reply(self) -> None:
-        """LiveKit did not interrupt: it declined the turn, committed one without
-        interrupting the held reply's speech (which it would have done first), or never
-        ended the caller's turn within the hold."""
-        self._release_tool_reply(send=True)
+    def release_tool_reply(self, ev: Event | None, target: State) -> None:
+        """Leaving the hold: the reply goes to the model (LiveKit did not interrupt the
+        speech: it declined the turn, committed one without interrupting it, a turn too
+        short to interrupt ended, the step hands the call over, or the hold ran out),
+        unless the held speech was interrupted or is over (its reply is never asked
+        for), the adapter did not hold it (nothing waits), or the call ends (the adapter
+        drops every gate as it detaches)."""
+        ctx = self.context
+        speech_id, ctx.held_tool_reply = ctx.held_tool_reply, None
+        assert speech_id is not None  # (hold_tool_reply)
+        if _is_end(target) or isinstance(ev, EffectOutcome):
+            return
+        over = isinstance(ev, AgentSpeechInterrupted | AgentSpeechEnded)
+        self.emit(fx.ReleaseToolReply(speech_id=speech_id, send=not over))
 
     def decline_backchannel(self) -> None:
         """A turn too short to interrupt, over the held reply's speech: no turn, as
         LiveKit's ``min_words`` makes one over a playing reply (LiveKit applies it only
         to its current speech; the step's speech is a background one while its tools
         run, which any committed turn would interrupt). It interrupts nothing, so the
-        reply goes to the model now."""
+        reply goes to the model now (the hold is left on the same event)."""
         self.emit(fx.RejectUserTurn())
-        self._release_tool_reply(send=True)
 
     def note_interruption_settings(self, ev: InterruptionSettings) -> None:
         """LiveKit counts a turn's words for ``min_words`` only with an STT and outside
         manual turn detection."""
         self.context.min_words = ev.min_words if ev.stt and not ev.manual_turns else 0
 
-    def drop_held_tool_reply(self, ev: AgentSpeechInterrupted) -> None:
-        """LiveKit interrupted the held reply's speech: the reply is never asked for."""
-        if ev.speech_id == self.context.held_tool_reply:
-            self._release_tool_reply(send=False)
-
-    def _release_tool_reply(self, *, send: bool) -> None:
-        ctx = self.context
-        if ctx.held_tool_reply is not None:
-            self._cancel_timer("tool_reply_hold")
-            self.emit(fx.ReleaseToolReply(speech_id=ctx.held_tool_reply, send=send))
-            ctx.held_tool_reply = None
-
     def note_handoff(self, ev: ToolStepFinished) -> None:
         if ev.hands_over:
             self.context.handing_over = True
-            # the outgoing agent drains: LiveKit hands over only once its speeches are
-            # done, and takes no user turn meanwhile, so nothing would decide the hold
-            self._release_tool_reply(send=True)
 
     def note_tool_reply_due(self, ev: ToolStepFinished, machine: StateChart) -> None:
         """LiveKit asks the model for the reply to the step's output (under the agent's

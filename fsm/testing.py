@@ -428,7 +428,7 @@ def fresh_context(state: str, policy: TurnPolicy) -> TurnContext:
         for around, declared in chart_timers().items()
         if state in leaves_under(around)
         for timer in declared
-        if timer.on_entry and getattr(policy, timer.seconds) is not None
+        if getattr(policy, timer.seconds) is not None
     }
     return TurnContext(
         greeting_speech_id="s1" if playing else None,

@@ -230,11 +230,10 @@ def build_diagram(
 
 
 def _with_timers(timers: tuple[After, ...], actions: str) -> str:
-    """A state's entry or exit actions, naming the timers its ``start_timers`` starts (those
-    declared to start on entry, not those its actions start) and its ``cancel_timers``
-    cancels (all it declares)."""
+    """A state's entry or exit actions, naming the timers its ``start_timers`` starts and
+    its ``cancel_timers`` cancels (all it declares)."""
     named = {
-        "start_timers": [timer.timer for timer in timers if timer.on_entry],
+        "start_timers": [timer.timer for timer in timers],
         "cancel_timers": [timer.timer for timer in timers],
     }
     return ", ".join(

@@ -36,6 +36,7 @@ def test_the_voice_exists_only_while_the_call_is_live() -> None:
         "awaiting_user",
         "caller_silent",
         "tools_open",
+        "reply_free",
         "model_unlinked",
     )
     controller.handle(ev.CallEnded(at=0.3, reason="user_initiated"))
@@ -53,6 +54,7 @@ def test_one_event_moves_both_regions_once(engine: EngineName) -> None:
         "awaiting_user",
         "caller_speaking",
         "tools_open",
+        "reply_free",
         "model_unlinked",
     )
     if controller._machine is not None:  # the engine's own active states, not the summary
@@ -61,7 +63,13 @@ def test_one_event_moves_both_regions_once(engine: EngineName) -> None:
         assert controller._engine is not None
         atomic = {state.id for state in atomic_states()}
         leaves = [state for state in controller._engine.active if state in atomic]
-    assert sorted(leaves) == ["awaiting_user", "caller_speaking", "model_unlinked", "tools_open"]
+    assert sorted(leaves) == [
+        "awaiting_user",
+        "caller_speaking",
+        "model_unlinked",
+        "reply_free",
+        "tools_open",
+    ]
     assert controller.handle(ev.UserSpeechEnded(at=1.5)) == (
         fx.StartTimer(timer="await_user", seconds=OUTBOUND.await_user_timeout),
     )
@@ -69,6 +77,7 @@ def test_one_event_moves_both_regions_once(engine: EngineName) -> None:
         "awaiting_user",
         "caller_silent",
         "tools_open",
+        "reply_free",
         "model_unlinked",
     )
 
@@ -111,6 +120,7 @@ def test_the_idle_timer_waits_for_the_caller_to_stop() -> None:
         "listening_open",
         "caller_speaking",
         "tools_open",
+        "reply_free",
         "model_unlinked",
     )
     assert not any(isinstance(e, fx.StartTimer) for e in effects)

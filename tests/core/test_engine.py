@@ -20,7 +20,7 @@ from statemachine.transition import Transition
 
 from turnfsm import TurnController, TurnPolicy
 from turnfsm import events as ev
-from turnfsm.context_rules import cap_possible
+from turnfsm.context_rules import regions_possible
 from turnfsm.engine import CompiledChart, CompiledEngine, Plan, UnsupportedChart, compiled_chart
 from turnfsm.events import EVENTS_BY_NAME
 from turnfsm.machine import TurnMachine, build_machine, configurations
@@ -124,7 +124,9 @@ def test_the_order_of_the_regions_never_changes_a_step_of_the_turn_chart() -> No
     chart = compiled_chart(TurnMachine, TurnRules)
     names = [*EVENTS_BY_NAME, None]
     compared = 0
-    for leaves in filter(cap_possible, configurations()):  # (the cap moves in conversation)
+    for leaves in filter(
+        regions_possible, configurations()
+    ):  # (the cap, the hold: in conversation)
         for name in names:
             regions = chart.candidates(leaves, name)
             for chosen in itertools.product(*regions):

@@ -126,15 +126,6 @@ def test_a_timer_cannot_start_on_entry_where_a_call_is_before_its_first_event(
         build_machine(time_it)
 
 
-def test_a_timer_its_actions_start_may_be_declared_there() -> None:
-    def time_it(chart: dict[str, Any]) -> None:
-        ringing = next(s for s in walk_states(chart["call"].states) if s.id == "ringing")
-        after(ringing, "max_duration", seconds="max_call_duration", on_entry=False)
-
-    policy = TurnPolicy(direction="outbound", greeting="Hi", max_call_duration=60)
-    assert TurnController(policy, machine_class=build_machine(time_it)).state == "ringing"
-
-
 def test_an_extension_runs_with_its_rules() -> None:
     controller = TurnController(
         TurnPolicy(direction="inbound", first_speaker="user"),

@@ -44,6 +44,7 @@ def test_a_response_created_while_ringing_holds_the_greeting(engine: EngineName)
         "greeting_requested",
         "caller_silent",
         "tools_open",
+        "reply_free",
         "model_free",
     )
     assert any(isinstance(effect, fx.StartGreeting) for effect in effects)
@@ -81,6 +82,7 @@ def test_a_pipeline_stays_unlinked() -> None:
             "awaiting_user",
             "caller_silent",
             "tools_open",
+            "reply_free",
             "model_unlinked",
         )
         assert controller.context.pending_cancels == frozenset()

@@ -62,12 +62,8 @@ class ToolCapOffByOne(TurnRules):
         past = ctx.tool_rounds > self.policy.max_tool_steps
         return past and not ctx.handing_over and not ev.hands_over
 
-    def count_tool_round(self, ev: ev.ToolStepStarted) -> None:
-        self._add_active_speech(ev.speech_id)
-        if self.context.tool_rounds > self.policy.max_tool_steps:
-            self.emit(fx.CancelToolReply(speech_id=ev.speech_id))
-            return
-        self.context.tool_rounds += 1
+    def _counts_the_round(self) -> bool:
+        return self.context.tool_rounds <= self.policy.max_tool_steps
 
 
 class NoFinalReplyAtTheCap(TurnRules):

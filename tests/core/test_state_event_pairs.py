@@ -10,7 +10,7 @@ import pytest
 from turnfsm import TurnController, TurnMachine, TurnPolicy
 from turnfsm import effects as fx
 from turnfsm.context import TurnContext
-from turnfsm.context_rules import OVERLAP_PHASES, cap_possible, reachable_states
+from turnfsm.context_rules import OVERLAP_PHASES, reachable_states, regions_possible
 from turnfsm.controller import handled_events
 from turnfsm.events import EVENT_TYPES, EVENTS_BY_NAME
 from turnfsm.machine import (
@@ -60,9 +60,10 @@ def declared_in(state: str) -> set[str]:
     """Events a transition takes in some configuration of ``state``: its own, and those of
     the regions beside it (the caller's voice and the tool cap while the call is live, the
     realtime model's activity until the end) in a configuration a call can be in (the
-    tool cap leaves ``tools_open`` only in the conversation: ``cap_possible``)."""
+    tool cap leaves ``tools_open`` only in the conversation, a tool reply is held only in
+    speaking and tool_loop: ``regions_possible``)."""
     beside: dict[str, set[str]] = {}
-    for configuration in filter(cap_possible, configurations()):
+    for configuration in filter(regions_possible, configurations()):
         beside.setdefault(configuration[0], set()).update(configuration[1:])
     leaves = [leaf for leaf in LEAF_STATES if public_state(leaf) == state]
     sources = {state}.union(*(beside.get(leaf, set()) for leaf in leaves))
@@ -80,8 +81,9 @@ def test_states_are_the_documented_ones_with_the_voice_beside_the_live_ones() ->
         "cancelling_idle",
     )
     assert states_beside()["ringing"] == frozenset(MODEL_STATES)
-    cap = REGION_STATES["tool_cap"]
-    assert states_beside()["speaking"] == frozenset({*VOICE_STATES, *cap, *MODEL_STATES})
+    cap, reply = REGION_STATES["tool_cap"], REGION_STATES["tool_reply"]
+    assert reply == ("held_after_caller_stops", "held_while_caller_speaks", "reply_free")
+    assert states_beside()["speaking"] == frozenset({*VOICE_STATES, *cap, *reply, *MODEL_STATES})
     assert states_beside()["ended"] == frozenset()
     assert {public_state(state) for state in LIVE_STATES} == {
         "awaiting_user",
@@ -265,6 +267,7 @@ def test_restore_takes_a_state_alone_as_the_caller_silent() -> None:
         "listening_open",
         "caller_silent",
         "tools_open",
+        "reply_free",
         "model_unlinked",
     )
     controller.restore(
@@ -275,6 +278,7 @@ def test_restore_takes_a_state_alone_as_the_caller_silent() -> None:
         "speaking",
         "caller_silent",
         "tools_open",
+        "reply_free",
         "model_unlinked",
     )
     controller.restore(("greeting_requested", "caller_speaking"), live)
@@ -282,5 +286,6 @@ def test_restore_takes_a_state_alone_as_the_caller_silent() -> None:
         "greeting_requested",
         "caller_speaking",
         "tools_open",
+        "reply_free",
         "model_unlinked",
     )

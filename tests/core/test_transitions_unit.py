@@ -1028,12 +1028,14 @@ def test_a_turn_under_min_words_over_a_held_reply_is_declined_and_sends_it() -> 
     """LiveKit's end of the turn: one word under ``min_words=3`` is no turn (as LiveKit
     judges one over a playing reply), and the reply goes to the model at once."""
     controller = _held(min_words=3)
+    # (the hold's exit, then the turn's action: one step, the levers act at once)
     assert controller.handle(ev.UserTurnEnded(at=3.9, words=2)) == (
-        fx.RejectUserTurn(),
         fx.CancelTimer(timer="tool_reply_hold"),
         fx.ReleaseToolReply(speech_id="s1", send=True),
+        fx.RejectUserTurn(),
     )
     assert controller.state == "tool_loop"
+    assert "reply_free" in controller.configuration
     assert controller.context.held_tool_reply is None
 
 
@@ -1081,6 +1083,50 @@ def test_raw_voice_during_tools_does_not_stop_the_loop() -> None:
         fx.ReleaseToolReply(speech_id="s1", send=True),
     )
     assert controller.context.held_tool_reply is None
+
+
+def test_the_hold_is_a_region_whose_way_out_sends_or_drops_the_reply() -> None:
+    """``reply_held`` beside the turn, in phases: untimed while the caller speaks, timed
+    once they stop; its speech's end drops the reply (never asked for)."""
+    controller = speaking(max_tool_steps=2, tool_reply_hold=HOLD_SECONDS)
+    controller.handle(ev.ToolStepStarted(at=3.0, speech_id="s1"))
+    controller.handle(ev.UserSpeechStarted(at=3.2))
+    assert controller.configuration[3] == "held_while_caller_speaks"
+    controller.handle(ev.UserSpeechEnded(at=3.4))
+    assert controller.configuration[3] == "held_after_caller_stops"
+    # a second end without a start: the caller stopped once, the timer runs on
+    assert controller.handle(ev.UserSpeechEnded(at=3.5)) == ()
+    ended = ev.AgentSpeechEnded(at=3.6, speech_id="s1", played_seconds=0.4)
+    assert controller.handle(ended)[:2] == (
+        fx.CancelTimer(timer="tool_reply_hold"),
+        fx.ReleaseToolReply(speech_id="s1", send=False),
+    )
+    assert controller.configuration[3] == "reply_free"
+    assert controller.context.held_tool_reply is None
+
+
+def test_the_calls_end_leaves_the_hold_without_a_release() -> None:
+    """The adapter drops every gate unsent as it detaches: the machine sends nothing."""
+    controller = speaking(max_tool_steps=2, tool_reply_hold=HOLD_SECONDS)
+    controller.handle(ev.ToolStepStarted(at=3.0, speech_id="s1"))
+    controller.handle(ev.UserSpeechStarted(at=3.2))
+    effects = controller.handle(ev.CallEnded(at=4.0, reason="hangup"))
+    assert not any(isinstance(effect, fx.ReleaseToolReply) for effect in effects)
+    assert controller.context.held_tool_reply is None
+
+
+def test_a_step_of_another_speech_moves_the_step_speech_not_the_hold() -> None:
+    """Why ``held_tool_reply`` is kept: under the cap, a step of another speech names the
+    tool step's speech anew while the first step's reply is still held."""
+    controller = speaking(max_tool_steps=2, tool_reply_hold=HOLD_SECONDS)
+    controller.handle(ev.ToolStepStarted(at=3.0, speech_id="s1"))
+    controller.handle(ev.UserSpeechStarted(at=3.2))
+    controller.handle(ev.AgentSpeechCreated(at=3.3, speech_id="s2"))
+    assert controller.handle(ev.ToolStepStarted(at=3.4, speech_id="s2")) == ()
+    assert (controller.context.tool_speech_id, controller.context.held_tool_reply) == ("s2", "s1")
+    assert controller.handle(ev.UserTurnDeclined(at=3.9, reason="rejected")) == (
+        fx.ReleaseToolReply(speech_id="s1", send=True),
+    )
 
 
 def test_a_declined_barge_in_sends_the_held_tool_reply_at_once() -> None:

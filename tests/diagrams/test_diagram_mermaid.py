@@ -175,8 +175,10 @@ def test_overview_draws_states_and_state_changes_by_event_only() -> None:
     diagram = build_diagram()
     text = to_overview(diagram)
     hidden = left_to_the_caption(collapse_phases(diagram))
-    # the tool cap, and beside the call's course the model's activity: in the caption
-    assert {"tool_cap", "tools_open", "capped", "model_activity", *MODEL_STATES} <= hidden
+    # the tool cap, the tool reply's hold, and beside the call's course the model's
+    # activity: in the caption
+    beside = {"tool_cap", "tools_open", "capped", "tool_reply", "reply_held", "reply_free"}
+    assert {*beside, "model_activity", *MODEL_STATES} <= hidden
     for state in set(collapse_phases(diagram).states) - set(diagram.parents.values()) - hidden:
         assert re.search(rf"\b{state}\b", text), state
     for state in hidden:
@@ -240,6 +242,8 @@ def test_overview_draws_states_and_state_changes_by_event_only() -> None:
                     "tools_open",
                     "tool_loop_interrupted",
                     "capped",
+                    "reply_held",
+                    "reply_free",
                 ],
             ),
             ("model_activity", list(MODEL_STATES)),
@@ -262,19 +266,22 @@ def test_overview_draws_states_and_state_changes_by_event_only() -> None:
                 ),
                 ("caller_voice", list(VOICE_STATES)),
                 ("tool_cap", ["tools_open", "tool_loop_interrupted", "capped"]),
+                ("tool_reply", ["reply_held", "reply_free"]),
             ],
         )
     ]
 
 
 def test_timers_are_drawn_as_declared() -> None:
-    """Entry starts only the timers declared to start on entry (``after(...)``); the
-    conversation's tool-reply hold is started by its actions, and only cancelled on exit."""
+    """Entry starts the timers a state declares (``after(...)``), its exit cancels them;
+    the tool-reply hold's too, on its timed phase."""
     entry_exit = build_diagram(TurnMachine).entry_exit
     assert [line for line in entry_exit["listening"] if "timers" in line] == [
         "entry / start_timers(idle)",
         "exit / cancel_timers(idle)",
     ]
-    assert [line for line in entry_exit["conversation"] if "timers" in line] == [
-        "exit / cancel_timers(tool_reply_hold)"
+    assert [line for line in entry_exit["held_after_caller_stops"] if "timers" in line] == [
+        "entry / start_timers(tool_reply_hold)",
+        "exit / cancel_timers(tool_reply_hold)",
     ]
+    assert not [line for line in entry_exit.get("conversation", ()) if "timers" in line]

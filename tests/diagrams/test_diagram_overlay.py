@@ -96,7 +96,7 @@ def test_overlay_labels_and_highlights_in_mermaid() -> None:
     assert "    call --> ended : call_ended ×1 / note_end_reason\n" in text
     # bookkeeping of a compound state: a line in the note beside its box, never a loop
     note = text[text.index("    note right of conversation\n") :]
-    turns = "user_turn_committed ×2 / note_user_turn, send_held_tool_reply\n"
+    turns = "user_turn_committed ×2 / note_user_turn\n"
     assert note[: note.index("    end note\n")].count(turns)
     assert "conversation --> conversation" not in text
     assert LOCKED_ONCE in text

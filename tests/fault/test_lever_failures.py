@@ -49,7 +49,6 @@ from faultcalls import (
     wait_for,
 )
 from livekit.agents import AgentSession, RunContext, StopResponse, function_tool, llm
-from statemachine import StateChart
 
 from turnfsm import TurnController, TurnPolicy
 from turnfsm import effects as fx
@@ -404,7 +403,9 @@ def stop_tools_on_raw_barge_in(chart: dict[str, Any]) -> None:
     ``Interrupt(force=False)``, whatever LiveKit's interruption rules say."""
     states = chart_states(chart)
     chart["user_speech_started"] |= states["tools_open"].to(
-        states["tool_loop_interrupted"], cond=["runs_a_tool_step", "has_a_tool_speech"]
+        states["tool_loop_interrupted"],
+        cond=["runs_a_tool_step", "has_a_tool_speech"],
+        on="stop_the_tool_step",
     )
 
 
@@ -415,13 +416,8 @@ class RawBargeInRules(TurnRules):
     def has_a_tool_speech(self) -> bool:
         return self.context.tool_speech_id is not None
 
-    def hold_tool_reply(self, machine: StateChart) -> None:
-        # tool_loop's own barge-in transition (the hold) runs beside the cap's region's
-        # move the extension adds: the raw stop runs there (once: the region moved on)
-        stopped = "tool_loop_interrupted" in machine.configuration_values
-        if not stopped and self.context.tool_speech_id is not None:
-            self.emit(fx.Interrupt(force=False))
-        super().hold_tool_reply(machine)
+    def stop_the_tool_step(self) -> None:
+        self.emit(fx.Interrupt(force=False))
 
 
 async def locked_tool_interrupt(controller: TurnController) -> Outcome:
