@@ -219,13 +219,17 @@ def declare_chart() -> dict[str, Any]:
                         are sub-states; :attr:`TurnController.state` reports ``greeting`` in
                         each (:func:`public_state`)."""
 
-                        greeting_awaiting_model = State(initial=True)
-                        """A realtime model's active response (or a cancel on its way) must end
-                        before the greeting is asked for (invariant I9); a free model (and
-                        every pipeline) leaves at once, in the same step."""
+                        class greeting_pending(State.Compound, initial=True):  # noqa: N801
+                            """The greeting's speech does not exist yet: the first speech
+                            created now is the greeting's, unless the agent's code made it."""
 
-                        greeting_requested = State(enter="request_greeting")
-                        """The greeting is asked for; its speech does not exist yet."""
+                            greeting_awaiting_model = State(initial=True)
+                            """A realtime model's active response (or a cancel on its way)
+                            must end before the greeting is asked for (invariant I9); a free
+                            model (and every pipeline) leaves at once, in the same step."""
+
+                            greeting_requested = State(enter="request_greeting")
+                            """The greeting is asked for."""
 
                         greeting_playing = State()
                         """The greeting's speech exists, locked, until it ends."""
@@ -234,8 +238,12 @@ def declare_chart() -> dict[str, Any]:
                             """The greeting's start was refused or failed: its text is said once
                             more, locked; a second failure ends the call."""
 
-                            retry_awaiting_model = State(initial=True)
-                            retry_requested = State(enter="say_greeting_locked")
+                            class retry_pending(State.Compound, initial=True):  # noqa: N801
+                                """The retry's speech does not exist yet."""
+
+                                retry_awaiting_model = State(initial=True)
+                                retry_requested = State(enter="say_greeting_locked")
+
                             retry_playing = State()
 
                     class conversation(State.Compound):  # noqa: N801
@@ -424,15 +432,17 @@ def declare_chart() -> dict[str, Any]:
     turn = cast(State, call.line.live.turn)
     awaiting_user = call.line.live.turn.awaiting_user
     greeting = cast(State, call.line.live.turn.greeting)
+    greeting_pending = cast(State, call.line.live.turn.greeting.greeting_pending)
     greeting_awaiting_model, greeting_requested, greeting_playing = (
-        call.line.live.turn.greeting.greeting_awaiting_model,
-        call.line.live.turn.greeting.greeting_requested,
+        call.line.live.turn.greeting.greeting_pending.greeting_awaiting_model,
+        call.line.live.turn.greeting.greeting_pending.greeting_requested,
         call.line.live.turn.greeting.greeting_playing,
     )
     greeting_retry = cast(State, call.line.live.turn.greeting.greeting_retry)
+    retry_pending = cast(State, call.line.live.turn.greeting.greeting_retry.retry_pending)
     retry_awaiting_model, retry_requested, retry_playing = (
-        call.line.live.turn.greeting.greeting_retry.retry_awaiting_model,
-        call.line.live.turn.greeting.greeting_retry.retry_requested,
+        call.line.live.turn.greeting.greeting_retry.retry_pending.retry_awaiting_model,
+        call.line.live.turn.greeting.greeting_retry.retry_pending.retry_requested,
         call.line.live.turn.greeting.greeting_retry.retry_playing,
     )
     awaiting_agent = call.line.live.turn.awaiting_agent
@@ -614,18 +624,10 @@ def declare_chart() -> dict[str, Any]:
         # turn hook) is not the greeting and must not come before it: stopped before it
         # plays; any other is the greeting's (LiveKit's reply carrying it, turnfsm's own
         # say), locked, and nothing more is asked for
-        | greeting_awaiting_model.to(
-            None, cond="from_agent_code", on="stop_agent_speech_before_greeting"
-        )
-        | greeting_requested.to(
-            None, cond="from_agent_code", on="stop_agent_speech_before_greeting"
-        )
-        | retry_awaiting_model.to(
-            None, cond="from_agent_code", on="stop_agent_speech_before_greeting"
-        )
-        | retry_requested.to(None, cond="from_agent_code", on="stop_agent_speech_before_greeting")
-        | greeting_playing.from_(greeting_awaiting_model, greeting_requested, on="lock_greeting")
-        | retry_playing.from_(retry_awaiting_model, retry_requested, on="lock_greeting")
+        | greeting_pending.to(None, cond="from_agent_code", on="stop_agent_speech_before_greeting")
+        | retry_pending.to(None, cond="from_agent_code", on="stop_agent_speech_before_greeting")
+        | greeting_playing.from_(greeting_pending, on="lock_greeting")
+        | retry_playing.from_(retry_pending, on="lock_greeting")
         # any other speech (the agent's own reply after a refused greeting was said again,
         # a filler once the greeting's speech exists) plays after the greeting: noted, so the
         # conversation starts in the agent's turn
@@ -930,6 +932,7 @@ def declare_chart() -> dict[str, Any]:
     del in_call, connecting, start, ringing, turn, awaiting_user, awaiting_agent, greeting
     del greeting_awaiting_model, greeting_requested, greeting_playing, greeting_retry
     del retry_awaiting_model, retry_requested, retry_playing, not_started, names_it
+    del greeting_pending, retry_pending
     del conversation
     del listening, listening_open, spill_over_window, discarding_overlap, replaying_held_audio
     del replay_unheard, replay_heard_caller, speaking, tool_loop, caller_silent, caller_speaking

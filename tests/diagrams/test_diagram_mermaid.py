@@ -102,9 +102,12 @@ def test_edges_show_guards_and_actions() -> None:
     assert "listening --> ended : session_error" not in text
     # transitions that stay in a leaf keep their guards, listed in the state; a box's in
     # the note beside it
+    leaf_label = "awaiting_user : user_speech_started / stop_silence_timers\n"
+    assert f"{' ' * 20}{leaf_label}" in text
     assert (
-        "                    greeting_requested : agent_speech_created [from_agent_code] / "
-        "stop_agent_speech_before_greeting\n" in text
+        "    note right of greeting_pending\n"
+        "        agent_speech_created [from_agent_code] / stop_agent_speech_before_greeting\n"
+        "    end note\n" in text
     )
     assert (
         "        user_turn_committed [drops_overlap, !is_first_words] / reject_user_turn\n" in text

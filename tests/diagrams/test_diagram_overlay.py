@@ -8,7 +8,7 @@ from turnfsm import Trace, TurnController, TurnPolicy
 from turnfsm import events as ev
 from turnfsm.tools.diagram import build_diagram, to_dot, to_mermaid
 
-LOCKED_ONCE = "greeting_requested --> greeting_playing : agent_speech_created ×1 / lock_greeting\n"
+LOCKED_ONCE = "greeting_pending --> greeting_playing : agent_speech_created ×1 / lock_greeting\n"
 """The greeting's speech, locked once (the label of the overlay)."""
 
 
@@ -38,7 +38,7 @@ def test_overlay_counts_each_transition_taken() -> None:
         # the greeting asked for at once (the wait for a busy model ends in the same step),
         # then its speech locked
         ("greeting_awaiting_model", "greeting_requested", ""): 1,
-        ("greeting_requested", "greeting_playing", "agent_speech_created"): 1,
+        ("greeting_pending", "greeting_playing", "agent_speech_created"): 1,
         ("greeting", "listening", "agent_speech_ended"): 1,
         # taken from listening, declared once on a compound state holding it
         ("conversation", "conversation", "user_turn_committed"): 2,
