@@ -26,21 +26,21 @@ A live call is four regions side by side: the ``turn``, the ``caller_voice``
 ``tool_cap`` (``tools_open ⇄ tool_loop_interrupted``, then ``capped``: the final reply
 without tools, in phases) and the ``tool_reply`` (``reply_free ⇄ reply_held``: the reply
 to a tool step's output held while LiveKit decides on the caller's barge-in, in phases).
-The voice region follows voice activity on its own, so a
-turn's state never doubles as a "the caller is speaking" flag, nor as "the caller spoke
-over the greeting"; the turn's guards and actions that depend on it read it
-(``caller_is_speaking``). The cap's region follows the user turn's tool rounds: the turn
-still answers each step (it cancels the reply of a step past the cap), the cap's region
-says what comes after it, in its states' enter and exit actions only (none on its
-transitions), so that its effects take the same place in a step whichever region the
-engine tries first (:mod:`turnfsm.engine`); so does the hold of the tool reply, whose
-exit decides whether the reply is sent or dropped. Beside the whole
-call (its ``line``: connecting, then live) runs a third region, the realtime model's
-activity (``model_activity``: ``model_unlinked`` until a realtime model is linked, then
-``model_free``, ``model_responding``, ``model_cancelling`` while a ``response.cancel`` is
-on its way), from the call's start: a model's response created while the call still
-rings must hold the greeting as well (invariant I9). The waits for a free model read it
-(``model_is_free``); a pipeline's stays in ``model_unlinked``.
+The voice region follows voice activity on its own, so a turn's state never doubles as a
+"the caller is speaking" flag, nor as "the caller spoke over the greeting"; the turn's
+guards and actions that depend on it read it (``caller_is_speaking``). The cap's region
+follows the user turn's tool rounds: the turn still answers each step (it cancels the
+reply of a step past the cap), the cap's region says what comes after it, in its states'
+enter and exit actions only (none on its transitions), so that its effects take the same
+place in a step whichever region the engine tries first (:mod:`turnfsm.engine`); so does
+the hold of the tool reply, whose exit decides whether the reply is sent or dropped. The
+call itself is two regions: its ``line`` (connecting, then live) and beside it, from the
+call's start, the realtime model's activity (``model_activity``: ``model_unlinked``
+until a realtime model is linked, then ``model_free``, ``model_responding``,
+``model_cancelling`` while a ``response.cancel`` is on its way): a model's response
+created while the call still rings must hold the greeting as well (invariant I9). The
+waits for a free model read it (``model_is_free``); a pipeline's stays in
+``model_unlinked``.
 
 Events that a state does not handle are ignored there on purpose; :data:`IGNORED` says
 why for each (state, event) pair, and the test suite checks every pair.
