@@ -44,15 +44,12 @@ from .machine import (
     public_state,
 )
 from .policy import TurnPolicy
-from .rules import MODEL_IDLE, TurnRules, input_muted
+from .rules import MODEL_IDLE, UNLINKED, TurnRules, input_muted
 
 _CONVERSATION_AND_END = CONVERSATION_STATES | {"ended"}
 
 SILENT, SPEAKING, SPOKE_OVER_GREETING = VOICE_STATES
 """The caller's voice (its region beside the turn)."""
-
-UNLINKED = "model_unlinked"
-"""The realtime model's state on a pipeline, and before a realtime model's link."""
 
 CANCELLING = leaves_under("model_cancelling")
 """The realtime model's states while a cancel of it is on its way."""
@@ -271,6 +268,8 @@ def _check_state(context: TurnContext, policy: TurnPolicy, configuration: tuple[
             speech = getattr(context, name)
             if speech is not None and speech not in context.active_speeches:
                 raise ValueError(f"TurnContext.{name} {speech!r} is not an active speech")
+    if problem := _regions_problem(configuration):
+        raise ValueError(problem)
     _check_model(context, configuration)
     if state == "greeting":
         _check_greeting_phase(context, policy, configuration)
@@ -278,7 +277,7 @@ def _check_state(context: TurnContext, policy: TurnPolicy, configuration: tuple[
         _check_listening_phase(context, policy, configuration)
     if state in LIVE_STATES:
         _check_cap_phase(context, policy, state, configuration)
-    _check_hold(context, state, configuration)
+    _check_hold(context, configuration)
     for timer in context.timers:
         if TIMER_STATES[timer].isdisjoint(configuration):
             raise ValueError(
@@ -358,27 +357,29 @@ def _check_model(context: TurnContext, configuration: tuple[str, ...]) -> None:
         )
 
 
+def _regions_problem(configuration: tuple[str, ...]) -> str | None:
+    """Why the regions beside the turn cannot be in their states of ``configuration``
+    beside the turn's, if they cannot: the cap leaves ``tools_open`` only in the
+    conversation, where tool rounds are counted; a tool step's reply is held only in
+    ``speaking`` and ``tool_loop``."""
+    beside, state = set(configuration[1:]), public_state(configuration[0])
+    if moved := sorted(beside & CAP_STATES - {TOOLS_OPEN}):
+        if state not in CONVERSATION_STATES:
+            return f"the cap's region is {TOOLS_OPEN} in {state!r}, not {moved[0]!r}"
+    if not beside.isdisjoint(HELD_PHASES) and state not in HOLDING_STATES:
+        return f"a tool step's reply is held only in {sorted(HOLDING_STATES)}, not in {state!r}"
+    return None
+
+
 def regions_possible(configuration: tuple[str, ...]) -> bool:
     """Whether the regions beside the turn can be in their states of ``configuration``
-    beside the turn's: the cap leaves ``tools_open`` only in the conversation, where tool
-    rounds are counted; a tool step's reply is held only in ``speaking`` and
-    ``tool_loop``."""
-    beside, state = set(configuration[1:]), public_state(configuration[0])
-    cap_moved = not (beside & CAP_STATES) <= {TOOLS_OPEN}
-    held = not beside.isdisjoint(HELD_PHASES)
-    return not (cap_moved and state not in CONVERSATION_STATES) and not (
-        held and state not in HOLDING_STATES
-    )
+    beside the turn's (:func:`_regions_problem`)."""
+    return _regions_problem(configuration) is None
 
 
-def _check_hold(context: TurnContext, state: str, configuration: tuple[str, ...]) -> None:
-    """A tool step's reply is held only while a step's speech plays, and the speech it
-    holds is known exactly while it is held."""
+def _check_hold(context: TurnContext, configuration: tuple[str, ...]) -> None:
+    """The speech a tool step's reply holds is known exactly while it is held."""
     held = not HELD_PHASES.isdisjoint(configuration)
-    if held and state not in HOLDING_STATES:
-        raise ValueError(
-            f"a tool step's reply is held only in {sorted(HOLDING_STATES)}, not in {state!r}"
-        )
     if (context.held_tool_reply is not None) != held:
         raise ValueError(
             "TurnContext.held_tool_reply is set exactly while a tool step's reply is held "
@@ -389,13 +390,10 @@ def _check_hold(context: TurnContext, state: str, configuration: tuple[str, ...]
 def _check_cap_phase(
     context: TurnContext, policy: TurnPolicy, state: str, configuration: tuple[str, ...]
 ) -> None:
-    """The cap's region leaves ``tools_open`` only in the conversation; once capped the
-    rounds are at the cap; a realtime model's waits exist only with one; the capped
-    step's speech is known exactly while the cap waits for its end, and once capped the
-    final reply's speech only while it plays."""
+    """Once capped the rounds are at the cap; a realtime model's waits exist only with
+    one; the capped step's speech is known exactly while the cap waits for its end, and
+    once capped the final reply's speech only while it plays."""
     (phase,) = set(configuration) & CAP_STATES
-    if phase != TOOLS_OPEN and state not in CONVERSATION_STATES:
-        raise ValueError(f"the cap's region is {TOOLS_OPEN} in {state!r}, not {phase!r}")
     if phase in CAPPED_PHASES and context.tool_rounds != policy.max_tool_steps:
         raise ValueError(
             f"{phase!r} follows the cap: tool_rounds must be {policy.max_tool_steps}, "

@@ -961,7 +961,10 @@ def _around(state: State) -> set[str]:
     return {state.id, *(parent.id for parent in state.ancestors())}
 
 
-MODEL_IDLE: frozenset[str] = frozenset({"model_unlinked", "model_free"})
+UNLINKED = "model_unlinked"
+"""The realtime model's state on a pipeline, and before a realtime model's link."""
+
+MODEL_IDLE: frozenset[str] = frozenset({UNLINKED, "model_free"})
 """The realtime model's states in which a request to it is neither refused nor cut."""
 
 RESPONDING: frozenset[str] = frozenset({"model_responding", "cancelling_active"})
@@ -978,7 +981,7 @@ def _model_busy(machine: StateChart) -> bool:
 def _runs_realtime_model(machine: StateChart) -> bool:
     """A realtime model is linked: its region has left ``model_unlinked``. (Only the link
     moves it there, so this is its state both before and after any other step.)"""
-    return "model_unlinked" not in machine.configuration_values
+    return UNLINKED not in machine.configuration_values
 
 
 def _caller_speaks(machine: StateChart) -> bool:

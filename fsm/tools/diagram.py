@@ -232,12 +232,9 @@ def build_diagram(
 def _with_timers(timers: tuple[After, ...], actions: str) -> str:
     """A state's entry or exit actions, naming the timers its ``start_timers`` starts and
     its ``cancel_timers`` cancels (all it declares)."""
-    named = {
-        "start_timers": [timer.timer for timer in timers],
-        "cancel_timers": [timer.timer for timer in timers],
-    }
+    names = ", ".join(timer.timer for timer in timers)
     return ", ".join(
-        f"{action}({', '.join(named[action])})" if action in named else action
+        f"{action}({names})" if action in ("start_timers", "cancel_timers") else action
         for action in actions.split(", ")
     )
 
