@@ -99,9 +99,6 @@ class TurnContext:
     timers: frozenset[TimerName] = frozenset()
     """Timers started and neither cancelled nor fired."""
 
-    end_reason: str | None = None
-    """Why the call ended."""
-
     def snapshot(self) -> tuple[Any, ...]:
         """A hashable copy of every field, for exploration and comparison."""
         return _field_values(self)  # type: ignore[no-any-return]

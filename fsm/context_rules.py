@@ -76,7 +76,6 @@ SCOPED: Mapping[str, frozenset[str]] = {
         ),
         _CONVERSATION_AND_END,
     ),
-    "end_reason": frozenset({"ended"}),
     # before the greeting a speech's text is never committed: nothing is dropped there
     "dropped_speeches": _CONVERSATION_AND_END | {"greeting"},
 }
@@ -252,8 +251,6 @@ def _check_state(context: TurnContext, policy: TurnPolicy, configuration: tuple[
             f"the caller is {SPOKE_OVER_GREETING!r} only in 'greeting', with "
             "greeting_lock='keep_listening' and greeting_overlap='answer_whole'"
         )
-    if state == "ended" and context.end_reason is None:
-        raise ValueError("TurnContext.end_reason must say why the call ended")
     if state in ("speaking", "tool_loop") and not context.active_speeches:
         raise ValueError(f"TurnContext.active_speeches must hold the speech of {state!r}")
     # a speech in flight after the greeting is the agent's turn (issue 24); without one, a

@@ -538,7 +538,7 @@ def declare_chart() -> dict[str, Any]:
         before_live, live_turn = regions
         return before_live.to(None, on=on) | live_turn.to(None, on=on)
 
-    call_ended = in_call.to(ended, on="note_end_reason")
+    call_ended = in_call.to(ended, on="end_call")
 
     # The caller's voice follows the voice activity the unmuted input reports; muting the
     # input silences it (eventless: no end of speech comes through a muted input). Speech
@@ -807,13 +807,13 @@ def declare_chart() -> dict[str, Any]:
             retry_awaiting_model,
             retry_requested,
             cond=["has_greeting", not_started],
-            on="note_greeting_failed",
+            on="end_call_greeting_failed",
         )
         | ended.from_(
             greeting_playing,
             retry_playing,
             cond=["has_greeting", not_started, names_it],
-            on="note_greeting_failed",
+            on="end_call_greeting_failed",
         )
         # the retry's own say (a realtime model's refusal of its response.create comes
         # after LiveKit made the speech, and the machine locked it)
@@ -821,37 +821,37 @@ def declare_chart() -> dict[str, Any]:
             retry_awaiting_model,
             retry_requested,
             cond=["has_greeting", "greeting_retry_not_done"],
-            on="note_greeting_failed",
+            on="end_call_greeting_failed",
         )
         | retry_playing.to(
             ended,
             cond=["has_greeting", "greeting_retry_not_done", names_it],
-            on="note_greeting_failed",
+            on="end_call_greeting_failed",
         )
     )
 
     await_user_timer_expired = awaiting_user.to(greeting, cond="greets_silent_callee") | (
-        awaiting_user.to(ended, on="note_no_answer")
+        awaiting_user.to(ended, on="end_call_no_answer")
     )
 
     idle_timer_expired = listening.to(None, cond="can_reprompt", on="reprompt") | listening.to(
-        ended, on="note_idle_hang_up"
+        ended, on="end_call_idle"
     )
 
     # from every state of the turn (declared on each part of it, not on ``turn``: the
     # overview then draws the turn without a box around it)
     max_duration_timer_expired = ended.from_(
-        awaiting_user, awaiting_agent, greeting, conversation, on="note_max_duration"
+        awaiting_user, awaiting_agent, greeting, conversation, on="end_call_max_duration"
     )
 
     # answering-machine detection runs on the calls the agent places
     answering_machine_detected = in_call.to(
         ended,
         cond=["is_outbound", "machine_answered", "hangs_up_on_machine"],
-        on="note_answering_machine",
+        on="end_call_answering_machine",
     )
 
-    session_error = in_call.to(ended, unless="error_is_recoverable", on="note_session_error")
+    session_error = in_call.to(ended, unless="error_is_recoverable", on="end_call_session_error")
 
     # LiveKit's interruption settings, a fact of the session (told once, as it starts)
     interruption_settings = call_wide(on="note_interruption_settings")

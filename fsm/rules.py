@@ -430,32 +430,37 @@ class TurnRules:
 
     # -- call lifecycle -----------------------------------------------------------------
 
-    def note_end_reason(self, ev: CallEnded) -> None:
-        self.context.end_reason = ev.reason
+    # Why the call ends is said once, by the transition into ``ended`` (its EndCall): the
+    # machine decides nothing on it afterwards, so it is not kept. The trace, the metrics
+    # (``CallMetrics.end_reason``) and the telemetry read it from that effect.
 
-    def note_max_duration(self) -> None:
-        self.context.end_reason = "max_duration"
+    def end_call(self, ev: CallEnded) -> None:
+        self._end_call(ev.reason)
 
-    def note_no_answer(self) -> None:
-        self.context.end_reason = "no_answer"
+    def end_call_max_duration(self) -> None:
+        self._end_call("max_duration")
 
-    def note_idle_hang_up(self) -> None:
-        self.context.end_reason = "idle"
+    def end_call_no_answer(self) -> None:
+        self._end_call("no_answer")
 
-    def note_answering_machine(self) -> None:
-        self.context.end_reason = "answering_machine"
+    def end_call_idle(self) -> None:
+        self._end_call("idle")
 
-    def note_session_error(self) -> None:
-        self.context.end_reason = "error"
+    def end_call_answering_machine(self) -> None:
+        self._end_call("answering_machine")
 
-    def note_greeting_failed(self) -> None:
-        self.context.end_reason = "greeting_failed"
+    def end_call_session_error(self) -> None:
+        self._end_call("error")
+
+    def end_call_greeting_failed(self) -> None:
+        self._end_call("greeting_failed")
+
+    def _end_call(self, reason: str) -> None:
+        self.emit(fx.EndCall(reason=reason))
 
     def clean_up_call(self) -> None:
-        ctx = self.context
-        for timer in sorted(ctx.timers):
+        for timer in sorted(self.context.timers):
             self._cancel_timer(timer)
-        self.emit(fx.EndCall(reason=ctx.end_reason or "hangup"))
 
     # -- the greeting -------------------------------------------------------------------
 

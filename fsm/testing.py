@@ -436,7 +436,6 @@ def fresh_context(state: str, policy: TurnPolicy) -> TurnContext:
         tool_rounds=1 if state == "tool_loop" else 0,
         tool_speech_id="s1" if state == "tool_loop" else None,
         timers=frozenset(timers),
-        end_reason="hangup" if state == "ended" else None,
     )
 
 

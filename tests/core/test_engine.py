@@ -144,18 +144,18 @@ def test_the_order_of_the_regions_never_changes_a_step_of_the_turn_chart() -> No
     assert compared >= 7  # the caller's voice beside each turn transition on its events
 
 
-def _ends_before_the_reason_is_noted(original: Any) -> Any:
-    """A seeded engine bug: a step into the final state runs the state's enter actions
-    (``clean_up_call``, which says why the call ended) before the transition's own
-    (``note_end_reason``)."""
+def _ends_before_the_states_are_left(original: Any) -> Any:
+    """A seeded engine bug: a step into the final state runs the transition's own actions
+    (``end_call``, which says why the call ends) before the exit actions of the states it
+    leaves (which cancel their timers): the call is ended, then its timers stopped."""
 
     def plan(self: CompiledChart, leaves: tuple[str, ...], enabled: tuple[int, ...]) -> Plan:
         right = original(self, leaves, enabled)
         if not right.terminates:
             return right
         return Plan(
+            tuple(reversed(right.before_update)),
             right.after_update,
-            right.before_update,
             right.leaves,
             right.active,
             right.terminates,
@@ -170,16 +170,22 @@ def test_the_explorer_catches_a_compiled_engine_that_differs_from_the_reference(
     # a chart class of its own: its tables are compiled afresh, with the bug
     seeded = build_machine(name="SeededEngineBug")
     monkeypatch.setattr(
-        CompiledChart, "_make_plan", _ends_before_the_reason_is_noted(CompiledChart._make_plan)
+        CompiledChart, "_make_plan", _ends_before_the_states_are_left(CompiledChart._make_plan)
     )
-    # the hold of a tool reply and the unspoken text left out: 1,710 configurations, not 9,060
+    # the hold of a tool reply and the unspoken text left out: 1,480 configurations, not 7,532
     policy = TurnPolicy(
-        first_speaker="user", max_tool_steps=1, tool_reply_hold=None, interrupted_text="keep"
+        first_speaker="user",
+        max_tool_steps=1,
+        tool_reply_hold=None,
+        interrupted_text="keep",
+        max_call_duration=600,  # a timer that the end cancels, before or after it ends
     )
     report = explore(policy, machine_class=seeded)
     engines = [v for v in report.violations if v.startswith("E1 engines differ")]
     assert engines, report.violations[:3]
-    assert "effects (EndCall(reason='hangup'),), the reference's (EndCall(reason=" in engines[0]
+    ended_first = "effects (EndCall(reason='hangup'), CancelTimer(timer='max_duration')), "
+    reference = "the reference's (CancelTimer(timer='max_duration'), EndCall"
+    assert ended_first + reference in engines[0]
     assert report.paths[report.violations.index(engines[0])]  # a path that shows it
 
 

@@ -97,7 +97,6 @@ class TimersLeftRunning(TurnRules):
 
     def clean_up_call(self) -> None:
         self.context.timers = frozenset()
-        self.emit(fx.EndCall(reason=self.context.end_reason or "hangup"))
 
 
 class FirstWordsRejected(TurnRules):
@@ -132,12 +131,8 @@ class FillerStoppedWithTheSession(TurnRules):
 class MachineHangUpSkipsEndCall(TurnRules):
     """I5: hanging up on an answering machine forgets the EndCall."""
 
-    def clean_up_call(self) -> None:
-        if self.context.end_reason == "answering_machine":
-            for timer in sorted(self.context.timers):
-                self._cancel_timer(timer)
-            return
-        super().clean_up_call()
+    def end_call_answering_machine(self) -> None:
+        return
 
 
 class GreetingAskedOfABusyModel(TurnRules):

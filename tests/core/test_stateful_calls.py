@@ -247,7 +247,7 @@ class TurnCalls(RuleBasedStateMachine):
             assert not self.muted
             assert not self.held
             if before[0] != "ended":  # the call ended on this event
-                reason = context.end_reason or "?"
+                reason = next((e.reason for e in effects if isinstance(e, fx.EndCall)), "?")
                 Totals.ended[reason] = Totals.ended.get(reason, 0) + 1
         return effects
 

@@ -97,7 +97,8 @@ def test_edges_show_guards_and_actions() -> None:
     ]
     # a compound state's transition is drawn once, from its box; unless-guards are negated
     assert (
-        "    call --> ended : session_error [!error_is_recoverable] / note_session_error" in text
+        "    call --> ended : session_error [!error_is_recoverable] / end_call_session_error"
+        in text
     )
     assert "listening --> ended : session_error" not in text
     # transitions that stay in a leaf keep their guards, listed in the state; a box's in
@@ -126,7 +127,7 @@ def test_policy_sets_the_start_and_omits_what_cannot_fire() -> None:
     assert "call_answered [agent_speaks_first]" not in _edge_lines(outbound, "ringing", "greeting")
     assert "never fires under this policy: ringing --call_answered--> greeting" in outbound
     # greets_silent_callee holds, so the earlier transition always wins over hanging up
-    assert "note_no_answer" not in _edge_lines(outbound, "awaiting_user", "ended")
+    assert "end_call_no_answer" not in _edge_lines(outbound, "awaiting_user", "ended")
 
     # inbound calls wait in start for the session; the policy picks where they go live
     inbound = to_mermaid(build_diagram(policy=PRESETS["inbound"]))

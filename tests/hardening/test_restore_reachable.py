@@ -110,7 +110,6 @@ def random_pair(rng: random.Random, policy: TurnPolicy) -> tuple[tuple[str, ...]
         final_after_speech=an_active_id(),
         reprompts=rng.randint(0, policy.idle_max_reprompts if policy.idle_timeout else 0),
         timers=frozenset(t for t in started if rng.random() < 0.3),
-        end_reason=maybe("hangup"),  # type: ignore[arg-type]
         # a fact of the session, the same in every state: the one the explorer is told
         min_words=INTERRUPTION_SETTINGS.min_words,
     )
