@@ -419,7 +419,7 @@ def fresh_context(state: str, policy: TurnPolicy) -> TurnContext:
     state: a greeting's phase, not ``greeting``) the plainest way (one that
     :meth:`~turnfsm.TurnController.restore` takes): the timers started on the way in, the
     speech ``s1`` playing (and running a tool round in ``tool_loop``, locked as the greeting in
-    its playing phases), a hang-up in ``ended``. (The greeting's waits for a busy
+    its playing phases). (The greeting's waits for a busy
     realtime model have none: a fresh call's model is free.)"""
     playing = state in ("greeting_playing", "retry_playing")
     # the timers its state and the states around it start on entry (the caller silent)
