@@ -70,11 +70,6 @@ class TurnContext:
     reprompts: int = 0
     """Idle re-prompts since the caller last spoke."""
 
-    handing_over: bool = False
-    """A tool step handed the call to another agent since the last user turn: the
-    outgoing agent, draining, says nothing more (LiveKit refuses its new speech), and the
-    new agent speaks next."""
-
     min_words: int = 0
     """The fewest words of a turn that interrupts a playing reply, as LiveKit applies its
     ``interruption["min_words"]`` in this session (``interruption_settings``; 0 without

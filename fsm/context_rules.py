@@ -12,7 +12,8 @@ A context is refused, naming the field, when no call under the policy can hold i
   ends, the user turn's counts with the next turn); a caller the state mutes is
   silent; timers run where they are started; the cap's region leaves ``tools_open``
   only in the conversation, and is capped only once the tool rounds reached the cap,
-  its phases holding the speeches they wait for; the realtime flags only once a realtime
+  its phases holding the speeches they wait for; a step hands the call over (the
+  handoff's region) only in the conversation; the realtime flags only once a realtime
   model is linked.
 
 :func:`turnfsm.testing.explore` checks every context it reaches against these rules, so a
@@ -72,7 +73,6 @@ SCOPED: Mapping[str, frozenset[str]] = {
             "tool_rounds",
             "reprompts",
             "model_replies_to_tools",
-            "handing_over",
         ),
         _CONVERSATION_AND_END,
     ),
@@ -98,6 +98,9 @@ CAP_STATES = frozenset(REGION_STATES["tool_cap"])
 
 TOOLS_OPEN = REGION_STATES["tool_cap"][0]
 """The cap's region before a user turn's tool rounds reach the cap (its initial state)."""
+
+AGENT_KEEPS_CALL, HANDING_OFF = REGION_STATES["handoff"]
+"""The handoff's region (beside the turn while the call is live)."""
 
 REALTIME_CAP_PHASES = frozenset(
     {"final_awaits_tool_speech", "final_awaits_model_reply", "final_awaits_model_free"}
@@ -356,13 +359,15 @@ def _check_model(context: TurnContext, configuration: tuple[str, ...]) -> None:
 
 def _regions_problem(configuration: tuple[str, ...]) -> str | None:
     """Why the regions beside the turn cannot be in their states of ``configuration``
-    beside the turn's, if they cannot: the cap leaves ``tools_open`` only in the
-    conversation, where tool rounds are counted; a tool step's reply is held only in
-    ``speaking`` and ``tool_loop``."""
+    beside the turn's, if they cannot: the cap leaves ``tools_open``, and the handoff's
+    region ``agent_keeps_call``, only in the conversation, where tool rounds are counted;
+    a tool step's reply is held only in ``speaking`` and ``tool_loop``."""
     beside, state = set(configuration[1:]), public_state(configuration[0])
     if moved := sorted(beside & CAP_STATES - {TOOLS_OPEN}):
         if state not in CONVERSATION_STATES:
             return f"the cap's region is {TOOLS_OPEN} in {state!r}, not {moved[0]!r}"
+    if HANDING_OFF in beside and state not in CONVERSATION_STATES:
+        return f"a step hands the call over only in the conversation, not in {state!r}"
     if not beside.isdisjoint(HELD_PHASES) and state not in HOLDING_STATES:
         return f"a tool step's reply is held only in {sorted(HOLDING_STATES)}, not in {state!r}"
     return None

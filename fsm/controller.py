@@ -178,7 +178,8 @@ class TurnController:
         """The active atomic states, one per active region in document order: the turn's
         (which :attr:`state` reports), then one of each region beside it (the caller's
         voice while the call is live, the realtime model's activity until it ends), e.g.
-        ``("greeting_playing", "caller_speaking", "tools_open", "model_unlinked")``."""
+        ``("greeting_playing", "caller_speaking", "tools_open", "reply_free",
+        "agent_keeps_call", "model_unlinked")``."""
         self._claim()
         return self._configuration
 

@@ -21,11 +21,13 @@ event picks the first live state by the policy's guards (``greeting``, ``awaitin
 or ``listening``), whose enter actions then run once, with the call live; building the
 machine emits nothing.
 
-A live call is four regions side by side: the ``turn``, the ``caller_voice``
+A live call is five regions side by side: the ``turn``, the ``caller_voice``
 (``caller_silent ⇄ caller_speaking``, and ``caller_spoke_over_greeting``), the
 ``tool_cap`` (``tools_open ⇄ tool_loop_interrupted``, then ``capped``: the final reply
-without tools, in phases) and the ``tool_reply`` (``reply_free ⇄ reply_held``: the reply
-to a tool step's output held while LiveKit decides on the caller's barge-in, in phases).
+without tools, in phases), the ``tool_reply`` (``reply_free ⇄ reply_held``: the reply
+to a tool step's output held while LiveKit decides on the caller's barge-in, in phases)
+and the ``handoff`` (``agent_keeps_call ⇄ handing_off``: a tool step of the user turn
+handed the call to another agent, which speaks next; the cap's guard reads it).
 The voice region follows voice activity on its own, so a turn's state never doubles as a
 "the caller is speaking" flag, nor as "the caller spoke over the greeting"; the turn's
 guards and actions that depend on it read it (``caller_is_speaking``). The cap's region
@@ -158,13 +160,14 @@ def declare_chart() -> dict[str, Any]:
     """A fresh declaration of the turn chart: its states and events, by name.
 
     ``call`` holds every state of a call, in two regions: its ``line``, ``start`` and
-    ``ringing`` before it is live (``connecting``), then ``live``, four regions side by
+    ``ringing`` before it is live (``connecting``), then ``live``, five regions side by
     side: the ``turn`` (``awaiting_user``, ``greeting``, and ``listening ⇄ speaking ⇄
     tool_loop`` in ``conversation``), the ``caller_voice`` (``caller_silent ⇄
     caller_speaking``, and ``caller_spoke_over_greeting`` in a greeting that answers an
     overlap whole), the ``tool_cap`` (``tools_open ⇄ tool_loop_interrupted``,
-    ``capped``) and the ``tool_reply`` (``reply_free ⇄ reply_held``); and beside the
-    line, the realtime model's activity (``model_activity``). ``ended`` is final.
+    ``capped``), the ``tool_reply`` (``reply_free ⇄ reply_held``) and the ``handoff``
+    (``agent_keeps_call ⇄ handing_off``); and beside the line, the realtime model's
+    activity (``model_activity``). ``ended`` is final.
     """
 
     class call(State.Parallel):  # noqa: N801 - state ids are snake_case
@@ -188,8 +191,8 @@ def declare_chart() -> dict[str, Any]:
 
             class live(State.Parallel):  # noqa: N801
                 """The call is live: whose turn it is, and beside it, the caller's voice,
-                the cap on the user turn's tool rounds and the hold of a tool step's
-                reply."""
+                the cap on the user turn's tool rounds, the hold of a tool step's reply and
+                whether a tool step handed the call over."""
 
                 class turn(State.Compound):  # noqa: N801
                     """Whose turn it is, from the answer to the hang-up."""
@@ -393,6 +396,20 @@ def declare_chart() -> dict[str, Any]:
                     reply_free = State(initial=True)
                     """No reply is held: LiveKit asks for a step's reply as its tools return."""
 
+                class handoff(State.Compound):  # noqa: N801
+                    """Whether a tool step of the user turn handed the call to another agent
+                    (LiveKit's agent handoff: a tool returned the next agent, the step's
+                    ``has_agent_handoff``), until the next user turn. Its states have no
+                    actions: the cap's guard reads it (``caps_the_tool_loop``)."""
+
+                    agent_keeps_call = State(initial=True)
+                    """No step of the user turn handed the call over."""
+
+                    handing_off = State()
+                    """A step handed the call over: the outgoing agent, draining, says nothing
+                    more (LiveKit refuses its new speech), and the new agent speaks next, so
+                    the cap asks for no final reply."""
+
         class model_activity(State.Compound):  # noqa: N801
             """Beside the call's course, from its start: what the realtime model is doing,
             as its link reports it (``response.created``, ``response.done``, a
@@ -491,6 +508,10 @@ def declare_chart() -> dict[str, Any]:
     held_while_caller_speaks, held_after_caller_stops = (
         call.line.live.tool_reply.reply_held.held_while_caller_speaks,
         call.line.live.tool_reply.reply_held.held_after_caller_stops,
+    )
+    agent_keeps_call, handing_off = (
+        call.line.live.handoff.agent_keeps_call,
+        call.line.live.handoff.handing_off,
     )
     model_unlinked, model_free, model_responding = (
         call.model_activity.model_unlinked,
@@ -593,6 +614,8 @@ def declare_chart() -> dict[str, Any]:
         | tools_open.from_(tool_loop_interrupted, capped)
         # a reply still held: LiveKit committed the turn without interrupting its speech
         | reply_held.to(reply_free)
+        # the new agent's user turn: the call is its own
+        | handing_off.to(agent_keeps_call)
     )
 
     # LiveKit's end of the caller's turn, before it commits it: a turn too short to
@@ -741,14 +764,13 @@ def declare_chart() -> dict[str, Any]:
     agent_speech_started = conversation.to(None, on="note_tool_reply_plays")
 
     # the step's output goes unanswered past the cap, or once its speech was interrupted
-    step_finished = ["note_handoff", "note_tool_reply_due"]
     tool_step_finished = (
         tool_loop.to(speaking, cond="tool_loop_must_stop", on="cancel_tool_reply")
         | tool_loop.to(speaking, cond="step_speech_interrupted", on="cancel_tool_reply")
-        | tool_loop.to(speaking, on=step_finished)
+        | tool_loop.to(speaking, on="note_tool_reply_due")
         | conversation.to(None, cond="tool_loop_must_stop", on="cancel_tool_reply")
         | conversation.to(None, cond="step_speech_interrupted", on="cancel_tool_reply")
-        | conversation.to(None, on=step_finished)
+        | conversation.to(None, on="note_tool_reply_due")
         # the step ends the last round: the final reply without tools, asked for once the
         # model is free, or (a realtime model) once the step's speech is over, after the
         # model's own answer to the step's output if it gives one (adopted)
@@ -765,6 +787,8 @@ def declare_chart() -> dict[str, Any]:
         # the outgoing agent drains: LiveKit hands over only once its speeches are done,
         # and takes no user turn meanwhile, so nothing would decide a held reply: sent
         | reply_held.to(reply_free, cond="hands_over")
+        # a step of the user turn hands the call over (where tool rounds are counted)
+        | agent_keeps_call.to(handing_off, cond=["hands_over", "in_conversation"])
     )
 
     interrupted = "note_speech_interrupted"
@@ -941,10 +965,11 @@ def declare_chart() -> dict[str, Any]:
     del final_awaits_model_reply, final_awaits_model_free, final_reply_asked
     del final_reply_awaited, final_reply_playing, final_reply_over
     del reply_free, reply_held, held_while_caller_speaks, held_after_caller_stops
+    del agent_keeps_call, handing_off
     del model_unlinked, model_free, model_responding, model_cancelling
     del cancelling_active, cancelling_idle
     del leave_greeting, speech_ended, agents_turn, committing
-    del step_finished, interrupted
+    del interrupted
     del call_wide
     return dict(locals())
 

@@ -283,14 +283,15 @@ class TurnRules:
         interrupted = "tool_loop_interrupted" in machine.configuration_values
         return interrupted or self.context.tool_rounds >= self.policy.max_tool_steps
 
-    @guard("event")
-    def caps_the_tool_loop(self, ev: ToolStepFinished) -> bool:
+    @guard("region")
+    def caps_the_tool_loop(self, ev: ToolStepFinished, machine: StateChart) -> bool:
         """The step ends the user turn's last round: one final reply without tools follows.
-        Not once a step handed the call over (this one, or an earlier one of the turn): the
-        old agent, draining, says nothing more, and the new agent speaks next."""
-        ctx = self.context
-        last_round = ctx.tool_rounds >= self.policy.max_tool_steps
-        return last_round and not ctx.handing_over and not ev.hands_over
+        Not once a step handed the call over (this one, or an earlier one of the turn: the
+        handoff's region, as the step began): the old agent, draining, says nothing more,
+        and the new agent speaks next."""
+        last_round = self.context.tool_rounds >= self.policy.max_tool_steps
+        handed_over = ev.hands_over or "handing_off" in machine.configuration_values
+        return last_round and not handed_over
 
     @guard("state")
     def runs_a_tool_step(self, machine: StateChart) -> bool:
@@ -626,12 +627,11 @@ class TurnRules:
         )
 
     def note_user_turn(self) -> None:
-        """A fresh count of tool rounds (the cap's region opens them again, on the same
-        event)."""
+        """A fresh count of tool rounds (the cap's region opens them again, and the
+        handoff's region leaves ``handing_off``, on the same event)."""
         ctx = self.context
         ctx.tool_rounds = 0
         ctx.reprompts = 0
-        ctx.handing_over = False
 
     def reject_user_turn(self, ev: UserTurnCommitted) -> None:
         self.emit(fx.RejectUserTurn(item_id=ev.item_id))
@@ -736,7 +736,6 @@ class TurnRules:
         """The step's output is not answered: past the cap (the cap's region asks for the
         final reply), or its speech was interrupted."""
         self.emit(fx.CancelToolReply(speech_id=ev.speech_id))
-        self.note_handoff(ev)
 
     # The hold of a tool step's reply (its region, ``tool_reply``): entered on a barge-in
     # into the step; the way out decides whether the reply goes to the model.
@@ -775,10 +774,6 @@ class TurnRules:
         """LiveKit counts a turn's words for ``min_words`` only with an STT and outside
         manual turn detection."""
         self.context.min_words = ev.min_words if ev.stt and not ev.manual_turns else 0
-
-    def note_handoff(self, ev: ToolStepFinished) -> None:
-        if ev.hands_over:
-            self.context.handing_over = True
 
     def note_tool_reply_due(self, ev: ToolStepFinished, machine: StateChart) -> None:
         """LiveKit asks the model for the reply to the step's output (under the agent's

@@ -37,6 +37,7 @@ def test_the_voice_exists_only_while_the_call_is_live() -> None:
         "caller_silent",
         "tools_open",
         "reply_free",
+        "agent_keeps_call",
         "model_unlinked",
     )
     controller.handle(ev.CallEnded(at=0.3, reason="user_initiated"))
@@ -55,6 +56,7 @@ def test_one_event_moves_both_regions_once(engine: EngineName) -> None:
         "caller_speaking",
         "tools_open",
         "reply_free",
+        "agent_keeps_call",
         "model_unlinked",
     )
     if controller._machine is not None:  # the engine's own active states, not the summary
@@ -64,6 +66,7 @@ def test_one_event_moves_both_regions_once(engine: EngineName) -> None:
         atomic = {state.id for state in atomic_states()}
         leaves = [state for state in controller._engine.active if state in atomic]
     assert sorted(leaves) == [
+        "agent_keeps_call",
         "awaiting_user",
         "caller_speaking",
         "model_unlinked",
@@ -78,6 +81,7 @@ def test_one_event_moves_both_regions_once(engine: EngineName) -> None:
         "caller_silent",
         "tools_open",
         "reply_free",
+        "agent_keeps_call",
         "model_unlinked",
     )
 
@@ -121,6 +125,7 @@ def test_the_idle_timer_waits_for_the_caller_to_stop() -> None:
         "caller_speaking",
         "tools_open",
         "reply_free",
+        "agent_keeps_call",
         "model_unlinked",
     )
     assert not any(isinstance(e, fx.StartTimer) for e in effects)

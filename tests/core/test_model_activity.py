@@ -45,6 +45,7 @@ def test_a_response_created_while_ringing_holds_the_greeting(engine: EngineName)
         "caller_silent",
         "tools_open",
         "reply_free",
+        "agent_keeps_call",
         "model_free",
     )
     assert any(isinstance(effect, fx.StartGreeting) for effect in effects)
@@ -83,6 +84,7 @@ def test_a_pipeline_stays_unlinked() -> None:
             "caller_silent",
             "tools_open",
             "reply_free",
+            "agent_keeps_call",
             "model_unlinked",
         )
         assert controller.context.pending_cancels == frozenset()

@@ -57,10 +57,10 @@ class ToolCapOffByOne(TurnRules):
         interrupted = "tool_loop_interrupted" in machine.configuration_values
         return interrupted or self.context.tool_rounds > self.policy.max_tool_steps
 
-    def caps_the_tool_loop(self, ev: ToolStepFinished) -> bool:
-        ctx = self.context
-        past = ctx.tool_rounds > self.policy.max_tool_steps
-        return past and not ctx.handing_over and not ev.hands_over
+    def caps_the_tool_loop(self, ev: ToolStepFinished, machine: StateChart) -> bool:
+        past = self.context.tool_rounds > self.policy.max_tool_steps
+        handed_over = ev.hands_over or "handing_off" in machine.configuration_values
+        return past and not handed_over
 
     def _counts_the_round(self) -> bool:
         return self.context.tool_rounds <= self.policy.max_tool_steps

@@ -83,7 +83,11 @@ def test_states_are_the_documented_ones_with_the_voice_beside_the_live_ones() ->
     assert states_beside()["ringing"] == frozenset(MODEL_STATES)
     cap, reply = REGION_STATES["tool_cap"], REGION_STATES["tool_reply"]
     assert reply == ("held_after_caller_stops", "held_while_caller_speaks", "reply_free")
-    assert states_beside()["speaking"] == frozenset({*VOICE_STATES, *cap, *reply, *MODEL_STATES})
+    handoff = REGION_STATES["handoff"]
+    assert handoff == ("agent_keeps_call", "handing_off")
+    assert states_beside()["speaking"] == frozenset(
+        {*VOICE_STATES, *cap, *reply, *handoff, *MODEL_STATES}
+    )
     assert states_beside()["ended"] == frozenset()
     assert {public_state(state) for state in LIVE_STATES} == {
         "awaiting_user",
@@ -268,6 +272,7 @@ def test_restore_takes_a_state_alone_as_the_caller_silent() -> None:
         "caller_silent",
         "tools_open",
         "reply_free",
+        "agent_keeps_call",
         "model_unlinked",
     )
     controller.restore(
@@ -279,6 +284,7 @@ def test_restore_takes_a_state_alone_as_the_caller_silent() -> None:
         "caller_silent",
         "tools_open",
         "reply_free",
+        "agent_keeps_call",
         "model_unlinked",
     )
     controller.restore(("greeting_requested", "caller_speaking"), live)
@@ -287,5 +293,6 @@ def test_restore_takes_a_state_alone_as_the_caller_silent() -> None:
         "caller_speaking",
         "tools_open",
         "reply_free",
+        "agent_keeps_call",
         "model_unlinked",
     )

@@ -73,11 +73,13 @@ CHANGES = frozenset(move for move in DECLARED if move[0] != move[2])
 """The declared moves that change the state."""
 RARE_PHASES = frozenset(
     public_state(leaf) for region in ("tool_cap", "tool_reply") for leaf in REGION_STATES[region]
-) - {"tools_open", "reply_free"}
+) - {"tools_open", "reply_free"} | frozenset(REGION_STATES["handoff"])
 """The cap's region past ``tools_open``, and a tool step's reply held: rare in random
 calls (a step must end the last round of a drawn ``max_tool_steps``, a few times in 1 000
 calls; the caller must barge into a tool step under a drawn hold, with the tools not
-muting them); the explorer reaches each (tests/core/test_explorer.py)."""
+muting them); and the handoff's region, never left: no step drawn hands the call over
+(its tests are test_transitions_unit's). The explorer reaches each
+(tests/core/test_explorer.py)."""
 ANY = tuple(name for name in EVENT_NAMES if name not in ENDING)
 MODEL_EVENTS = frozenset(
     {

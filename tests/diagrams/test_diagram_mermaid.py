@@ -179,9 +179,10 @@ def test_overview_draws_states_and_state_changes_by_event_only() -> None:
     diagram = build_diagram()
     text = to_overview(diagram)
     hidden = left_to_the_caption(collapse_phases(diagram))
-    # the tool cap, the tool reply's hold, and beside the call's course the model's
-    # activity: in the caption
+    # the tool cap, the tool reply's hold, the handoff, and beside the call's course the
+    # model's activity: in the caption
     beside = {"tool_cap", "tools_open", "capped", "tool_reply", "reply_held", "reply_free"}
+    beside |= {"handoff", "agent_keeps_call", "handing_off"}
     assert {*beside, "model_activity", *MODEL_STATES} <= hidden
     for state in set(collapse_phases(diagram).states) - set(diagram.parents.values()) - hidden:
         assert re.search(rf"\b{state}\b", text), state
@@ -248,6 +249,8 @@ def test_overview_draws_states_and_state_changes_by_event_only() -> None:
                     "capped",
                     "reply_held",
                     "reply_free",
+                    "agent_keeps_call",
+                    "handing_off",
                 ],
             ),
             ("model_activity", list(MODEL_STATES)),
@@ -271,6 +274,7 @@ def test_overview_draws_states_and_state_changes_by_event_only() -> None:
                 ("caller_voice", list(VOICE_STATES)),
                 ("tool_cap", ["tools_open", "tool_loop_interrupted", "capped"]),
                 ("tool_reply", ["reply_held", "reply_free"]),
+                ("handoff", ["agent_keeps_call", "handing_off"]),
             ],
         )
     ]
