@@ -278,6 +278,7 @@ def _check_state(context: TurnContext, policy: TurnPolicy, configuration: tuple[
     if state in LIVE_STATES:
         _check_cap_phase(context, policy, state, configuration)
     _check_hold(context, configuration)
+    _check_handoff(context, configuration)
     for timer in context.timers:
         if TIMER_STATES[timer].isdisjoint(configuration):
             raise ValueError(
@@ -386,6 +387,16 @@ def _check_hold(context: TurnContext, configuration: tuple[str, ...]) -> None:
         raise ValueError(
             "TurnContext.held_tool_reply is set exactly while a tool step's reply is held "
             f"({sorted(HELD_PHASES)}), got {context.held_tool_reply!r} in {configuration!r}"
+        )
+
+
+def _check_handoff(context: TurnContext, configuration: tuple[str, ...]) -> None:
+    """A handoff follows a tool round of this user turn: the turn that counts the rounds
+    afresh also leaves ``handing_off``."""
+    if HANDING_OFF in configuration and not context.tool_rounds:
+        raise ValueError(
+            f"TurnContext.tool_rounds is at least 1 in {HANDING_OFF!r} (a tool step of this "
+            "user turn handed the call over), got 0"
         )
 
 

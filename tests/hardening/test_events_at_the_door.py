@@ -302,12 +302,15 @@ def test_restore_refuses_a_context_no_call_can_be_in(
 
 def test_restore_refuses_a_handoff_outside_the_conversation() -> None:
     """A tool step hands the call over only where tool rounds are counted: the handoff's
-    region is ``handing_off`` in the conversation alone."""
+    region is ``handing_off`` in the conversation alone, after a round of the user turn
+    (the next user turn counts afresh, and leaves it)."""
     controller = TurnController(CAPPED)
     with pytest.raises(ValueError, match="hands the call over only in the conversation"):
         controller.restore(("greeting_requested", "handing_off"), TurnContext())
     assert (controller.state, controller.context) == ("ringing", TurnContext())
-    controller.restore(("listening_open", "handing_off"), TurnContext())
+    with pytest.raises(ValueError, match="tool_rounds is at least 1 in 'handing_off'"):
+        controller.restore(("listening_open", "handing_off"), TurnContext())
+    controller.restore(("listening_open", "handing_off"), TurnContext(tool_rounds=1))
     assert "handing_off" in controller.configuration
 
 
