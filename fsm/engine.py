@@ -35,8 +35,9 @@ few dictionary lookups and the rules' own calls (a handled step of the turn char
 True
 >>> compiled.configuration == reference.configuration
 True
->>> compiled.configuration
-('awaiting_user', 'caller_silent', 'tools_open', 'reply_free', 'model_unlinked')
+>>> compiled.configuration  # doctest: +NORMALIZE_WHITESPACE
+('awaiting_user', 'caller_silent', 'tools_open', 'reply_free', 'model_unlinked',
+ 'turn_replies_on_request', 'tool_replies_on_request')
 
 The compiled engine builds no python-statemachine machine per call (one per chart and
 rules class, when the pair is first used, to read what it resolved). It calls private
