@@ -210,3 +210,22 @@ def test_a_model_seen_answering_tool_output_in_the_conversation_does_so_from_the
     effects = controller.handle(ev.ToolStepFinished(at=2.4, speech_id="s1"))
     assert "final_awaits_model_reply" in controller.configuration
     assert fx.StartTimer(timer="model_reply", seconds=policy.model_reply_wait) in effects
+
+
+def test_a_model_told_to_answer_tool_output_restores_before_the_conversation() -> None:
+    """The link tells it before the call starts: a snapshot taken in ``start`` or the
+    greeting restores. (As a context flag scoped to the conversation, where the explorer
+    only ever saw it set, restore() refused such a call's own snapshots there.)"""
+    policy = TurnPolicy(greeting="Hi.")
+    controller = TurnController(policy, strict=True)
+    controller.handle(ev.RealtimeModelLinked(at=0.0, replies_to_tool_output=True))
+
+    def restores() -> None:
+        configuration, context = controller.snapshot()
+        assert configuration[-1] == "auto_tool_replies"
+        TurnController(policy).restore(configuration, context)
+
+    restores()
+    controller.handle(ev.SessionStarted(at=0.1))
+    assert controller.state == "greeting"
+    restores()
