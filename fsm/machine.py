@@ -430,9 +430,11 @@ def declare_chart() -> dict[str, Any]:
                 cancelling_idle = State()
                 """No response of the model is active: only the answers are awaited."""
 
-        # (the two regions of what the model answers on its own come after its activity:
-        # python-statemachine numbers a state by its place among its siblings, so states
-        # declared before would renumber the model's, whose exit actions keep their order)
+        # (declared after the model's activity: python-statemachine numbers a state by its
+        # place among its siblings plus its parent's number, and states of equal numbers
+        # exit in the order their regions are tried (see tool_reply); declared before it,
+        # these would renumber the model's states, model_cancelling's exit action among
+        # them; they have no exit actions of their own)
         class turn_replies(State.Compound):  # noqa: N801
             """Beside the model's activity: who asks for the reply to a committed user
             turn, as the model's link tells (``RealtimeModelLinked.replies_to_turns``).

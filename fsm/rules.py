@@ -888,9 +888,12 @@ class TurnRules:
         )
 
     def _replies_paused(self, active: Collection[object], machine: StateChart) -> bool:
-        """Whether the states ``active`` hold the pause of the replies of the model that
-        ``machine`` runs (in the region beside them: the transition's source or target
-        states stand for the turn's, the model's region is the same before and after)."""
+        """Whether the states ``active`` (a transition's source or target and the states
+        around it, or the configuration) hold the pause of the replies of the model
+        ``machine`` runs, as it answers turns now. (The turn's transitions never move that
+        region: its state now is its state before them too. Entering
+        ``auto_turn_replies``, the source's states hold no pause: a model was never paused
+        before it answered turns itself.)"""
         return model_replies_paused(self.policy, _model_answers_turns(machine), active)
 
     def _replies_follow(self, paused: bool, now: bool) -> None:
