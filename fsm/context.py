@@ -75,12 +75,6 @@ class TurnContext:
     ``interruption["min_words"]`` in this session (``interruption_settings``; 0 without
     an STT or with manual turn detection: every turn does)."""
 
-    model_replies_to_turns: bool = False
-    """The realtime model answers committed user turns on its own."""
-
-    model_replies_to_tools: bool = False
-    """The realtime model answers tool output on its own (told, or seen once)."""
-
     pending_cancels: frozenset[str] = frozenset()
     """The realtime model's ``response.cancel`` requests not answered yet, by id (its
     region is in ``model_cancelling`` while any is): by id, because cancels overlap and

@@ -13,7 +13,8 @@ A context is refused, naming the field, when no call under the policy can hold i
   silent; timers run where they are started; the cap's region leaves ``tools_open``
   only in the conversation, and is capped only once the tool rounds reached the cap,
   its phases holding the speeches they wait for; a step hands the call over (the
-  handoff's region) only in the conversation; the realtime flags only once a realtime
+  handoff's region) only in the conversation; the realtime fields, and what the model
+  answers on its own (``auto_turn_replies``, ``auto_tool_replies``), only once a realtime
   model is linked.
 
 :func:`turnfsm.testing.explore` checks every context it reaches against these rules, so a
@@ -45,7 +46,14 @@ from .machine import (
     public_state,
 )
 from .policy import TurnPolicy
-from .rules import MODEL_IDLE, UNLINKED, TurnRules, input_muted
+from .rules import (
+    AUTO_TOOL_REPLIES,
+    AUTO_TURN_REPLIES,
+    MODEL_IDLE,
+    UNLINKED,
+    TurnRules,
+    input_muted,
+)
 
 _CONVERSATION_AND_END = CONVERSATION_STATES | {"ended"}
 
@@ -68,14 +76,7 @@ SCOPED: Mapping[str, frozenset[str]] = {
         ("tool_speech_id", "final_speech_id", "final_after_speech"),
         frozenset({"speaking", "tool_loop", "ended"}),
     ),
-    **dict.fromkeys(
-        (
-            "tool_rounds",
-            "reprompts",
-            "model_replies_to_tools",
-        ),
-        _CONVERSATION_AND_END,
-    ),
+    **dict.fromkeys(("tool_rounds", "reprompts"), _CONVERSATION_AND_END),
     # before the greeting a speech's text is never committed: nothing is dropped there
     "dropped_speeches": _CONVERSATION_AND_END | {"greeting"},
 }
@@ -116,13 +117,15 @@ REALTIME_TIMERS: frozenset[str] = frozenset({"model_reply", "response_done"})
 """Timers of the waits for a realtime model."""
 
 REALTIME: tuple[str, ...] = (
-    "model_replies_to_turns",
-    "model_replies_to_tools",
     "pending_cancels",
     "final_after_speech",
 )
 """Fields a call sets only once a realtime model is linked (the model's region has left
 ``model_unlinked``)."""
+
+MODEL_ANSWERS = frozenset({AUTO_TURN_REPLIES, AUTO_TOOL_REPLIES})
+"""The states of the regions of what a realtime model answers on its own, once its link
+tells (or, for tool output, it is seen doing so): a linked model's only."""
 
 _DEFAULTS = TurnContext()
 
@@ -313,23 +316,22 @@ def _check_listening_phase(
                 f"the cap's region is {TOOLS_OPEN} in {phase!r}, which follows the greeting "
                 "before any tool round"
             )
+    model_detects_turns = AUTO_TURN_REPLIES in configuration
     if phase == "spill_over_window" and (
-        not (policy.mutes_greeting and policy.greeting_overlap == "drop")
-        or context.model_replies_to_turns
+        not (policy.mutes_greeting and policy.greeting_overlap == "drop") or model_detects_turns
     ):
         raise ValueError(
             "no call under this policy is in 'spill_over_window': only with greeting_lock="
             "'mute_input' and greeting_overlap='drop', and not while a realtime model "
-            "detects turns (model_replies_to_turns)"
+            f"detects turns ({AUTO_TURN_REPLIES})"
         )
     if phase == "discarding_overlap" and (
-        policy.greeting_overlap != "drop"
-        or (policy.mutes_greeting and context.model_replies_to_turns)
+        policy.greeting_overlap != "drop" or (policy.mutes_greeting and model_detects_turns)
     ):
         raise ValueError(
             "no call under this policy is in 'discarding_overlap': only with "
             "greeting_overlap='drop', and under greeting_lock='mute_input' not while a "
-            "realtime model detects turns (model_replies_to_turns)"
+            f"realtime model detects turns ({AUTO_TURN_REPLIES})"
         )
     if phase in REPLAY_PHASES and (
         not (policy.mutes_greeting and policy.greeting_overlap == "answer_whole")
@@ -362,8 +364,12 @@ def _regions_problem(configuration: tuple[str, ...]) -> str | None:
     """Why the regions beside the turn cannot be in their states of ``configuration``
     beside the turn's, if they cannot: the cap leaves ``tools_open``, and the handoff's
     region ``agent_keeps_call``, only in the conversation, where tool rounds are counted;
-    a tool step's reply is held only in ``speaking`` and ``tool_loop``."""
+    a tool step's reply is held only in ``speaking`` and ``tool_loop``; what a model
+    answers on its own is known only once a realtime model is linked (its link tells it,
+    or its own replies show it)."""
     beside, state = set(configuration[1:]), public_state(configuration[0])
+    if UNLINKED in beside and (answers := sorted(beside & MODEL_ANSWERS)):
+        return f"{answers[0]!r} is a realtime model's, only with one linked (not {UNLINKED!r})"
     if moved := sorted(beside & CAP_STATES - {TOOLS_OPEN}):
         if state not in CONVERSATION_STATES:
             return f"the cap's region is {TOOLS_OPEN} in {state!r}, not {moved[0]!r}"

@@ -36,13 +36,19 @@ reply of a step past the cap), the cap's region says what comes after it, in its
 enter and exit actions only (none on its transitions), so that its effects take the same
 place in a step whichever region the engine tries first (:mod:`turnfsm.engine`); so does
 the hold of the tool reply, whose exit decides whether the reply is sent or dropped. The
-call itself is two regions: its ``line`` (connecting, then live) and beside it, from the
+call itself is four regions: its ``line`` (connecting, then live) and beside it, from the
 call's start, the realtime model's activity (``model_activity``: ``model_unlinked``
 until a realtime model is linked, then ``model_free``, ``model_responding``,
 ``model_cancelling`` while a ``response.cancel`` is on its way): a model's response
 created while the call still rings must hold the greeting as well (invariant I9). The
-waits for a free model read it (``model_is_free``); a pipeline's stays in
-``model_unlinked``.
+waits for a free model read it (``model_is_free``). Beside it, what the model answers on
+its own, as its link tells, moved in the link's step: the caller's turns
+(``turn_replies``: ``turn_replies_on_request``, then ``auto_turn_replies``, whose entry
+pauses the model's replies where the states then active hold the pause) and tool output
+(``tool_output_replies``: ``tool_replies_on_request``, then ``auto_tool_replies``, also
+once the model is seen answering it); the guards and actions that depend on it read
+these regions (``model_detects_turns``, ``model_answers_tool_output``). A pipeline's
+three stay in their initial states.
 
 Events that a state does not handle are ignored there on purpose; :data:`IGNORED` says
 why for each (state, event) pair, and the test suite checks every pair.
@@ -159,7 +165,7 @@ def timers_declared(state: State) -> tuple[After, ...]:
 def declare_chart() -> dict[str, Any]:
     """A fresh declaration of the turn chart: its states and events, by name.
 
-    ``call`` holds every state of a call, in two regions: its ``line``, ``start`` and
+    ``call`` holds every state of a call, in four regions: its ``line``, ``start`` and
     ``ringing`` before it is live (``connecting``), then ``live``, five regions side by
     side: the ``turn`` (``awaiting_user``, ``greeting``, and ``listening ⇄ speaking ⇄
     tool_loop`` in ``conversation``), the ``caller_voice`` (``caller_silent ⇄
@@ -167,12 +173,13 @@ def declare_chart() -> dict[str, Any]:
     overlap whole), the ``tool_cap`` (``tools_open ⇄ tool_loop_interrupted``,
     ``capped``), the ``tool_reply`` (``reply_free ⇄ reply_held``) and the ``handoff``
     (``agent_keeps_call ⇄ handing_off``); and beside the line, the realtime model's
-    activity (``model_activity``). ``ended`` is final.
+    activity (``model_activity``) and what it answers on its own (``turn_replies``,
+    ``tool_output_replies``). ``ended`` is final.
     """
 
     class call(State.Parallel):  # noqa: N801 - state ids are snake_case
         """The call, from its start to the hang-up: its course, and beside it, the
-        realtime model's activity."""
+        realtime model's activity and what the model answers on its own."""
 
         class line(State.Compound):  # noqa: N801
             """The call's course: connecting, then live (whose turn it is, and beside it,
@@ -440,6 +447,42 @@ def declare_chart() -> dict[str, Any]:
                 cancelling_idle = State()
                 """No response of the model is active: only the answers are awaited."""
 
+        # (declared after the model's activity: python-statemachine numbers a state by its
+        # place among its siblings plus its parent's number, and states of equal numbers
+        # exit in the order their regions are tried (see tool_reply); declared before it,
+        # these would renumber the model's states, model_cancelling's exit action among
+        # them; they have no exit actions of their own)
+        class turn_replies(State.Compound):  # noqa: N801
+            """Beside the model's activity: who asks for the reply to a committed user
+            turn, as the model's link tells (``RealtimeModelLinked.replies_to_turns``).
+            Only the link moves it: a pipeline, and a call before the link, stays in
+            ``turn_replies_on_request``."""
+
+            turn_replies_on_request = State(initial=True)
+            """LiveKit asks for the reply to each user turn: a pipeline's LLM, or a
+            realtime model whose server detects no turns or creates no response for them."""
+
+            auto_turn_replies = State(enter="pause_model_replies")
+            """The realtime model's server detects the caller's turns and answers each as
+            it commits it (OpenAI Realtime's ``turn_detection.create_response``, LiveKit's
+            ``turn_detection`` capability): only a shut input gate holds its turns, and its
+            own replies are paused by the states that hold the pause (entered there, this
+            state pauses them)."""
+
+        class tool_output_replies(State.Compound):  # noqa: N801
+            """Beside the model's activity: who asks for the reply to a tool step's
+            output, as the model's link tells (``replies_to_tool_output``) or as the model
+            is seen doing."""
+
+            tool_replies_on_request = State(initial=True)
+            """LiveKit asks for the reply to tool output: a pipeline, or a realtime model
+            not known to answer it on its own."""
+
+            auto_tool_replies = State()
+            """The realtime model answers tool output on its own (LiveKit's
+            ``auto_tool_reply_generation``): told by the link, or seen once answering it in
+            the conversation. The capped final reply waits a while for that answer."""
+
     ended = State(final=True, enter="clean_up_call")
     """The call is over; only clean-up effects are emitted on the way in."""
 
@@ -523,6 +566,14 @@ def declare_chart() -> dict[str, Any]:
         call.model_activity.model_cancelling.cancelling_active,
         call.model_activity.model_cancelling.cancelling_idle,
     )
+    turn_replies_on_request, auto_turn_replies = (
+        call.turn_replies.turn_replies_on_request,
+        call.turn_replies.auto_turn_replies,
+    )
+    tool_replies_on_request, auto_tool_replies = (
+        call.tool_output_replies.tool_replies_on_request,
+        call.tool_output_replies.auto_tool_replies,
+    )
 
     # Timers, declared per state (XState's ``after``): started as the state is entered
     # (one ``while_silent`` only while the caller is silent: stopped when they speak,
@@ -553,7 +604,7 @@ def declare_chart() -> dict[str, Any]:
 
     def call_wide(on: str | list[str], regions: tuple[State, State] = (connecting, turn)) -> Any:
         """Bookkeeping in every state of the call: targetless, on the states of its line
-        but not the regions beside them (the caller's voice, the model's activity).
+        but not the regions beside them (the caller's voice, the model's regions).
         (Declared on ``call`` itself, it would be a candidate in those regions too, and
         its actions would run more than once, beside a turn's transition.)"""
         before_live, live_turn = regions
@@ -882,9 +933,18 @@ def declare_chart() -> dict[str, Any]:
 
     # Realtime models (RealtimeLink): what the model does on its own, and the waits for it.
     # The model's events are taken once a realtime model is linked (runs_realtime_model):
-    # a pipeline has no such model, and one told of it anyway changes nothing. (Told once,
+    # a pipeline has no such model, and one told of it anyway changes nothing. The link
+    # tells, in one step, each region what the model answers on its own. (Told once,
     # before the call starts; told again, it changes nothing either.)
-    realtime_model_linked = model_unlinked.to(model_free, on="note_model_link")
+    realtime_model_linked = (
+        model_unlinked.to(model_free)
+        | turn_replies_on_request.to(
+            auto_turn_replies, cond="link_answers_turns", unless="runs_realtime_model"
+        )
+        | tool_replies_on_request.to(
+            auto_tool_replies, cond="link_answers_tool_output", unless="runs_realtime_model"
+        )
+    )
 
     # the model's activity, in its own region: a response active, cancels on their way
     # (each noted by id: only the answer to a cancel the machine took frees the model)
@@ -921,17 +981,18 @@ def declare_chart() -> dict[str, Any]:
         | awaiting_user.to(None, cond="runs_realtime_model", on="suppress_model_reply")
         | greeting.to(None, cond="runs_realtime_model", on="suppress_model_reply")
         | conversation.to(
-            None,
-            cond=["runs_realtime_model", "is_unwanted_tool_reply"],
-            on=["note_model_replies_to_tools", "suppress_model_reply"],
-        )
-        | conversation.to(
-            None, cond=["runs_realtime_model", "is_tool_reply"], on="note_model_replies_to_tools"
+            None, cond=["runs_realtime_model", "is_unwanted_tool_reply"], on="suppress_model_reply"
         )
         | final_reply_awaited.from_(
             final_awaits_tool_speech,
             final_awaits_model_reply,
             cond=["runs_realtime_model", "is_tool_reply"],
+        )
+        # a model seen answering tool output on its own in the conversation does so from
+        # then on, whatever its link told (in awaiting_agent, the model's reply answers a
+        # caller who spoke first: its speech starts the conversation, agent_speech_created)
+        | tool_replies_on_request.to(
+            auto_tool_replies, cond=["runs_realtime_model", "in_conversation", "is_tool_reply"]
         )
     )
 
@@ -968,6 +1029,7 @@ def declare_chart() -> dict[str, Any]:
     del agent_keeps_call, handing_off
     del model_unlinked, model_free, model_responding, model_cancelling
     del cancelling_active, cancelling_idle
+    del turn_replies_on_request, auto_turn_replies, tool_replies_on_request, auto_tool_replies
     del leave_greeting, speech_ended, agents_turn, committing
     del interrupted
     del call_wide
@@ -1113,7 +1175,7 @@ def configurations(machine_class: type[TurnChart] = TurnMachine) -> tuple[tuple[
     """Every configuration of the chart, as :attr:`TurnController.configuration` names it:
     one atomic state per active region, in document order (the turn's first, then one of
     each region beside it: the caller's voice while the call is live, the model's
-    activity until it ends)."""
+    activity and what it answers on its own until it ends)."""
     return tuple(_configurations_in(machine_class.states))
 
 
@@ -1229,7 +1291,7 @@ def states_beside(
 ) -> Mapping[str, frozenset[str]]:
     """For each state a call can be in (:func:`leaf_states`), the states of the regions
     beside it that can be active with it (the caller's voice while live, the realtime
-    model's activity until the end)."""
+    model's activity and what it answers on its own until the end)."""
     beside: dict[str, set[str]] = {state.id: set() for state in leaf_states(machine_class)}
     for configuration in configurations(machine_class):
         beside[configuration[0]].update(configuration[1:])
@@ -1369,8 +1431,6 @@ IGNORED: dict[tuple[str, str], str] = {
             "user_turn_declined",  # a reply LiveKit prepared would have left awaiting_agent
         )
     },
-    ("awaiting_agent", "model_reply_started"): "a realtime model answering a caller who"
-    " spoke first: its speech starts the conversation (agent_speech_created)",
     **{
         (state, event): reason
         for state, reason in (
@@ -1450,7 +1510,9 @@ checks that every pair is a transition or listed here with a reason, and nothing
 A transition of a region beside the state counts: the tool cap's region takes a step's
 end and an interrupted speech, and the tool reply's a step's start, in every live state
 (their guards let them through only in the conversation, where tool rounds are counted:
-before it, tools are no user turn's, and the early speech that calls them is stopped)."""
+before it, tools are no user turn's, and the early speech that calls them is stopped);
+the region of the model's replies to tool output takes the model's own reply in every
+state of the call (noted only in the conversation)."""
 
 OUTCOME_DECISIONS: dict[str, str] = {
     "mute_input": "traced only: the outcome monitor reports caller audio heard in a lock",

@@ -329,6 +329,14 @@ REALTIME_LINK = ev.RealtimeModelLinked(at=EARLY, replies_to_turns=True)
 (server turn detection answers turns; LiveKit asks for tool replies). A model that also
 answers tool output itself is reached too: its first such reply tells the machine."""
 
+REALTIME_LINKS = (
+    REALTIME_LINK,
+    ev.RealtimeModelLinked(at=EARLY, replies_to_turns=True, replies_to_tool_output=True),
+)
+"""The realtime models :func:`explore` starts from with ``realtime=True``: as
+:data:`REALTIME_LINK`, and one whose link tells it answers tool output itself (LiveKit's
+``auto_tool_reply_generation``), from the call's start."""
+
 
 OWN_WORDS_SPEECH = (
     ev.AgentSpeechCreated(at=EARLY, speech_id="s3", source="reply", from_agent_code=True),
@@ -473,8 +481,8 @@ def explore(
     extension from :func:`~turnfsm.machine.build_machine`; ``extra_events`` adds the
     extension's own events to the alphabet. Every exploration starts once the machine
     was told a fact of the session: :data:`INTERRUPTION_SETTINGS`, or with ``realtime``
-    :data:`REALTIME_LINK` (the machine told it runs a realtime model), which then feeds
-    :func:`realtime_alphabet`. ``reached`` is called with each configuration and context
+    each of :data:`REALTIME_LINKS` (the machine told it runs a realtime model), which then
+    feeds :func:`realtime_alphabet`. ``reached`` is called with each configuration and context
     first reached (a copy: keep it).
 
     Every step runs on the compiled engine (:mod:`turnfsm.engine`). The first step with
@@ -527,17 +535,19 @@ def explore(
     steps = 0
     states: set[str] = set()
     moves: set[tuple[str, str, str]] = set()
-    # the session's fact is the first event of a call: start after it
-    told = REALTIME_LINK if realtime else INTERRUPTION_SETTINGS
-    monitor = start[2].copy()
-    effects = controller.handle(told)
-    monitor.check(public_state(start[0][0]), told, controller.state, effects)
-    linked = (controller.configuration, controller.context.copy(), monitor)
-    moves.update(region_moves(start[0], told.name, linked[0], machine_class))
-    seen[_key(linked[0], linked[1].snapshot(), monitor.shadow())] = (origin, told)
-    queue = deque([linked])
-    if reached is not None:
-        reached(queue[0][0], queue[0][1].copy())
+    # the session's fact is the first event of a call: start after it (after each)
+    queue: deque[tuple[tuple[str, ...], TurnContext, SafetyMonitor]] = deque()
+    for told in REALTIME_LINKS if realtime else (INTERRUPTION_SETTINGS,):
+        controller._resume(start[0], start[1].copy())
+        monitor = start[2].copy()
+        effects = controller.handle(told)
+        monitor.check(public_state(start[0][0]), told, controller.state, effects)
+        linked = (controller.configuration, controller.context.copy(), monitor)
+        moves.update(region_moves(start[0], told.name, linked[0], machine_class))
+        seen[_key(linked[0], linked[1].snapshot(), monitor.shadow())] = (origin, told)
+        queue.append(linked)
+        if reached is not None:
+            reached(linked[0], linked[1].copy())
     violations: list[str] = []
     paths: list[tuple[ev.Event, ...]] = []
     watched = 0

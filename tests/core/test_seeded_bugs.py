@@ -173,8 +173,8 @@ class RepromptNotTimed(TurnRules):
 class MaxDurationLostInTheGreeting(TurnRules):
     """W1: the greeting stops the call's maximum-duration timer."""
 
-    def begin_greeting(self) -> None:
-        super().begin_greeting()
+    def begin_greeting(self, machine: StateChart) -> None:
+        super().begin_greeting(machine)
         self._cancel_timer("max_duration")
 
 

@@ -254,6 +254,8 @@ def test_overview_draws_states_and_state_changes_by_event_only() -> None:
                 ],
             ),
             ("model_activity", list(MODEL_STATES)),
+            ("turn_replies", ["turn_replies_on_request", "auto_turn_replies"]),
+            ("tool_output_replies", ["tool_replies_on_request", "auto_tool_replies"]),
         ],
     )
     assert parallel_regions(diagram)[1:] == [

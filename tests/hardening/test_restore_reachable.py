@@ -25,7 +25,7 @@ from turnfsm import TurnController, TurnPolicy
 from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.context import TurnContext
-from turnfsm.context_rules import SCOPED, reachable_states
+from turnfsm.context_rules import MODEL_ANSWERS, SCOPED, reachable_states
 from turnfsm.machine import (
     LEAF_STATES,
     MODEL_STATES,
@@ -79,14 +79,15 @@ def random_pair(rng: random.Random, policy: TurnPolicy) -> tuple[tuple[str, ...]
     consistent with each other as far as the field checks go (ids of active speeches)."""
     state = rng.choice(LEAF_STATES)
     # a pipeline's call, as the explorer explores this policy: no realtime model linked
-    # (its region's other states are a realtime call's, explored elsewhere)
-    unlinked = {leaf for leaf in MODEL_STATES if leaf != "model_unlinked"}
+    # (its region's other states, and what such a model answers on its own, are a
+    # realtime call's, explored elsewhere)
+    realtime = {leaf for leaf in MODEL_STATES if leaf != "model_unlinked"} | MODEL_ANSWERS
     beside = tuple(
         rng.choice(options)
         for states in REGION_STATES.values()
         if (
             options := [
-                leaf for leaf in states if leaf in states_beside()[state] and leaf not in unlinked
+                leaf for leaf in states if leaf in states_beside()[state] and leaf not in realtime
             ]
         )
     )
