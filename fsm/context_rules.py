@@ -100,6 +100,9 @@ CAP_STATES = frozenset(REGION_STATES["tool_cap"])
 TOOLS_OPEN = REGION_STATES["tool_cap"][0]
 """The cap's region before a user turn's tool rounds reach the cap (its initial state)."""
 
+INTERRUPTED = REGION_STATES["tool_cap"][1]
+"""The cap's region once LiveKit interrupted the loop's speech (no further round)."""
+
 AGENT_KEEPS_CALL, HANDING_OFF = REGION_STATES["handoff"]
 """The handoff's region (beside the turn while the call is live)."""
 
@@ -397,12 +400,15 @@ def _check_hold(context: TurnContext, configuration: tuple[str, ...]) -> None:
 
 
 def _check_handoff(context: TurnContext, configuration: tuple[str, ...]) -> None:
-    """A handoff follows a tool round of this user turn: the turn that counts the rounds
-    afresh also leaves ``handing_off``."""
-    if HANDING_OFF in configuration and not context.tool_rounds:
+    """A loop interrupted after a handoff ran a round of this user turn: the step that
+    handed over left the cap's region ``tools_open``, so another step started (a counted
+    round) and was interrupted, and the user turn that counts afresh leaves
+    ``handing_off``. (A step that started before the user turn may hand over after it:
+    ``handing_off`` alone allows no round.)"""
+    if {HANDING_OFF, INTERRUPTED} <= set(configuration) and not context.tool_rounds:
         raise ValueError(
-            f"TurnContext.tool_rounds is at least 1 in {HANDING_OFF!r} (a tool step of this "
-            "user turn handed the call over), got 0"
+            f"TurnContext.tool_rounds is at least 1 in {INTERRUPTED!r} beside "
+            f"{HANDING_OFF!r} (a step started after the handoff was interrupted), got 0"
         )
 
 

@@ -302,16 +302,19 @@ def test_restore_refuses_a_context_no_call_can_be_in(
 
 def test_restore_refuses_a_handoff_outside_the_conversation() -> None:
     """A tool step hands the call over only where tool rounds are counted: the handoff's
-    region is ``handing_off`` in the conversation alone, after a round of the user turn
-    (the next user turn counts afresh, and leaves it)."""
+    region is ``handing_off`` in the conversation alone; a loop interrupted since ran a
+    round (the step that handed over opened the cap's region)."""
     controller = TurnController(CAPPED)
     with pytest.raises(ValueError, match="hands the call over only in the conversation"):
         controller.restore(("greeting_requested", "handing_off"), TurnContext())
     assert (controller.state, controller.context) == ("ringing", TurnContext())
-    with pytest.raises(ValueError, match="tool_rounds is at least 1 in 'handing_off'"):
-        controller.restore(("listening_open", "handing_off"), TurnContext())
-    controller.restore(("listening_open", "handing_off"), TurnContext(tool_rounds=1))
+    controller.restore(("listening_open", "handing_off"), TurnContext())
     assert "handing_off" in controller.configuration
+    interrupted = ("tool_loop", "tool_loop_interrupted", "handing_off")
+    step = TurnContext(active_speeches=frozenset({"s1"}), tool_speech_id="s1")
+    with pytest.raises(ValueError, match="at least 1 in 'tool_loop_interrupted' beside"):
+        controller.restore(interrupted, step)
+    controller.restore(interrupted, attrs.evolve(step, tool_rounds=1))
 
 
 def test_restore_refuses_what_is_not_a_context_or_a_state() -> None:
