@@ -42,6 +42,7 @@ from .events import (
 )
 from .machine import (
     PRE_GREETING_STATES,
+    TIMER_STATES,
     TIMERS,
     After,
     atomic_states,
@@ -370,28 +371,30 @@ class TurnRules:
     # -- timers -------------------------------------------------------------------------
 
     def _start_timer(self, timer: fx.TimerName) -> None:
+        """Start ``timer`` (one that does not run: see :func:`running_timers`), if the
+        policy gives it seconds."""
         seconds = getattr(self.policy, TIMERS[timer].seconds)
-        if seconds is None:
-            return
-        self._cancel_timer(timer)
-        self.context.timers = self.context.timers | {timer}
-        self.emit(fx.StartTimer(timer=timer, seconds=seconds))
+        if seconds is not None:
+            self.emit(fx.StartTimer(timer=timer, seconds=seconds))
 
-    def _cancel_timer(self, timer: fx.TimerName) -> None:
-        """Cancel a running timer; one started in this very step (a state entered and left
-        in one step, e.g. a wait that ends at once) is taken back instead, so the adapter
-        never starts it."""
-        if timer in self.context.timers:
-            self.context.timers = self.context.timers - {timer}
-            started = [
-                i
-                for i, effect in enumerate(self.outbox)
-                if isinstance(effect, fx.StartTimer) and effect.timer == timer
-            ]
-            if started:
-                del self.outbox[started[-1]]
-            else:
-                self.emit(fx.CancelTimer(timer=timer))
+    def _cancel_timer(
+        self, timer: fx.TimerName, machine: StateChart, ev: Event | None = None
+    ) -> None:
+        """Cancel ``timer`` if it runs where the machine is (the configuration being left,
+        in an exit or a transition's action) and the event ``ev`` is not its expiry (it
+        fired); one started in this very step (a state entered and left in one step, e.g.
+        a wait that ends at once) is taken back instead, so the adapter never starts it."""
+        started = [
+            i
+            for i, effect in enumerate(self.outbox)
+            if isinstance(effect, fx.StartTimer) and effect.timer == timer
+        ]
+        if started:
+            del self.outbox[started[-1]]
+        elif timer in running_timers(self.policy, machine.configuration_values) and not (
+            isinstance(ev, TimerExpired) and ev.timer == timer
+        ):
+            self.emit(fx.CancelTimer(timer=timer))
 
     def start_timers(self, state: State, machine: StateChart) -> None:
         """Entering ``state``: start the timers it declares (:func:`~turnfsm.machine.after`)
@@ -401,32 +404,30 @@ class TurnRules:
             if not (timer.while_silent and speaking):
                 self._start_timer(timer.timer)
 
-    def cancel_timers(self, state: State) -> None:
-        """Leaving ``state``: its timers stop."""
+    def cancel_timers(self, state: State, machine: StateChart, ev: Event | None = None) -> None:
+        """Leaving ``state``: its timers stop (but the one whose expiry leaves it)."""
         for timer in timers_declared(state):
-            self._cancel_timer(timer.timer)
+            self._cancel_timer(timer.timer, machine, ev)
 
-    def stop_silence_timers(self, state: State) -> None:
+    def stop_silence_timers(self, state: State, machine: StateChart) -> None:
         """The caller speaks: the timers running in ``state`` (declared by it or a state
         around it) that time their silence stop."""
         for timer in _timers_around(state):
             if timer.while_silent:
-                self._cancel_timer(timer.timer)
+                self._cancel_timer(timer.timer, machine)
 
-    def start_silence_timers(self, state: State) -> None:
+    def start_silence_timers(self, state: State, machine: StateChart) -> None:
         """The caller stopped: the timers running in ``state`` that time their silence
-        start."""
+        start (again, if they ran: an end of speech the caller's voice did not wait for)."""
         for timer in _timers_around(state):
             if timer.while_silent:
+                self._cancel_timer(timer.timer, machine)
                 self._start_timer(timer.timer)
 
-    def take_expiry(self, ev: TimerExpired) -> bool:
-        """Whether ``ev`` expires a running timer (which then no longer runs); else it is
-        stale (cancelled, its expiry already on its way), and the controller ignores it."""
-        if ev.timer not in self.context.timers:
-            return False
-        self.context.timers = self.context.timers - {ev.timer}
-        return True
+    def take_expiry(self, ev: TimerExpired, configuration: Collection[object]) -> bool:
+        """Whether ``ev`` expires a timer running in ``configuration``; else it is stale
+        (cancelled, its expiry already on its way), and the controller ignores it."""
+        return ev.timer in running_timers(self.policy, configuration)
 
     # -- call lifecycle -----------------------------------------------------------------
 
@@ -452,10 +453,8 @@ class TurnRules:
         self.context.end_reason = "greeting_failed"
 
     def clean_up_call(self) -> None:
-        ctx = self.context
-        for timer in sorted(ctx.timers):
-            self._cancel_timer(timer)
-        self.emit(fx.EndCall(reason=ctx.end_reason or "hangup"))
+        """The call ended (each timer was cancelled as the state that runs it was left)."""
+        self.emit(fx.EndCall(reason=self.context.end_reason or "hangup"))
 
     # -- the greeting -------------------------------------------------------------------
 
@@ -902,6 +901,25 @@ class TurnRules:
             self._unmute(replay_held_audio=False)
 
 
+def running_timers(
+    policy: TurnPolicy, configuration: Collection[object]
+) -> frozenset[fx.TimerName]:
+    """The timers running in ``configuration`` (its atomic states; compound ones may be
+    among them): those a state of it declares (:func:`~turnfsm.machine.after`, on it or
+    a state around it) whose seconds the policy sets, but the ones that time the caller's
+    silence while the caller speaks. Each starts as its state is entered (or the caller
+    falls silent), stops as it is left (or the caller speaks), and its expiry leaves the
+    state or starts it again (``reprompt``): where the call is says which run."""
+    speaking = _speaks(configuration)
+    return frozenset(
+        timer.timer
+        for timer in TIMERS.values()
+        if not TIMER_STATES[timer.timer].isdisjoint(configuration)
+        and getattr(policy, timer.seconds) is not None
+        and not (speaking and timer.while_silent)
+    )
+
+
 def input_muted(policy: TurnPolicy, active: Collection[object]) -> bool:
     """Whether the input is muted with these states active (a configuration's states,
     compound ones included): in the greeting that mutes it, in the tool loop that does."""
@@ -987,7 +1005,13 @@ def _runs_realtime_model(machine: StateChart) -> bool:
 def _caller_speaks(machine: StateChart) -> bool:
     """The caller's voice region is in ``caller_speaking``. (No event that reads it moves
     that region, so this is its state both before and after the step.)"""
-    return "caller_speaking" in machine.configuration_values
+    return _speaks(machine.configuration_values)
+
+
+def _speaks(active: Collection[object]) -> bool:
+    """The caller speaks with these states active (their speech over a greeting that
+    answers it whole, ``caller_spoke_over_greeting``, is over)."""
+    return "caller_speaking" in active
 
 
 def _is_end(target: object) -> bool:

@@ -279,8 +279,6 @@ def test_a_negative_tool_round_count_cannot_lift_the_cap() -> None:
         (TurnContext(handing_over="yes"), TypeError, "handing_over must be True or False"),  # type: ignore[arg-type]
         (TurnContext(active_speeches={"s1"}), TypeError, "active_speeches must be a frozenset"),  # type: ignore[arg-type]
         (TurnContext(active_speeches=frozenset({1})), TypeError, "items each must be a string"),  # type: ignore[arg-type]
-        (TurnContext(timers=frozenset({"lunch"})), TypeError, "timers must be a frozenset"),  # type: ignore[arg-type]
-        (TurnContext(timers=frozenset({"idle"})), ValueError, "never starts: ['idle']"),
         (TurnContext(dropped_speeches=frozenset({"s1"})), ValueError, "must be active"),
         (TurnContext(greeting_speech_id="g1"), ValueError, "'g1' is not an active speech"),
         (TurnContext(final_speech_id="s9"), ValueError, "'s9' is not an active speech"),
