@@ -191,7 +191,7 @@ class TurnController:
         (:func:`~turnfsm.rules.running_timers`): those its effects started and neither
         cancelled nor saw expire. Only their expiries are taken; any other is stale."""
         self._claim()
-        return running_timers(self.policy, self._configuration)
+        return running_timers(self.policy, _active(self._machine_class, self._configuration))
 
     @property
     def handled_events(self) -> frozenset[str]:
@@ -334,7 +334,7 @@ class TurnController:
         # never delivers a cancelled one
         if event.name in self._handled and (
             not isinstance(event, TimerExpired)
-            or self._rules.take_expiry(event, self._configuration)
+            or self._rules.take_expiry(event, _active(self._machine_class, self._configuration))
         ):
             outbox = self._rules.outbox
             try:
@@ -489,6 +489,13 @@ def _path(machine_class: type[TurnChart], configuration: tuple[str, ...]) -> tup
             node = node.parent
         ids.update(dict.fromkeys(reversed(chain)))
     return tuple(ids)
+
+
+@functools.cache
+def _active(machine_class: type[TurnChart], configuration: tuple[str, ...]) -> tuple[State, ...]:
+    """The states active in the configuration, compound ones included (the chart's)."""
+    by_id = {state.id: state for state in walk_states(machine_class.states)}
+    return tuple(by_id[state] for state in _path(machine_class, configuration))
 
 
 def _configuration_of(machine: TurnChart) -> tuple[str, ...]:

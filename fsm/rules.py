@@ -8,7 +8,7 @@ never perform I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Literal, TypeVar
 
 import attrs
@@ -42,7 +42,6 @@ from .events import (
 )
 from .machine import (
     PRE_GREETING_STATES,
-    TIMER_STATES,
     TIMERS,
     After,
     atomic_states,
@@ -391,7 +390,7 @@ class TurnRules:
         ]
         if started:
             del self.outbox[started[-1]]
-        elif timer in running_timers(self.policy, machine.configuration_values) and not (
+        elif timer in running_timers(self.policy, machine.configuration) and not (
             isinstance(ev, TimerExpired) and ev.timer == timer
         ):
             self.emit(fx.CancelTimer(timer=timer))
@@ -424,10 +423,11 @@ class TurnRules:
                 self._cancel_timer(timer.timer, machine)
                 self._start_timer(timer.timer)
 
-    def take_expiry(self, ev: TimerExpired, configuration: Collection[object]) -> bool:
-        """Whether ``ev`` expires a timer running in ``configuration``; else it is stale
-        (cancelled, its expiry already on its way), and the controller ignores it."""
-        return ev.timer in running_timers(self.policy, configuration)
+    def take_expiry(self, ev: TimerExpired, active: Iterable[State]) -> bool:
+        """Whether ``ev`` expires a timer running with these states active
+        (:func:`running_timers`); else it is stale (cancelled, its expiry already on its
+        way), and the controller ignores it."""
+        return ev.timer in running_timers(self.policy, active)
 
     # -- call lifecycle -----------------------------------------------------------------
 
@@ -901,22 +901,21 @@ class TurnRules:
             self._unmute(replay_held_audio=False)
 
 
-def running_timers(
-    policy: TurnPolicy, configuration: Collection[object]
-) -> frozenset[fx.TimerName]:
-    """The timers running in ``configuration`` (its atomic states; compound ones may be
-    among them): those a state of it declares (:func:`~turnfsm.machine.after`, on it or
-    a state around it) whose seconds the policy sets, but the ones that time the caller's
-    silence while the caller speaks. Each starts as its state is entered (or the caller
-    falls silent), stops as it is left (or the caller speaks), and its expiry leaves the
-    state or starts it again (``reprompt``): where the call is says which run."""
-    speaking = _speaks(configuration)
+def running_timers(policy: TurnPolicy, active: Iterable[State]) -> frozenset[fx.TimerName]:
+    """The timers running with these states active (a configuration's states, compound
+    ones included, as the chart's ``State`` objects): those they declare
+    (:func:`~turnfsm.machine.after`) whose seconds the policy sets, but the ones that
+    time the caller's silence while the caller speaks. Each starts as its state is
+    entered (or the caller falls silent), stops as it is left (or the caller speaks), and
+    its expiry leaves the state or starts it again (``reprompt``): where the call is says
+    which run."""
+    states = tuple(active)
+    speaking = _speaks({state.id for state in states})
     return frozenset(
         timer.timer
-        for timer in TIMERS.values()
-        if not TIMER_STATES[timer.timer].isdisjoint(configuration)
-        and getattr(policy, timer.seconds) is not None
-        and not (speaking and timer.while_silent)
+        for state in states
+        for timer in timers_declared(state)
+        if getattr(policy, timer.seconds) is not None and not (speaking and timer.while_silent)
     )
 
 
