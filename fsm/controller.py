@@ -191,7 +191,7 @@ class TurnController:
         (:func:`~turnfsm.rules.running_timers`): those its effects started and neither
         cancelled nor saw expire. Only their expiries are taken; any other is stale."""
         self._claim()
-        return running_timers(self.policy, _active(self._machine_class, self._configuration))
+        return running_timers(self.policy, active_states(self._machine_class, self._configuration))
 
     @property
     def handled_events(self) -> frozenset[str]:
@@ -334,7 +334,9 @@ class TurnController:
         # never delivers a cancelled one
         if event.name in self._handled and (
             not isinstance(event, TimerExpired)
-            or self._rules.take_expiry(event, _active(self._machine_class, self._configuration))
+            or self._rules.take_expiry(
+                event, active_states(self._machine_class, self._configuration)
+            )
         ):
             outbox = self._rules.outbox
             try:
@@ -492,8 +494,11 @@ def _path(machine_class: type[TurnChart], configuration: tuple[str, ...]) -> tup
 
 
 @functools.cache
-def _active(machine_class: type[TurnChart], configuration: tuple[str, ...]) -> tuple[State, ...]:
-    """The states active in the configuration, compound ones included (the chart's)."""
+def active_states(
+    machine_class: type[TurnChart], configuration: tuple[str, ...]
+) -> tuple[State, ...]:
+    """The states active in a :attr:`~TurnController.configuration`, compound ones
+    included (the chart class's ``State`` objects)."""
     by_id = {state.id: state for state in walk_states(machine_class.states)}
     return tuple(by_id[state] for state in _path(machine_class, configuration))
 

@@ -36,7 +36,7 @@ from . import effects as fx
 from . import events as ev
 from .context import TurnContext
 from .context_rules import check_context, state_rules_apply
-from .controller import TurnController
+from .controller import TurnController, active_states
 from .effects import REALTIME_TIMERS
 from .engine import Decision, UnsupportedChart
 from .invariants import InvariantViolation, SafetyMonitor
@@ -50,7 +50,7 @@ from .machine import (
     transition_key,
 )
 from .policy import Count, OneOf, Seconds, TurnPolicy, option_of
-from .rules import TurnRules
+from .rules import TurnRules, running_timers
 
 if TYPE_CHECKING:  # for type checkers only: at run time they come from __getattr__
     from statemachine.transition import Transition
@@ -481,7 +481,9 @@ def explore(
     Every configuration first reached is also held to the context rules
     (:func:`~turnfsm.context_rules.check_context`, what ``restore()`` lets in): a
     context some call reaches but ``restore()`` refuses is a violation, ``C1``, with
-    the path to it.
+    the path to it; and its running timers (:func:`~turnfsm.rules.running_timers`) to
+    those its path's effects left running (the monitor's own count): one the configuration
+    runs but the effects never started (or cancelled), or the other way round, is ``I6``.
 
     Raises:
         RuntimeError: more than ``max_configurations`` configurations (unbounded state).
@@ -647,6 +649,15 @@ def explore(
                     raise RuntimeError(f"more than {max_configurations} configurations")
                 queue.append((step.configuration, after_context, after_monitor))
                 watched += _watched(policy, step.configuration)
+                # the configuration runs the timers the effects left running (I6)
+                running = running_timers(policy, active_states(machine_class, step.configuration))
+                if running != after_monitor.timers:
+                    violations.append(
+                        f"I6 timers_balanced: the effects left {sorted(after_monitor.timers)} "
+                        f"running, {_named(step.configuration)} runs {sorted(running)} "
+                        f"[reached on {event!r}]"
+                    )
+                    paths.append(_path_to(seen, key))
                 problem = watchdog_problem(
                     controller, step.configuration, after_context.copy(), after_monitor.timers
                 )
