@@ -69,21 +69,10 @@ class TurnContext:
     reprompts: int = 0
     """Idle re-prompts since the caller last spoke."""
 
-    handing_over: bool = False
-    """A tool step handed the call to another agent since the last user turn: the
-    outgoing agent, draining, says nothing more (LiveKit refuses its new speech), and the
-    new agent speaks next."""
-
     min_words: int = 0
     """The fewest words of a turn that interrupts a playing reply, as LiveKit applies its
     ``interruption["min_words"]`` in this session (``interruption_settings``; 0 without
     an STT or with manual turn detection: every turn does)."""
-
-    model_replies_to_turns: bool = False
-    """The realtime model answers committed user turns on its own."""
-
-    model_replies_to_tools: bool = False
-    """The realtime model answers tool output on its own (told, or seen once)."""
 
     pending_cancels: frozenset[str] = frozenset()
     """The realtime model's ``response.cancel`` requests not answered yet, by id (its
@@ -94,9 +83,6 @@ class TurnContext:
     final_after_speech: str | None = None
     """The capped tool step's speech, while the cap's ``final_awaits_tool_speech`` waits
     for its end (the final reply is asked for then)."""
-
-    end_reason: str | None = None
-    """Why the call ended."""
 
     def snapshot(self) -> tuple[Any, ...]:
         """A hashable copy of every field, for exploration and comparison."""

@@ -12,7 +12,9 @@ A context is refused, naming the field, when no call under the policy can hold i
   ends, the user turn's counts with the next turn); a caller the state mutes is
   silent; the cap's region leaves ``tools_open``
   only in the conversation, and is capped only once the tool rounds reached the cap,
-  its phases holding the speeches they wait for; the realtime flags only once a realtime
+  its phases holding the speeches they wait for; a step hands the call over (the
+  handoff's region) only in the conversation; the realtime fields, and what the model
+  answers on its own (``auto_turn_replies``, ``auto_tool_replies``), only once a realtime
   model is linked. (The running timers are no field: where the call is says which run,
   :func:`~turnfsm.rules.running_timers`.)
 
@@ -43,7 +45,14 @@ from .machine import (
     public_state,
 )
 from .policy import TurnPolicy
-from .rules import MODEL_IDLE, UNLINKED, TurnRules, input_muted
+from .rules import (
+    AUTO_TOOL_REPLIES,
+    AUTO_TURN_REPLIES,
+    MODEL_IDLE,
+    UNLINKED,
+    TurnRules,
+    input_muted,
+)
 
 _CONVERSATION_AND_END = CONVERSATION_STATES | {"ended"}
 
@@ -66,16 +75,7 @@ SCOPED: Mapping[str, frozenset[str]] = {
         ("tool_speech_id", "final_speech_id", "final_after_speech"),
         frozenset({"speaking", "tool_loop", "ended"}),
     ),
-    **dict.fromkeys(
-        (
-            "tool_rounds",
-            "reprompts",
-            "model_replies_to_tools",
-            "handing_over",
-        ),
-        _CONVERSATION_AND_END,
-    ),
-    "end_reason": frozenset({"ended"}),
+    **dict.fromkeys(("tool_rounds", "reprompts"), _CONVERSATION_AND_END),
     # before the greeting a speech's text is never committed: nothing is dropped there
     "dropped_speeches": _CONVERSATION_AND_END | {"greeting"},
 }
@@ -99,6 +99,9 @@ CAP_STATES = frozenset(REGION_STATES["tool_cap"])
 TOOLS_OPEN = REGION_STATES["tool_cap"][0]
 """The cap's region before a user turn's tool rounds reach the cap (its initial state)."""
 
+AGENT_KEEPS_CALL, HANDING_OFF = REGION_STATES["handoff"]
+"""The handoff's region (beside the turn while the call is live)."""
+
 REALTIME_CAP_PHASES = frozenset(
     {"final_awaits_tool_speech", "final_awaits_model_reply", "final_awaits_model_free"}
 )
@@ -110,13 +113,15 @@ HOLDING_STATES = frozenset({"speaking", "tool_loop"})
 interruption, ends the hold)."""
 
 REALTIME: tuple[str, ...] = (
-    "model_replies_to_turns",
-    "model_replies_to_tools",
     "pending_cancels",
     "final_after_speech",
 )
 """Fields a call sets only once a realtime model is linked (the model's region has left
 ``model_unlinked``)."""
+
+MODEL_ANSWERS = frozenset({AUTO_TURN_REPLIES, AUTO_TOOL_REPLIES})
+"""The states of the regions of what a realtime model answers on its own, once its link
+tells (or, for tool output, it is seen doing so): a linked model's only."""
 
 _DEFAULTS = TurnContext()
 
@@ -241,8 +246,6 @@ def _check_state(context: TurnContext, policy: TurnPolicy, configuration: tuple[
             f"the caller is {SPOKE_OVER_GREETING!r} only in 'greeting', with "
             "greeting_lock='keep_listening' and greeting_overlap='answer_whole'"
         )
-    if state == "ended" and context.end_reason is None:
-        raise ValueError("TurnContext.end_reason must say why the call ended")
     if state in ("speaking", "tool_loop") and not context.active_speeches:
         raise ValueError(f"TurnContext.active_speeches must hold the speech of {state!r}")
     # a speech in flight after the greeting is the agent's turn (issue 24); without one, a
@@ -267,6 +270,7 @@ def _check_state(context: TurnContext, policy: TurnPolicy, configuration: tuple[
     if state in LIVE_STATES:
         _check_cap_phase(context, policy, state, configuration)
     _check_hold(context, configuration)
+    _check_handoff(context, configuration)
 
 
 def _check_listening_phase(
@@ -289,23 +293,22 @@ def _check_listening_phase(
                 f"the cap's region is {TOOLS_OPEN} in {phase!r}, which follows the greeting "
                 "before any tool round"
             )
+    model_detects_turns = AUTO_TURN_REPLIES in configuration
     if phase == "spill_over_window" and (
-        not (policy.mutes_greeting and policy.greeting_overlap == "drop")
-        or context.model_replies_to_turns
+        not (policy.mutes_greeting and policy.greeting_overlap == "drop") or model_detects_turns
     ):
         raise ValueError(
             "no call under this policy is in 'spill_over_window': only with greeting_lock="
             "'mute_input' and greeting_overlap='drop', and not while a realtime model "
-            "detects turns (model_replies_to_turns)"
+            f"detects turns ({AUTO_TURN_REPLIES})"
         )
     if phase == "discarding_overlap" and (
-        policy.greeting_overlap != "drop"
-        or (policy.mutes_greeting and context.model_replies_to_turns)
+        policy.greeting_overlap != "drop" or (policy.mutes_greeting and model_detects_turns)
     ):
         raise ValueError(
             "no call under this policy is in 'discarding_overlap': only with "
             "greeting_overlap='drop', and under greeting_lock='mute_input' not while a "
-            "realtime model detects turns (model_replies_to_turns)"
+            f"realtime model detects turns ({AUTO_TURN_REPLIES})"
         )
     if phase in REPLAY_PHASES and (
         not (policy.mutes_greeting and policy.greeting_overlap == "answer_whole")
@@ -336,13 +339,19 @@ def _check_model(context: TurnContext, configuration: tuple[str, ...]) -> None:
 
 def _regions_problem(configuration: tuple[str, ...]) -> str | None:
     """Why the regions beside the turn cannot be in their states of ``configuration``
-    beside the turn's, if they cannot: the cap leaves ``tools_open`` only in the
-    conversation, where tool rounds are counted; a tool step's reply is held only in
-    ``speaking`` and ``tool_loop``."""
+    beside the turn's, if they cannot: the cap leaves ``tools_open``, and the handoff's
+    region ``agent_keeps_call``, only in the conversation, where tool rounds are counted;
+    a tool step's reply is held only in ``speaking`` and ``tool_loop``; what a model
+    answers on its own is known only once a realtime model is linked (its link tells it,
+    or its own replies show it)."""
     beside, state = set(configuration[1:]), public_state(configuration[0])
+    if UNLINKED in beside and (answers := sorted(beside & MODEL_ANSWERS)):
+        return f"{answers[0]!r} is a realtime model's, only with one linked (not {UNLINKED!r})"
     if moved := sorted(beside & CAP_STATES - {TOOLS_OPEN}):
         if state not in CONVERSATION_STATES:
             return f"the cap's region is {TOOLS_OPEN} in {state!r}, not {moved[0]!r}"
+    if HANDING_OFF in beside and state not in CONVERSATION_STATES:
+        return f"a step hands the call over only in the conversation, not in {state!r}"
     if not beside.isdisjoint(HELD_PHASES) and state not in HOLDING_STATES:
         return f"a tool step's reply is held only in {sorted(HOLDING_STATES)}, not in {state!r}"
     return None
@@ -361,6 +370,16 @@ def _check_hold(context: TurnContext, configuration: tuple[str, ...]) -> None:
         raise ValueError(
             "TurnContext.held_tool_reply is set exactly while a tool step's reply is held "
             f"({sorted(HELD_PHASES)}), got {context.held_tool_reply!r} in {configuration!r}"
+        )
+
+
+def _check_handoff(context: TurnContext, configuration: tuple[str, ...]) -> None:
+    """A handoff follows a tool round of this user turn: the turn that counts the rounds
+    afresh also leaves ``handing_off``."""
+    if HANDING_OFF in configuration and not context.tool_rounds:
+        raise ValueError(
+            f"TurnContext.tool_rounds is at least 1 in {HANDING_OFF!r} (a tool step of this "
+            "user turn handed the call over), got 0"
         )
 
 

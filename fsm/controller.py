@@ -180,8 +180,10 @@ class TurnController:
     def configuration(self) -> tuple[str, ...]:
         """The active atomic states, one per active region in document order: the turn's
         (which :attr:`state` reports), then one of each region beside it (the caller's
-        voice while the call is live, the realtime model's activity until it ends), e.g.
-        ``("greeting_playing", "caller_speaking", "tools_open", "model_unlinked")``."""
+        voice while the call is live, the realtime model's activity and what it answers on
+        its own until it ends), e.g. ``("greeting_playing", "caller_speaking", "tools_open",
+        "reply_free", "agent_keeps_call", "model_unlinked", "turn_replies_on_request",
+        "tool_replies_on_request")``."""
         self._claim()
         return self._configuration
 

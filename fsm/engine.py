@@ -36,7 +36,7 @@ True
 >>> compiled.configuration == reference.configuration
 True
 >>> compiled.configuration
-('awaiting_user', 'caller_silent', 'tools_open', 'reply_free', 'model_unlinked')
+('awaiting_user', 'caller_silent', 'tools_open', 'reply_free', 'agent_keeps_call', ...)
 
 The compiled engine builds no python-statemachine machine per call (one per chart and
 rules class, when the pair is first used, to read what it resolved). It calls private

@@ -21,11 +21,13 @@ event picks the first live state by the policy's guards (``greeting``, ``awaitin
 or ``listening``), whose enter actions then run once, with the call live; building the
 machine emits nothing.
 
-A live call is four regions side by side: the ``turn``, the ``caller_voice``
+A live call is five regions side by side: the ``turn``, the ``caller_voice``
 (``caller_silent ⇄ caller_speaking``, and ``caller_spoke_over_greeting``), the
 ``tool_cap`` (``tools_open ⇄ tool_loop_interrupted``, then ``capped``: the final reply
-without tools, in phases) and the ``tool_reply`` (``reply_free ⇄ reply_held``: the reply
-to a tool step's output held while LiveKit decides on the caller's barge-in, in phases).
+without tools, in phases), the ``tool_reply`` (``reply_free ⇄ reply_held``: the reply
+to a tool step's output held while LiveKit decides on the caller's barge-in, in phases)
+and the ``handoff`` (``agent_keeps_call ⇄ handing_off``: a tool step of the user turn
+handed the call to another agent, which speaks next; the cap's guard reads it).
 The voice region follows voice activity on its own, so a turn's state never doubles as a
 "the caller is speaking" flag, nor as "the caller spoke over the greeting"; the turn's
 guards and actions that depend on it read it (``caller_is_speaking``). The cap's region
@@ -34,13 +36,19 @@ reply of a step past the cap), the cap's region says what comes after it, in its
 enter and exit actions only (none on its transitions), so that its effects take the same
 place in a step whichever region the engine tries first (:mod:`turnfsm.engine`); so does
 the hold of the tool reply, whose exit decides whether the reply is sent or dropped. The
-call itself is two regions: its ``line`` (connecting, then live) and beside it, from the
+call itself is four regions: its ``line`` (connecting, then live) and beside it, from the
 call's start, the realtime model's activity (``model_activity``: ``model_unlinked``
 until a realtime model is linked, then ``model_free``, ``model_responding``,
 ``model_cancelling`` while a ``response.cancel`` is on its way): a model's response
 created while the call still rings must hold the greeting as well (invariant I9). The
-waits for a free model read it (``model_is_free``); a pipeline's stays in
-``model_unlinked``.
+waits for a free model read it (``model_is_free``). Beside it, what the model answers on
+its own, as its link tells, moved in the link's step: the caller's turns
+(``turn_replies``: ``turn_replies_on_request``, then ``auto_turn_replies``, whose entry
+pauses the model's replies where the states then active hold the pause) and tool output
+(``tool_output_replies``: ``tool_replies_on_request``, then ``auto_tool_replies``, also
+once the model is seen answering it); the guards and actions that depend on it read
+these regions (``model_detects_turns``, ``model_answers_tool_output``). A pipeline's
+three stay in their initial states.
 
 Events that a state does not handle are ignored there on purpose; :data:`IGNORED` says
 why for each (state, event) pair, and the test suite checks every pair.
@@ -159,19 +167,21 @@ def timers_declared(state: State) -> tuple[After, ...]:
 def declare_chart() -> dict[str, Any]:
     """A fresh declaration of the turn chart: its states and events, by name.
 
-    ``call`` holds every state of a call, in two regions: its ``line``, ``start`` and
-    ``ringing`` before it is live (``connecting``), then ``live``, four regions side by
+    ``call`` holds every state of a call, in four regions: its ``line``, ``start`` and
+    ``ringing`` before it is live (``connecting``), then ``live``, five regions side by
     side: the ``turn`` (``awaiting_user``, ``greeting``, and ``listening ⇄ speaking ⇄
     tool_loop`` in ``conversation``), the ``caller_voice`` (``caller_silent ⇄
     caller_speaking``, and ``caller_spoke_over_greeting`` in a greeting that answers an
     overlap whole), the ``tool_cap`` (``tools_open ⇄ tool_loop_interrupted``,
-    ``capped``) and the ``tool_reply`` (``reply_free ⇄ reply_held``); and beside the
-    line, the realtime model's activity (``model_activity``). ``ended`` is final.
+    ``capped``), the ``tool_reply`` (``reply_free ⇄ reply_held``) and the ``handoff``
+    (``agent_keeps_call ⇄ handing_off``); and beside the line, the realtime model's
+    activity (``model_activity``) and what it answers on its own (``turn_replies``,
+    ``tool_output_replies``). ``ended`` is final.
     """
 
     class call(State.Parallel):  # noqa: N801 - state ids are snake_case
         """The call, from its start to the hang-up: its course, and beside it, the
-        realtime model's activity."""
+        realtime model's activity and what the model answers on its own."""
 
         class line(State.Compound):  # noqa: N801
             """The call's course: connecting, then live (whose turn it is, and beside it,
@@ -190,8 +200,8 @@ def declare_chart() -> dict[str, Any]:
 
             class live(State.Parallel):  # noqa: N801
                 """The call is live: whose turn it is, and beside it, the caller's voice,
-                the cap on the user turn's tool rounds and the hold of a tool step's
-                reply."""
+                the cap on the user turn's tool rounds, the hold of a tool step's reply and
+                whether a tool step handed the call over."""
 
                 class turn(State.Compound):  # noqa: N801
                     """Whose turn it is, from the answer to the hang-up."""
@@ -395,6 +405,20 @@ def declare_chart() -> dict[str, Any]:
                     reply_free = State(initial=True)
                     """No reply is held: LiveKit asks for a step's reply as its tools return."""
 
+                class handoff(State.Compound):  # noqa: N801
+                    """Whether a tool step of the user turn handed the call to another agent
+                    (LiveKit's agent handoff: a tool returned the next agent, the step's
+                    ``has_agent_handoff``), until the next user turn. Its states have no
+                    actions: the cap's guard reads it (``caps_the_tool_loop``)."""
+
+                    agent_keeps_call = State(initial=True)
+                    """No step of the user turn handed the call over."""
+
+                    handing_off = State()
+                    """A step handed the call over: the outgoing agent, draining, says nothing
+                    more (LiveKit refuses its new speech), and the new agent speaks next, so
+                    the cap asks for no final reply."""
+
         class model_activity(State.Compound):  # noqa: N801
             """Beside the call's course, from its start: what the realtime model is doing,
             as its link reports it (``response.created``, ``response.done``, a
@@ -425,8 +449,46 @@ def declare_chart() -> dict[str, Any]:
                 cancelling_idle = State()
                 """No response of the model is active: only the answers are awaited."""
 
-    ended = State(final=True, enter="clean_up_call")
-    """The call is over; only clean-up effects are emitted on the way in."""
+        # (declared after the model's activity: python-statemachine numbers a state by its
+        # place among its siblings plus its parent's number, and states of equal numbers
+        # exit in the order their regions are tried (see tool_reply); declared before it,
+        # these would renumber the model's states, model_cancelling's exit action among
+        # them; they have no exit actions of their own)
+        class turn_replies(State.Compound):  # noqa: N801
+            """Beside the model's activity: who asks for the reply to a committed user
+            turn, as the model's link tells (``RealtimeModelLinked.replies_to_turns``).
+            Only the link moves it: a pipeline, and a call before the link, stays in
+            ``turn_replies_on_request``."""
+
+            turn_replies_on_request = State(initial=True)
+            """LiveKit asks for the reply to each user turn: a pipeline's LLM, or a
+            realtime model whose server detects no turns or creates no response for them."""
+
+            auto_turn_replies = State(enter="pause_model_replies")
+            """The realtime model's server detects the caller's turns and answers each as
+            it commits it (OpenAI Realtime's ``turn_detection.create_response``, LiveKit's
+            ``turn_detection`` capability): only a shut input gate holds its turns, and its
+            own replies are paused by the states that hold the pause (entered there, this
+            state pauses them)."""
+
+        class tool_output_replies(State.Compound):  # noqa: N801
+            """Beside the model's activity: who asks for the reply to a tool step's
+            output, as the model's link tells (``replies_to_tool_output``) or as the model
+            is seen doing."""
+
+            tool_replies_on_request = State(initial=True)
+            """LiveKit asks for the reply to tool output: a pipeline, or a realtime model
+            not known to answer it on its own."""
+
+            auto_tool_replies = State()
+            """The realtime model answers tool output on its own (LiveKit's
+            ``auto_tool_reply_generation``): told by the link, or seen once answering it in
+            the conversation. The capped final reply waits a while for that answer."""
+
+    ended = State(final=True)
+    """The call is over; only clean-up effects are emitted on the way in (the exit
+    actions of the states left: their timers cancelled, the input released; and the
+    ``EndCall`` of the transition in)."""
 
     # the compound classes become States when declared: name them as such for the checker
     in_call, connecting = cast(State, call), cast(State, call.line.connecting)
@@ -494,6 +556,10 @@ def declare_chart() -> dict[str, Any]:
         call.line.live.tool_reply.reply_held.held_while_caller_speaks,
         call.line.live.tool_reply.reply_held.held_after_caller_stops,
     )
+    agent_keeps_call, handing_off = (
+        call.line.live.handoff.agent_keeps_call,
+        call.line.live.handoff.handing_off,
+    )
     model_unlinked, model_free, model_responding = (
         call.model_activity.model_unlinked,
         call.model_activity.model_free,
@@ -503,6 +569,14 @@ def declare_chart() -> dict[str, Any]:
     cancelling_active, cancelling_idle = (
         call.model_activity.model_cancelling.cancelling_active,
         call.model_activity.model_cancelling.cancelling_idle,
+    )
+    turn_replies_on_request, auto_turn_replies = (
+        call.turn_replies.turn_replies_on_request,
+        call.turn_replies.auto_turn_replies,
+    )
+    tool_replies_on_request, auto_tool_replies = (
+        call.tool_output_replies.tool_replies_on_request,
+        call.tool_output_replies.auto_tool_replies,
     )
 
     # Timers, declared per state (XState's ``after``): started as the state is entered
@@ -535,13 +609,13 @@ def declare_chart() -> dict[str, Any]:
 
     def call_wide(on: str | list[str], regions: tuple[State, State] = (connecting, turn)) -> Any:
         """Bookkeeping in every state of the call: targetless, on the states of its line
-        but not the regions beside them (the caller's voice, the model's activity).
+        but not the regions beside them (the caller's voice, the model's regions).
         (Declared on ``call`` itself, it would be a candidate in those regions too, and
         its actions would run more than once, beside a turn's transition.)"""
         before_live, live_turn = regions
         return before_live.to(None, on=on) | live_turn.to(None, on=on)
 
-    call_ended = in_call.to(ended, on="note_end_reason")
+    call_ended = in_call.to(ended, on="end_call")
 
     # The caller's voice follows the voice activity the unmuted input reports; muting the
     # input silences it (eventless: no end of speech comes through a muted input). Speech
@@ -596,6 +670,8 @@ def declare_chart() -> dict[str, Any]:
         | tools_open.from_(tool_loop_interrupted, capped)
         # a reply still held: LiveKit committed the turn without interrupting its speech
         | reply_held.to(reply_free)
+        # the new agent's user turn: the call is its own
+        | handing_off.to(agent_keeps_call)
     )
 
     # LiveKit's end of the caller's turn, before it commits it: a turn too short to
@@ -744,14 +820,13 @@ def declare_chart() -> dict[str, Any]:
     agent_speech_started = conversation.to(None, on="note_tool_reply_plays")
 
     # the step's output goes unanswered past the cap, or once its speech was interrupted
-    step_finished = ["note_handoff", "note_tool_reply_due"]
     tool_step_finished = (
         tool_loop.to(speaking, cond="tool_loop_must_stop", on="cancel_tool_reply")
         | tool_loop.to(speaking, cond="step_speech_interrupted", on="cancel_tool_reply")
-        | tool_loop.to(speaking, on=step_finished)
+        | tool_loop.to(speaking, on="note_tool_reply_due")
         | conversation.to(None, cond="tool_loop_must_stop", on="cancel_tool_reply")
         | conversation.to(None, cond="step_speech_interrupted", on="cancel_tool_reply")
-        | conversation.to(None, on=step_finished)
+        | conversation.to(None, on="note_tool_reply_due")
         # the step ends the last round: the final reply without tools, asked for once the
         # model is free, or (a realtime model) once the step's speech is over, after the
         # model's own answer to the step's output if it gives one (adopted)
@@ -768,6 +843,8 @@ def declare_chart() -> dict[str, Any]:
         # the outgoing agent drains: LiveKit hands over only once its speeches are done,
         # and takes no user turn meanwhile, so nothing would decide a held reply: sent
         | reply_held.to(reply_free, cond="hands_over")
+        # a step of the user turn hands the call over (where tool rounds are counted)
+        | agent_keeps_call.to(handing_off, cond=["hands_over", "in_conversation"])
     )
 
     interrupted = "note_speech_interrupted"
@@ -810,13 +887,13 @@ def declare_chart() -> dict[str, Any]:
             retry_awaiting_model,
             retry_requested,
             cond=["has_greeting", not_started],
-            on="note_greeting_failed",
+            on="end_call_greeting_failed",
         )
         | ended.from_(
             greeting_playing,
             retry_playing,
             cond=["has_greeting", not_started, names_it],
-            on="note_greeting_failed",
+            on="end_call_greeting_failed",
         )
         # the retry's own say (a realtime model's refusal of its response.create comes
         # after LiveKit made the speech, and the machine locked it)
@@ -824,46 +901,55 @@ def declare_chart() -> dict[str, Any]:
             retry_awaiting_model,
             retry_requested,
             cond=["has_greeting", "greeting_retry_not_done"],
-            on="note_greeting_failed",
+            on="end_call_greeting_failed",
         )
         | retry_playing.to(
             ended,
             cond=["has_greeting", "greeting_retry_not_done", names_it],
-            on="note_greeting_failed",
+            on="end_call_greeting_failed",
         )
     )
 
     await_user_timer_expired = awaiting_user.to(greeting, cond="greets_silent_callee") | (
-        awaiting_user.to(ended, on="note_no_answer")
+        awaiting_user.to(ended, on="end_call_no_answer")
     )
 
     idle_timer_expired = listening.to(None, cond="can_reprompt", on="reprompt") | listening.to(
-        ended, on="note_idle_hang_up"
+        ended, on="end_call_idle"
     )
 
     # from every state of the turn (declared on each part of it, not on ``turn``: the
     # overview then draws the turn without a box around it)
     max_duration_timer_expired = ended.from_(
-        awaiting_user, awaiting_agent, greeting, conversation, on="note_max_duration"
+        awaiting_user, awaiting_agent, greeting, conversation, on="end_call_max_duration"
     )
 
     # answering-machine detection runs on the calls the agent places
     answering_machine_detected = in_call.to(
         ended,
         cond=["is_outbound", "machine_answered", "hangs_up_on_machine"],
-        on="note_answering_machine",
+        on="end_call_answering_machine",
     )
 
-    session_error = in_call.to(ended, unless="error_is_recoverable", on="note_session_error")
+    session_error = in_call.to(ended, unless="error_is_recoverable", on="end_call_session_error")
 
     # LiveKit's interruption settings, a fact of the session (told once, as it starts)
     interruption_settings = call_wide(on="note_interruption_settings")
 
     # Realtime models (RealtimeLink): what the model does on its own, and the waits for it.
     # The model's events are taken once a realtime model is linked (runs_realtime_model):
-    # a pipeline has no such model, and one told of it anyway changes nothing. (Told once,
+    # a pipeline has no such model, and one told of it anyway changes nothing. The link
+    # tells, in one step, each region what the model answers on its own. (Told once,
     # before the call starts; told again, it changes nothing either.)
-    realtime_model_linked = model_unlinked.to(model_free, on="note_model_link")
+    realtime_model_linked = (
+        model_unlinked.to(model_free)
+        | turn_replies_on_request.to(
+            auto_turn_replies, cond="link_answers_turns", unless="runs_realtime_model"
+        )
+        | tool_replies_on_request.to(
+            auto_tool_replies, cond="link_answers_tool_output", unless="runs_realtime_model"
+        )
+    )
 
     # the model's activity, in its own region: a response active, cancels on their way
     # (each noted by id: only the answer to a cancel the machine took frees the model)
@@ -900,17 +986,18 @@ def declare_chart() -> dict[str, Any]:
         | awaiting_user.to(None, cond="runs_realtime_model", on="suppress_model_reply")
         | greeting.to(None, cond="runs_realtime_model", on="suppress_model_reply")
         | conversation.to(
-            None,
-            cond=["runs_realtime_model", "is_unwanted_tool_reply"],
-            on=["note_model_replies_to_tools", "suppress_model_reply"],
-        )
-        | conversation.to(
-            None, cond=["runs_realtime_model", "is_tool_reply"], on="note_model_replies_to_tools"
+            None, cond=["runs_realtime_model", "is_unwanted_tool_reply"], on="suppress_model_reply"
         )
         | final_reply_awaited.from_(
             final_awaits_tool_speech,
             final_awaits_model_reply,
             cond=["runs_realtime_model", "is_tool_reply"],
+        )
+        # a model seen answering tool output on its own in the conversation does so from
+        # then on, whatever its link told (in awaiting_agent, the model's reply answers a
+        # caller who spoke first: its speech starts the conversation, agent_speech_created)
+        | tool_replies_on_request.to(
+            auto_tool_replies, cond=["runs_realtime_model", "in_conversation", "is_tool_reply"]
         )
     )
 
@@ -944,10 +1031,12 @@ def declare_chart() -> dict[str, Any]:
     del final_awaits_model_reply, final_awaits_model_free, final_reply_asked
     del final_reply_awaited, final_reply_playing, final_reply_over
     del reply_free, reply_held, held_while_caller_speaks, held_after_caller_stops
+    del agent_keeps_call, handing_off
     del model_unlinked, model_free, model_responding, model_cancelling
     del cancelling_active, cancelling_idle
+    del turn_replies_on_request, auto_turn_replies, tool_replies_on_request, auto_tool_replies
     del leave_greeting, speech_ended, agents_turn, committing
-    del step_finished, interrupted
+    del interrupted
     del call_wide
     return dict(locals())
 
@@ -1091,7 +1180,7 @@ def configurations(machine_class: type[TurnChart] = TurnMachine) -> tuple[tuple[
     """Every configuration of the chart, as :attr:`TurnController.configuration` names it:
     one atomic state per active region, in document order (the turn's first, then one of
     each region beside it: the caller's voice while the call is live, the model's
-    activity until it ends)."""
+    activity and what it answers on its own until it ends)."""
     return tuple(_configurations_in(machine_class.states))
 
 
@@ -1207,7 +1296,7 @@ def states_beside(
 ) -> Mapping[str, frozenset[str]]:
     """For each state a call can be in (:func:`leaf_states`), the states of the regions
     beside it that can be active with it (the caller's voice while live, the realtime
-    model's activity until the end)."""
+    model's activity and what it answers on its own until the end)."""
     beside: dict[str, set[str]] = {state.id: set() for state in leaf_states(machine_class)}
     for configuration in configurations(machine_class):
         beside[configuration[0]].update(configuration[1:])
@@ -1348,8 +1437,6 @@ IGNORED: dict[tuple[str, str], str] = {
             "user_turn_declined",  # a reply LiveKit prepared would have left awaiting_agent
         )
     },
-    ("awaiting_agent", "model_reply_started"): "a realtime model answering a caller who"
-    " spoke first: its speech starts the conversation (agent_speech_created)",
     **{
         (state, event): reason
         for state, reason in (
@@ -1429,7 +1516,9 @@ checks that every pair is a transition or listed here with a reason, and nothing
 A transition of a region beside the state counts: the tool cap's region takes a step's
 end and an interrupted speech, and the tool reply's a step's start, in every live state
 (their guards let them through only in the conversation, where tool rounds are counted:
-before it, tools are no user turn's, and the early speech that calls them is stopped)."""
+before it, tools are no user turn's, and the early speech that calls them is stopped);
+the region of the model's replies to tool output takes the model's own reply in every
+state of the call (noted only in the conversation)."""
 
 OUTCOME_DECISIONS: dict[str, str] = {
     "mute_input": "traced only: the outcome monitor reports caller audio heard in a lock",

@@ -36,6 +36,7 @@ import attrs
 from statemachine import State
 from statemachine.transition import Transition
 
+from . import effects as fx
 from .machine import (
     TIMERS,
     TurnChart,
@@ -152,7 +153,7 @@ def ends_of_its_own(
     """The end reasons with which a call under ``policy`` can end by the machine's own
     decision (a timer, an answering machine, a greeting that failed twice): every
     transition into a final state that can fire, but the caller's hang-up and a fatal
-    session error. Each reason is what its transition's actions note, read by running
+    session error. Each reason is the EndCall its transition's actions emit, read by running
     them. Empty: only the caller (or LiveKit) ends the call."""
     reasons: dict[str, None] = {}
     for transition in reach(policy, machine_class).transitions:
@@ -164,12 +165,13 @@ def ends_of_its_own(
             if spec.is_convention:
                 continue
             action = getattr(rules, str(spec))
-            # the reason is noted by an action of the transition that reads nothing of
-            # the event (note_idle_hang_up, note_greeting_failed...)
+            # the reason is said by an action of the transition that reads nothing of
+            # the event (end_call_idle, end_call_greeting_failed...)
             if not inspect.signature(action).parameters:
                 action()
-        if rules.context.end_reason is not None:
-            reasons[rules.context.end_reason] = None
+        for effect in rules.outbox:
+            if isinstance(effect, fx.EndCall):
+                reasons[effect.reason] = None
     return tuple(reasons)
 
 

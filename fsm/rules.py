@@ -134,11 +134,19 @@ class TurnRules:
     def runs_realtime_model(self, machine: StateChart) -> bool:
         return _runs_realtime_model(machine)
 
-    @guard("context")
-    def model_detects_turns(self) -> bool:
+    @guard("region")
+    def model_detects_turns(self, machine: StateChart) -> bool:
         """The realtime model's server detects the caller's turns and commits them itself,
         as it hears them: only a shut input gate holds them."""
-        return self.context.model_replies_to_turns
+        return _model_answers_turns(machine)
+
+    @guard("event")
+    def link_answers_turns(self, ev: RealtimeModelLinked) -> bool:
+        return ev.replies_to_turns
+
+    @guard("event")
+    def link_answers_tool_output(self, ev: RealtimeModelLinked) -> bool:
+        return ev.replies_to_tool_output
 
     @guard("policy")
     def drops_overlap(self) -> bool:
@@ -283,14 +291,15 @@ class TurnRules:
         interrupted = "tool_loop_interrupted" in machine.configuration_values
         return interrupted or self.context.tool_rounds >= self.policy.max_tool_steps
 
-    @guard("event")
-    def caps_the_tool_loop(self, ev: ToolStepFinished) -> bool:
+    @guard("region")
+    def caps_the_tool_loop(self, ev: ToolStepFinished, machine: StateChart) -> bool:
         """The step ends the user turn's last round: one final reply without tools follows.
-        Not once a step handed the call over (this one, or an earlier one of the turn): the
-        old agent, draining, says nothing more, and the new agent speaks next."""
-        ctx = self.context
-        last_round = ctx.tool_rounds >= self.policy.max_tool_steps
-        return last_round and not ctx.handing_over and not ev.hands_over
+        Not once a step handed the call over (this one, or an earlier one of the turn: the
+        handoff's region, as the step began): the old agent, draining, says nothing more,
+        and the new agent speaks next."""
+        last_round = self.context.tool_rounds >= self.policy.max_tool_steps
+        handed_over = ev.hands_over or "handing_off" in machine.configuration_values
+        return last_round and not handed_over
 
     @guard("state")
     def runs_a_tool_step(self, machine: StateChart) -> bool:
@@ -336,9 +345,10 @@ class TurnRules:
         never took, sent before the model's link, frees nothing)."""
         return self.context.pending_cancels <= {ev.cancel_id}
 
-    @guard("context")
-    def model_answers_tool_output(self) -> bool:
-        return self.context.model_replies_to_tools
+    @guard("region")
+    def model_answers_tool_output(self, machine: StateChart) -> bool:
+        """The realtime model answers tool output on its own (told, or seen once)."""
+        return AUTO_TOOL_REPLIES in machine.configuration_values
 
     @guard("region")
     def is_unwanted_tool_reply(self, ev: ModelReplyStarted, machine: StateChart) -> bool:
@@ -431,30 +441,33 @@ class TurnRules:
 
     # -- call lifecycle -----------------------------------------------------------------
 
-    def note_end_reason(self, ev: CallEnded) -> None:
-        self.context.end_reason = ev.reason
+    # Why the call ends is said once, by the transition into ``ended`` (its EndCall): the
+    # machine decides nothing on it afterwards, so it is not kept. The trace, the metrics
+    # (``CallMetrics.end_reason``) and the telemetry read it from that effect.
 
-    def note_max_duration(self) -> None:
-        self.context.end_reason = "max_duration"
+    def end_call(self, ev: CallEnded) -> None:
+        self._end_call(ev.reason)
 
-    def note_no_answer(self) -> None:
-        self.context.end_reason = "no_answer"
+    def end_call_max_duration(self) -> None:
+        self._end_call("max_duration")
 
-    def note_idle_hang_up(self) -> None:
-        self.context.end_reason = "idle"
+    def end_call_no_answer(self) -> None:
+        self._end_call("no_answer")
 
-    def note_answering_machine(self) -> None:
-        self.context.end_reason = "answering_machine"
+    def end_call_idle(self) -> None:
+        self._end_call("idle")
 
-    def note_session_error(self) -> None:
-        self.context.end_reason = "error"
+    def end_call_answering_machine(self) -> None:
+        self._end_call("answering_machine")
 
-    def note_greeting_failed(self) -> None:
-        self.context.end_reason = "greeting_failed"
+    def end_call_session_error(self) -> None:
+        self._end_call("error")
 
-    def clean_up_call(self) -> None:
-        """The call ended (each timer was cancelled as the state that runs it was left)."""
-        self.emit(fx.EndCall(reason=self.context.end_reason or "hangup"))
+    def end_call_greeting_failed(self) -> None:
+        self._end_call("greeting_failed")
+
+    def _end_call(self, reason: str) -> None:
+        self.emit(fx.EndCall(reason=reason))
 
     # -- the greeting -------------------------------------------------------------------
 
@@ -464,13 +477,13 @@ class TurnRules:
     def note_first_words_heard(self, ev: UserTranscript) -> None:
         self.context.first_words_heard = ev.text
 
-    def begin_greeting(self) -> None:
+    def begin_greeting(self, machine: StateChart) -> None:
         """Lock the caller out of the greeting (muted, or turns held)."""
         policy = self.policy
         if policy.mutes_greeting:
             self._mute(hold_audio=policy.greeting_overlap == "answer_whole")
         else:
-            self._hold_user_turns()
+            self._hold_user_turns(machine)
 
     def stop_agent_speech_before_greeting(self, ev: AgentSpeechCreated) -> None:
         """Only that speech: the greeting, created after it, must not be cut."""
@@ -526,13 +539,13 @@ class TurnRules:
         ctx.first_words_heard = None
 
     # Leaving the greeting for the conversation: one action per lock and overlap policy
-    # (on a hang-up, clean_up_call releases everything without replaying or committing).
+    # (on a hang-up, it releases everything without replaying or committing).
 
-    def resume_user_turns_on_hang_up(self, target: object) -> None:
+    def resume_user_turns_on_hang_up(self, target: object, machine: StateChart) -> None:
         """The greeting that keeps listening hangs up: its held turns are released (each
         other way out of it resumes or discards them in its own way)."""
         if not self.policy.mutes_greeting and _is_end(target):
-            self._resume_user_turns(commit_pending=False)
+            self._resume_user_turns(machine, commit_pending=False)
 
     def unmute_after_greeting(self, target: object) -> None:
         """Leaving the greeting that muted the input (its entry did): ``answer_whole``
@@ -542,14 +555,14 @@ class TurnRules:
             replay = policy.greeting_overlap == "answer_whole" and not _is_end(target)
             self._unmute(replay_held_audio=replay)
 
-    def hold_user_turns_through_the_replay(self) -> None:
+    def hold_user_turns_through_the_replay(self, machine: StateChart) -> None:
         """The greeting's held audio is replayed: user turns are held until its end (the
         unmute's outcome comes then), so that it becomes one turn: LiveKit would commit
         each utterance of the replay on its own, and the reply to the first (its tool steps
         mute the input) would cut the next ones apart. Not with a realtime model (the chart
         enters no replay then): its hold shuts the input gate, which would stop the
         replay, and the server commits the replayed audio itself."""
-        self._hold_user_turns()
+        self._hold_user_turns(machine)
 
     def resume_user_turns_after_the_replay(self, target: object, machine: StateChart) -> None:
         """Leaving the replay. At its end (back to ``listening_open``: its only way there)
@@ -558,7 +571,9 @@ class TurnRules:
         rest of it comes as turns of their own."""
         over = getattr(target, "id", None) == "listening_open"
         heard = "replay_heard_caller" in machine.configuration_values
-        self._resume_user_turns(commit_pending=over and heard and not _caller_speaks(machine))
+        self._resume_user_turns(
+            machine, commit_pending=over and heard and not _caller_speaks(machine)
+        )
 
     def resume_user_turns_committing_a_finished_overlap(self, machine: StateChart) -> None:
         """``keep_listening`` + ``answer_whole``: an overlap already over (the caller's
@@ -566,25 +581,25 @@ class TurnRules:
         when the caller stops. (Held at the input gate, its audio is replayed: the model's
         server commits it.)"""
         finished = "caller_spoke_over_greeting" in machine.configuration_values
-        self._resume_user_turns(commit_pending=finished, replay_held_audio=True)
+        self._resume_user_turns(machine, commit_pending=finished, replay_held_audio=True)
 
-    def clear_and_resume_user_turns(self) -> None:
+    def clear_and_resume_user_turns(self, machine: StateChart) -> None:
         """``keep_listening`` + ``drop``, the caller silent or the agent's turn next: forget
         what was held."""
         self.emit(fx.ClearUserTurn())
-        self._resume_user_turns(commit_pending=False)
+        self._resume_user_turns(machine, commit_pending=False)
 
-    def hold_spill_over(self) -> None:
+    def hold_spill_over(self, machine: StateChart) -> None:
         """Speech started in the spill-over window: the tail of a missed overlap, held
         while it goes on (and discarded as its phase is left)."""
-        self._hold_user_turns()
+        self._hold_user_turns(machine)
 
-    def stop_discarding_overlap(self, target: object) -> None:
+    def stop_discarding_overlap(self, target: object, machine: StateChart) -> None:
         """The overlap is over (the caller stopped, or the agent speaks): what it said is
         forgotten and user turns are resumed; on a hang-up, only resumed."""
         if not _is_end(target):
             self.emit(fx.ClearUserTurn())
-        self._resume_user_turns(commit_pending=False)
+        self._resume_user_turns(machine, commit_pending=False)
 
     # -- input --------------------------------------------------------------------------
 
@@ -604,13 +619,15 @@ class TurnRules:
     # hears them: there the hold shuts the input gate, holding the audio under
     # ``answer_whole`` for the resume to replay.
 
-    def _hold_user_turns(self) -> None:
-        at_gate = self.context.model_replies_to_turns
+    def _hold_user_turns(self, machine: StateChart) -> None:
+        at_gate = _model_answers_turns(machine)
         hold_audio = at_gate and self.policy.greeting_overlap == "answer_whole"
         self.emit(fx.HoldUserTurns(at_input_gate=at_gate, hold_audio=hold_audio))
 
-    def _resume_user_turns(self, *, commit_pending: bool, replay_held_audio: bool = False) -> None:
-        at_gate = self.context.model_replies_to_turns
+    def _resume_user_turns(
+        self, machine: StateChart, *, commit_pending: bool, replay_held_audio: bool = False
+    ) -> None:
+        at_gate = _model_answers_turns(machine)
         self.emit(
             fx.ResumeUserTurns(
                 commit_pending=commit_pending,
@@ -620,12 +637,11 @@ class TurnRules:
         )
 
     def note_user_turn(self) -> None:
-        """A fresh count of tool rounds (the cap's region opens them again, on the same
-        event)."""
+        """A fresh count of tool rounds (the cap's region opens them again, and the
+        handoff's region leaves ``handing_off``, on the same event)."""
         ctx = self.context
         ctx.tool_rounds = 0
         ctx.reprompts = 0
-        ctx.handing_over = False
 
     def reject_user_turn(self, ev: UserTurnCommitted) -> None:
         self.emit(fx.RejectUserTurn(item_id=ev.item_id))
@@ -730,7 +746,6 @@ class TurnRules:
         """The step's output is not answered: past the cap (the cap's region asks for the
         final reply), or its speech was interrupted."""
         self.emit(fx.CancelToolReply(speech_id=ev.speech_id))
-        self.note_handoff(ev)
 
     # The hold of a tool step's reply (its region, ``tool_reply``): entered on a barge-in
     # into the step; the way out decides whether the reply goes to the model.
@@ -769,10 +784,6 @@ class TurnRules:
         """LiveKit counts a turn's words for ``min_words`` only with an STT and outside
         manual turn detection."""
         self.context.min_words = ev.min_words if ev.stt and not ev.manual_turns else 0
-
-    def note_handoff(self, ev: ToolStepFinished) -> None:
-        if ev.hands_over:
-            self.context.handing_over = True
 
     def note_tool_reply_due(self, ev: ToolStepFinished, machine: StateChart) -> None:
         """LiveKit asks the model for the reply to the step's output (under the agent's
@@ -839,16 +850,6 @@ class TurnRules:
 
     # -- realtime models ----------------------------------------------------------------
 
-    def note_model_link(self, ev: RealtimeModelLinked, machine: StateChart) -> None:
-        """A model linked before the greeting that answers turns itself is paused at
-        once: prevented rather than cancelled, its answer to the first words would make
-        the greeting wait out that reply's cancel round trip (issue 19)."""
-        ctx, active = self.context, machine.configuration_values
-        paused = self._replies_paused(active)
-        ctx.model_replies_to_turns = ev.replies_to_turns
-        ctx.model_replies_to_tools = ev.replies_to_tool_output
-        self._replies_follow(paused, self._replies_paused(active))
-
     def note_cancel_sent(self, ev: ModelCancelSent) -> None:
         self.context.pending_cancels = self.context.pending_cancels | {ev.cancel_id}
 
@@ -859,32 +860,38 @@ class TurnRules:
         """Leaving ``model_cancelling``: the last cancel on its way is answered."""
         self.context.pending_cancels = frozenset()
 
-    def note_model_replies_to_tools(self) -> None:
-        self.context.model_replies_to_tools = True
-
     def suppress_model_reply(self, ev: ModelReplyStarted) -> None:
         self.emit(fx.SuppressReply(speech_id=ev.speech_id))
 
     # A realtime model's own replies are paused in the states that hold the pause
     # (model_replies_paused): the greeting's enter action pauses them unless the state
     # before it held the pause already, the exit actions of the states that hold it
-    # resume them unless the state after it holds it too, and the model's link pauses
-    # (or resumes) them where it changes what the states hold.
+    # resume them unless the state after it holds it too, and entering
+    # ``auto_turn_replies`` (the model's link) pauses them where the states then active
+    # hold the pause. A model linked before the greeting that answers turns itself is so
+    # paused at once: prevented rather than cancelled, its answer to the first words
+    # would make the greeting wait out that reply's cancel round trip (issue 19).
 
     def pause_model_replies(self, source: State, machine: StateChart) -> None:
         self._replies_follow(
-            self._replies_paused(_around(source)),
-            self._replies_paused(machine.configuration_values),
+            self._replies_paused(_around(source), machine),
+            self._replies_paused(machine.configuration_values, machine),
         )
 
     def resume_model_replies(self, target: State, machine: StateChart) -> None:
         self._replies_follow(
-            self._replies_paused(machine.configuration_values),
-            self._replies_paused(_around(target)),
+            self._replies_paused(machine.configuration_values, machine),
+            self._replies_paused(_around(target), machine),
         )
 
-    def _replies_paused(self, active: Collection[object]) -> bool:
-        return model_replies_paused(self.policy, self.context.model_replies_to_turns, active)
+    def _replies_paused(self, active: Collection[object], machine: StateChart) -> bool:
+        """Whether the states ``active`` (a transition's source or target and the states
+        around it, or the configuration) hold the pause of the replies of the model
+        ``machine`` runs, as it answers turns now. (The turn's transitions never move that
+        region: its state now is its state before them too. Entering
+        ``auto_turn_replies``, the source's states hold no pause: a model was never paused
+        before it answered turns itself.)"""
+        return model_replies_paused(self.policy, _model_answers_turns(machine), active)
 
     def _replies_follow(self, paused: bool, now: bool) -> None:
         if now and not paused:
@@ -993,6 +1000,19 @@ def _model_busy(machine: StateChart) -> bool:
     cancel still on its way could cut the response it starts: its region is neither free
     nor unlinked (a pipeline's model is never busy in that sense)."""
     return MODEL_IDLE.isdisjoint(machine.configuration_values)
+
+
+AUTO_TURN_REPLIES = "auto_turn_replies"
+"""The turn replies' state while the realtime model answers the caller's turns itself."""
+
+AUTO_TOOL_REPLIES = "auto_tool_replies"
+"""The tool output replies' state while the realtime model answers tool output itself."""
+
+
+def _model_answers_turns(machine: StateChart) -> bool:
+    """The realtime model's server answers the caller's turns itself. (Only the link moves
+    its region, so this is its state both before and after any other step.)"""
+    return AUTO_TURN_REPLIES in machine.configuration_values
 
 
 def _runs_realtime_model(machine: StateChart) -> bool:

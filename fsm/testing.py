@@ -327,6 +327,14 @@ REALTIME_LINK = ev.RealtimeModelLinked(at=EARLY, replies_to_turns=True)
 (server turn detection answers turns; LiveKit asks for tool replies). A model that also
 answers tool output itself is reached too: its first such reply tells the machine."""
 
+REALTIME_LINKS = (
+    REALTIME_LINK,
+    ev.RealtimeModelLinked(at=EARLY, replies_to_turns=True, replies_to_tool_output=True),
+)
+"""The realtime models :func:`explore` starts from with ``realtime=True``: as
+:data:`REALTIME_LINK`, and one whose link tells it answers tool output itself (LiveKit's
+``auto_tool_reply_generation``), from the call's start."""
+
 
 OWN_WORDS_SPEECH = (
     ev.AgentSpeechCreated(at=EARLY, speech_id="s3", source="reply", from_agent_code=True),
@@ -416,16 +424,14 @@ def fresh_context(state: str, policy: TurnPolicy) -> TurnContext:
     """The context a call under ``policy`` has just after entering ``state`` (an atomic
     state: a greeting's phase, not ``greeting``) the plainest way (one that
     :meth:`~turnfsm.TurnController.restore` takes): the speech ``s1`` playing (and running
-    a tool round in ``tool_loop``, locked as the greeting in its playing phases), a
-    hang-up in ``ended``. (The greeting's waits for a busy realtime model have none: a
-    fresh call's model is free.)"""
+    a tool round in ``tool_loop``, locked as the greeting in its playing phases). (The
+    greeting's waits for a busy realtime model have none: a fresh call's model is free.)"""
     playing = state in ("greeting_playing", "retry_playing")
     return TurnContext(
         greeting_speech_id="s1" if playing else None,
         active_speeches=frozenset({"s1"} if state in ("speaking", "tool_loop") or playing else ()),
         tool_rounds=1 if state == "tool_loop" else 0,
         tool_speech_id="s1" if state == "tool_loop" else None,
-        end_reason="hangup" if state == "ended" else None,
     )
 
 
@@ -463,8 +469,8 @@ def explore(
     extension from :func:`~turnfsm.machine.build_machine`; ``extra_events`` adds the
     extension's own events to the alphabet. Every exploration starts once the machine
     was told a fact of the session: :data:`INTERRUPTION_SETTINGS`, or with ``realtime``
-    :data:`REALTIME_LINK` (the machine told it runs a realtime model), which then feeds
-    :func:`realtime_alphabet`. ``reached`` is called with each configuration and context
+    each of :data:`REALTIME_LINKS` (the machine told it runs a realtime model), which then
+    feeds :func:`realtime_alphabet`. ``reached`` is called with each configuration and context
     first reached (a copy: keep it).
 
     Every step runs on the compiled engine (:mod:`turnfsm.engine`). The first step with
@@ -519,17 +525,19 @@ def explore(
     steps = 0
     states: set[str] = set()
     moves: set[tuple[str, str, str]] = set()
-    # the session's fact is the first event of a call: start after it
-    told = REALTIME_LINK if realtime else INTERRUPTION_SETTINGS
-    monitor = start[2].copy()
-    effects = controller.handle(told)
-    monitor.check(public_state(start[0][0]), told, controller.state, effects)
-    linked = (controller.configuration, controller.context.copy(), monitor)
-    moves.update(region_moves(start[0], told.name, linked[0], machine_class))
-    seen[_key(linked[0], linked[1].snapshot(), monitor.shadow())] = (origin, told)
-    queue = deque([linked])
-    if reached is not None:
-        reached(queue[0][0], queue[0][1].copy())
+    # the session's fact is the first event of a call: start after it (after each)
+    queue: deque[tuple[tuple[str, ...], TurnContext, SafetyMonitor]] = deque()
+    for told in REALTIME_LINKS if realtime else (INTERRUPTION_SETTINGS,):
+        controller._resume(start[0], start[1].copy())
+        monitor = start[2].copy()
+        effects = controller.handle(told)
+        monitor.check(public_state(start[0][0]), told, controller.state, effects)
+        linked = (controller.configuration, controller.context.copy(), monitor)
+        moves.update(region_moves(start[0], told.name, linked[0], machine_class))
+        seen[_key(linked[0], linked[1].snapshot(), monitor.shadow())] = (origin, told)
+        queue.append(linked)
+        if reached is not None:
+            reached(linked[0], linked[1].copy())
     violations: list[str] = []
     paths: list[tuple[ev.Event, ...]] = []
     watched = 0

@@ -28,16 +28,29 @@ def answered(policy: TurnPolicy = OUTBOUND, engine: EngineName = "compiled") -> 
 
 def test_the_voice_exists_only_while_the_call_is_live() -> None:
     controller = TurnController(OUTBOUND, strict=True)
-    assert controller.configuration == ("ringing", "model_unlinked")
+    assert controller.configuration == (
+        "ringing",
+        "model_unlinked",
+        "turn_replies_on_request",
+        "tool_replies_on_request",
+    )
     assert controller.handle(ev.UserSpeechStarted(at=0.1)) == ()  # nobody on the line
-    assert controller.configuration == ("ringing", "model_unlinked")
+    assert controller.configuration == (
+        "ringing",
+        "model_unlinked",
+        "turn_replies_on_request",
+        "tool_replies_on_request",
+    )
     controller.handle(ev.CallAnswered(at=0.2))
     assert controller.configuration == (
         "awaiting_user",
         "caller_silent",
         "tools_open",
         "reply_free",
+        "agent_keeps_call",
         "model_unlinked",
+        "turn_replies_on_request",
+        "tool_replies_on_request",
     )
     controller.handle(ev.CallEnded(at=0.3, reason="user_initiated"))
     assert controller.configuration == ("ended",)
@@ -55,7 +68,10 @@ def test_one_event_moves_both_regions_once(engine: EngineName) -> None:
         "caller_speaking",
         "tools_open",
         "reply_free",
+        "agent_keeps_call",
         "model_unlinked",
+        "turn_replies_on_request",
+        "tool_replies_on_request",
     )
     if controller._machine is not None:  # the engine's own active states, not the summary
         leaves = [s.id for s in controller._machine.configuration if not s.states]
@@ -64,11 +80,14 @@ def test_one_event_moves_both_regions_once(engine: EngineName) -> None:
         atomic = {state.id for state in atomic_states()}
         leaves = [state for state in controller._engine.active if state in atomic]
     assert sorted(leaves) == [
+        "agent_keeps_call",
         "awaiting_user",
         "caller_speaking",
         "model_unlinked",
         "reply_free",
+        "tool_replies_on_request",
         "tools_open",
+        "turn_replies_on_request",
     ]
     assert controller.handle(ev.UserSpeechEnded(at=1.5)) == (
         fx.StartTimer(timer="await_user", seconds=OUTBOUND.await_user_timeout),
@@ -78,7 +97,10 @@ def test_one_event_moves_both_regions_once(engine: EngineName) -> None:
         "caller_silent",
         "tools_open",
         "reply_free",
+        "agent_keeps_call",
         "model_unlinked",
+        "turn_replies_on_request",
+        "tool_replies_on_request",
     )
 
 
@@ -121,7 +143,10 @@ def test_the_idle_timer_waits_for_the_caller_to_stop() -> None:
         "caller_speaking",
         "tools_open",
         "reply_free",
+        "agent_keeps_call",
         "model_unlinked",
+        "turn_replies_on_request",
+        "tool_replies_on_request",
     )
     assert not any(isinstance(e, fx.StartTimer) for e in effects)
     assert controller.handle(ev.UserSpeechEnded(at=3.0)) == (

@@ -116,7 +116,7 @@ REALTIME: dict[str, TurnPolicy] = {
     ),
     "realtime-inbound-own-words": TurnPolicy(greeting_lock="mute_input", max_tool_steps=1),
 }
-"""Explored from a realtime model's link (``testing.REALTIME_LINK``)."""
+"""Explored from a realtime model's link (each of ``testing.REALTIME_LINKS``)."""
 
 OPTIONS = {
     "direction": ("inbound", "outbound"),
@@ -172,9 +172,9 @@ def expected_states(policy: TurnPolicy) -> set[str]:
 def check(policy: TurnPolicy, report: ExplorationReport) -> None:
     assert report.violations == []  # no invariant, watchdog (W1, W2) nor engine (E1) breach
     # both engines compared, once per distinct decisions (each stands for many steps: at
-    # least 45 in realtime-outbound-keep-answer with the tool cap's and the model's
-    # regions, 4,764 checks for 215,985 steps)
-    assert 0 < report.engine_checks < report.steps / 40
+    # least 31 in realtime-outbound-keep-answer, whose configurations name what the model
+    # answers on its own besides its activity, 7,784 checks for 241,706 steps)
+    assert 0 < report.engine_checks < report.steps / 25
     assert report.states == expected_states(policy)
     assert report.configurations > 100
     if policy.max_call_duration is not None:  # every live configuration is watched

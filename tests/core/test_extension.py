@@ -51,15 +51,15 @@ def say_goodbye_when_asked(chart: dict[str, Any]) -> None:
     """A user's extension: a new event ending the call from the conversation, and a
     transition added to an existing event."""
     conversation = chart_states(chart)["conversation"]
-    chart["caller_said_goodbye"] = conversation.to(chart["ended"], on="note_goodbye")
+    chart["caller_said_goodbye"] = conversation.to(chart["ended"], on="end_call_goodbye")
     chart["session_error"] = chart["session_error"] | conversation.speaking.to(
         conversation.listening, on="note_recovered"
     )
 
 
 class GoodbyeRules(TurnRules):
-    def note_goodbye(self) -> None:
-        self.context.end_reason = "goodbye"
+    def end_call_goodbye(self) -> None:
+        self.emit(fx.EndCall(reason="goodbye"))
 
     def note_recovered(self) -> None:
         self.context.reprompts = 0
@@ -68,8 +68,8 @@ class GoodbyeRules(TurnRules):
 class LoudGoodbyeRules(GoodbyeRules):
     """A seeded bug: saying goodbye while hanging up breaks I5 (clean-up only)."""
 
-    def note_goodbye(self) -> None:
-        super().note_goodbye()
+    def end_call_goodbye(self) -> None:
+        super().end_call_goodbye()
         self.emit(fx.Say(text="Bye!", reason="reprompt"))
 
 

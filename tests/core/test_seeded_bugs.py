@@ -63,10 +63,10 @@ class ToolCapOffByOne(TurnRules):
         interrupted = "tool_loop_interrupted" in machine.configuration_values
         return interrupted or self.context.tool_rounds > self.policy.max_tool_steps
 
-    def caps_the_tool_loop(self, ev: ToolStepFinished) -> bool:
-        ctx = self.context
-        past = ctx.tool_rounds > self.policy.max_tool_steps
-        return past and not ctx.handing_over and not ev.hands_over
+    def caps_the_tool_loop(self, ev: ToolStepFinished, machine: StateChart) -> bool:
+        past = self.context.tool_rounds > self.policy.max_tool_steps
+        handed_over = ev.hands_over or "handing_off" in machine.configuration_values
+        return past and not handed_over
 
     def _counts_the_round(self) -> bool:
         return self.context.tool_rounds <= self.policy.max_tool_steps
@@ -89,9 +89,9 @@ class InterruptedTextKept(TurnRules):
 class GoodbyeOnTheWayOut(TurnRules):
     """I5: ending the call says goodbye (a speech while hanging up)."""
 
-    def clean_up_call(self) -> None:
+    def end_call(self, ev: ev.CallEnded) -> None:
         self.emit(fx.Say(text="Goodbye!", reason="reprompt"))
-        super().clean_up_call()
+        super().end_call(ev)
 
 
 class TimersLeftRunning(TurnRules):
@@ -134,10 +134,8 @@ class FillerStoppedWithTheSession(TurnRules):
 class MachineHangUpSkipsEndCall(TurnRules):
     """I5: hanging up on an answering machine forgets the EndCall."""
 
-    def clean_up_call(self) -> None:
-        if self.context.end_reason == "answering_machine":
-            return
-        super().clean_up_call()
+    def end_call_answering_machine(self) -> None:
+        return
 
 
 class GreetingAskedOfABusyModel(TurnRules):
@@ -178,8 +176,8 @@ class RepromptNotTimed(TurnRules):
 class MaxDurationLostInTheGreeting(TurnRules):
     """W1: the greeting stops the call's maximum-duration timer."""
 
-    def begin_greeting(self) -> None:
-        super().begin_greeting()
+    def begin_greeting(self, machine: StateChart) -> None:
+        super().begin_greeting(machine)
         self.emit(fx.CancelTimer(timer="max_duration"))
 
 

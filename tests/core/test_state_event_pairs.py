@@ -80,10 +80,22 @@ def test_states_are_the_documented_ones_with_the_voice_beside_the_live_ones() ->
         "cancelling_active",
         "cancelling_idle",
     )
-    assert states_beside()["ringing"] == frozenset(MODEL_STATES)
+    # what the model answers on its own: the caller's turns, tool output
+    answers = (*REGION_STATES["turn_replies"], *REGION_STATES["tool_output_replies"])
+    assert answers == (
+        "turn_replies_on_request",
+        "auto_turn_replies",
+        "tool_replies_on_request",
+        "auto_tool_replies",
+    )
+    assert states_beside()["ringing"] == frozenset({*MODEL_STATES, *answers})
     cap, reply = REGION_STATES["tool_cap"], REGION_STATES["tool_reply"]
     assert reply == ("held_after_caller_stops", "held_while_caller_speaks", "reply_free")
-    assert states_beside()["speaking"] == frozenset({*VOICE_STATES, *cap, *reply, *MODEL_STATES})
+    handoff = REGION_STATES["handoff"]
+    assert handoff == ("agent_keeps_call", "handing_off")
+    assert states_beside()["speaking"] == frozenset(
+        {*VOICE_STATES, *cap, *reply, *handoff, *MODEL_STATES, *answers}
+    )
     assert states_beside()["ended"] == frozenset()
     assert {public_state(state) for state in LIVE_STATES} == {
         "awaiting_user",
@@ -254,7 +266,12 @@ def test_restore_refuses_an_unknown_configuration(configuration: object) -> None
     controller = TurnController(POLICIES[0])
     with pytest.raises(ValueError, match="configuration must be one of"):
         controller.restore(configuration, TurnContext())  # type: ignore[arg-type]
-    assert controller.configuration == ("ringing", "model_unlinked")
+    assert controller.configuration == (
+        "ringing",
+        "model_unlinked",
+        "turn_replies_on_request",
+        "tool_replies_on_request",
+    )
 
 
 def test_restore_takes_a_state_alone_as_the_caller_silent() -> None:
@@ -265,7 +282,10 @@ def test_restore_takes_a_state_alone_as_the_caller_silent() -> None:
         "caller_silent",
         "tools_open",
         "reply_free",
+        "agent_keeps_call",
         "model_unlinked",
+        "turn_replies_on_request",
+        "tool_replies_on_request",
     )
     controller.restore(("speaking",), TurnContext(active_speeches=frozenset({"s1"})))
     # the regions left out are in their initial states
@@ -274,7 +294,10 @@ def test_restore_takes_a_state_alone_as_the_caller_silent() -> None:
         "caller_silent",
         "tools_open",
         "reply_free",
+        "agent_keeps_call",
         "model_unlinked",
+        "turn_replies_on_request",
+        "tool_replies_on_request",
     )
     controller.restore(("greeting_requested", "caller_speaking"), TurnContext())
     assert controller.snapshot()[0] == (
@@ -282,5 +305,8 @@ def test_restore_takes_a_state_alone_as_the_caller_silent() -> None:
         "caller_speaking",
         "tools_open",
         "reply_free",
+        "agent_keeps_call",
         "model_unlinked",
+        "turn_replies_on_request",
+        "tool_replies_on_request",
     )

@@ -73,11 +73,13 @@ CHANGES = frozenset(move for move in DECLARED if move[0] != move[2])
 """The declared moves that change the state."""
 RARE_PHASES = frozenset(
     public_state(leaf) for region in ("tool_cap", "tool_reply") for leaf in REGION_STATES[region]
-) - {"tools_open", "reply_free"}
+) - {"tools_open", "reply_free"} | frozenset(REGION_STATES["handoff"])
 """The cap's region past ``tools_open``, and a tool step's reply held: rare in random
 calls (a step must end the last round of a drawn ``max_tool_steps``, a few times in 1 000
 calls; the caller must barge into a tool step under a drawn hold, with the tools not
-muting them); the explorer reaches each (tests/core/test_explorer.py)."""
+muting them); and the handoff's region, never left: no step drawn hands the call over
+(its tests are test_transitions_unit's). The explorer reaches each
+(tests/core/test_explorer.py)."""
 ANY = tuple(name for name in EVENT_NAMES if name not in ENDING)
 MODEL_EVENTS = frozenset(
     {
@@ -241,15 +243,14 @@ class TurnCalls(RuleBasedStateMachine):
             elif isinstance(effect, fx.HoldUserTurns | fx.ResumeUserTurns):
                 assert self.held == isinstance(effect, fx.ResumeUserTurns), effect  # paired
                 self.held = isinstance(effect, fx.HoldUserTurns)
-        context = self.controller.context
         assert set(self.wheel) == self.controller.running_timers, (
-            "the effects and the configuration disagree"
+            "the effects and the running timers disagree"
         )
         if self.controller.is_ended:
             assert not self.muted
             assert not self.held
             if before[0] != "ended":  # the call ended on this event
-                reason = context.end_reason or "?"
+                reason = next((e.reason for e in effects if isinstance(e, fx.EndCall)), "?")
                 Totals.ended[reason] = Totals.ended.get(reason, 0) + 1
         return effects
 

@@ -97,7 +97,8 @@ def test_edges_show_guards_and_actions() -> None:
     ]
     # a compound state's transition is drawn once, from its box; unless-guards are negated
     assert (
-        "    call --> ended : session_error [!error_is_recoverable] / note_session_error" in text
+        "    call --> ended : session_error [!error_is_recoverable] / end_call_session_error"
+        in text
     )
     assert "listening --> ended : session_error" not in text
     # transitions that stay in a leaf keep their guards, listed in the state; a box's in
@@ -126,7 +127,7 @@ def test_policy_sets_the_start_and_omits_what_cannot_fire() -> None:
     assert "call_answered [agent_speaks_first]" not in _edge_lines(outbound, "ringing", "greeting")
     assert "never fires under this policy: ringing --call_answered--> greeting" in outbound
     # greets_silent_callee holds, so the earlier transition always wins over hanging up
-    assert "note_no_answer" not in _edge_lines(outbound, "awaiting_user", "ended")
+    assert "end_call_no_answer" not in _edge_lines(outbound, "awaiting_user", "ended")
 
     # inbound calls wait in start for the session; the policy picks where they go live
     inbound = to_mermaid(build_diagram(policy=PRESETS["inbound"]))
@@ -178,9 +179,10 @@ def test_overview_draws_states_and_state_changes_by_event_only() -> None:
     diagram = build_diagram()
     text = to_overview(diagram)
     hidden = left_to_the_caption(collapse_phases(diagram))
-    # the tool cap, the tool reply's hold, and beside the call's course the model's
-    # activity: in the caption
+    # the tool cap, the tool reply's hold, the handoff, and beside the call's course the
+    # model's activity: in the caption
     beside = {"tool_cap", "tools_open", "capped", "tool_reply", "reply_held", "reply_free"}
+    beside |= {"handoff", "agent_keeps_call", "handing_off"}
     assert {*beside, "model_activity", *MODEL_STATES} <= hidden
     for state in set(collapse_phases(diagram).states) - set(diagram.parents.values()) - hidden:
         assert re.search(rf"\b{state}\b", text), state
@@ -247,9 +249,13 @@ def test_overview_draws_states_and_state_changes_by_event_only() -> None:
                     "capped",
                     "reply_held",
                     "reply_free",
+                    "agent_keeps_call",
+                    "handing_off",
                 ],
             ),
             ("model_activity", list(MODEL_STATES)),
+            ("turn_replies", ["turn_replies_on_request", "auto_turn_replies"]),
+            ("tool_output_replies", ["tool_replies_on_request", "auto_tool_replies"]),
         ],
     )
     assert parallel_regions(diagram)[1:] == [
@@ -270,6 +276,7 @@ def test_overview_draws_states_and_state_changes_by_event_only() -> None:
                 ("caller_voice", list(VOICE_STATES)),
                 ("tool_cap", ["tools_open", "tool_loop_interrupted", "capped"]),
                 ("tool_reply", ["reply_held", "reply_free"]),
+                ("handoff", ["agent_keeps_call", "handing_off"]),
             ],
         )
     ]

@@ -93,7 +93,7 @@ def test_overlay_labels_and_highlights_in_mermaid() -> None:
         "greeting --> listening : agent_speech_ended ×1 "
         "[is_greeting_speech, answers_whole_overlap]" in text
     )
-    assert "    call --> ended : call_ended ×1 / note_end_reason\n" in text
+    assert "    call --> ended : call_ended ×1 / end_call\n" in text
     # bookkeeping of a compound state: a line in the note beside its box, never a loop
     note = text[text.index("    note right of conversation\n") :]
     turns = "user_turn_committed ×2 / note_user_turn\n"

@@ -64,6 +64,7 @@ from turnfsm.adapters.sim import (
 )
 from turnfsm.machine import build_machine, chart_states
 from turnfsm.rules import TurnRules
+from turnfsm.tools.metrics import call_metrics
 
 QUESTION = "What time do you open"
 """The probe: said after the failure, it must still get a reply."""
@@ -674,9 +675,9 @@ def test_levers_on_a_closed_session_fail_once_each_and_the_machine_ends(run: Run
         "turnfsm: lever start_greeting",
         "turnfsm: lever say",
     ]
-    assert outcome.fresh.context.end_reason == "greeting_failed"
     assert outcome.fresh.state == "ended"
     assert outcome.fresh.trace is not None
+    assert call_metrics(outcome.fresh.trace).end_reason == "greeting_failed"
     assert outcome.fresh.trace.steps[-1].after == "ended"
     assert outcome.released == []
     assert outcome.fresh_adapter.port.timers == {}

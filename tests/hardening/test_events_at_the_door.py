@@ -179,8 +179,8 @@ def test_a_failing_step_changes_nothing() -> None:
 
 def test_a_failing_step_into_the_end_leaves_the_machine_running() -> None:
     class FailingCleanUp(TurnRules):
-        def clean_up_call(self) -> None:
-            super().clean_up_call()
+        def end_call(self, ev: ev.CallEnded) -> None:
+            super().end_call(ev)
             raise RuntimeError("clean-up failed")
 
     controller = greeting_controller(rules_class=FailingCleanUp)
@@ -276,7 +276,6 @@ def test_a_negative_tool_round_count_cannot_lift_the_cap() -> None:
     [
         (TurnContext(tool_rounds=3), ValueError, "tool_rounds must be <= 2"),
         (TurnContext(reprompts=1), ValueError, "reprompts must be <= 0"),  # no idle timer
-        (TurnContext(handing_over="yes"), TypeError, "handing_over must be True or False"),  # type: ignore[arg-type]
         (TurnContext(active_speeches={"s1"}), TypeError, "active_speeches must be a frozenset"),  # type: ignore[arg-type]
         (TurnContext(active_speeches=frozenset({1})), TypeError, "items each must be a string"),  # type: ignore[arg-type]
         (TurnContext(dropped_speeches=frozenset({"s1"})), ValueError, "must be active"),
@@ -297,6 +296,20 @@ def test_restore_refuses_a_context_no_call_can_be_in(
     with pytest.raises(error, match=re.escape(message)):
         controller.restore("listening", context)
     assert (controller.state, controller.context) == ("ringing", TurnContext())
+
+
+def test_restore_refuses_a_handoff_outside_the_conversation() -> None:
+    """A tool step hands the call over only where tool rounds are counted: the handoff's
+    region is ``handing_off`` in the conversation alone, after a round of the user turn
+    (the next user turn counts afresh, and leaves it)."""
+    controller = TurnController(CAPPED)
+    with pytest.raises(ValueError, match="hands the call over only in the conversation"):
+        controller.restore(("greeting_requested", "handing_off"), TurnContext())
+    assert (controller.state, controller.context) == ("ringing", TurnContext())
+    with pytest.raises(ValueError, match="tool_rounds is at least 1 in 'handing_off'"):
+        controller.restore(("listening_open", "handing_off"), TurnContext())
+    controller.restore(("listening_open", "handing_off"), TurnContext(tool_rounds=1))
+    assert "handing_off" in controller.configuration
 
 
 def test_restore_refuses_what_is_not_a_context_or_a_state() -> None:

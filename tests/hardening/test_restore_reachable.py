@@ -25,7 +25,7 @@ from turnfsm import TurnController, TurnPolicy
 from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.context import TurnContext
-from turnfsm.context_rules import SCOPED, reachable_states
+from turnfsm.context_rules import MODEL_ANSWERS, SCOPED, reachable_states
 from turnfsm.machine import (
     LEAF_STATES,
     MODEL_STATES,
@@ -78,14 +78,15 @@ def random_pair(rng: random.Random, policy: TurnPolicy) -> tuple[tuple[str, ...]
     consistent with each other as far as the field checks go (ids of active speeches)."""
     state = rng.choice(LEAF_STATES)
     # a pipeline's call, as the explorer explores this policy: no realtime model linked
-    # (its region's other states are a realtime call's, explored elsewhere)
-    unlinked = {leaf for leaf in MODEL_STATES if leaf != "model_unlinked"}
+    # (its region's other states, and what such a model answers on its own, are a
+    # realtime call's, explored elsewhere)
+    realtime = {leaf for leaf in MODEL_STATES if leaf != "model_unlinked"} | MODEL_ANSWERS
     beside = tuple(
         rng.choice(options)
         for states in REGION_STATES.values()
         if (
             options := [
-                leaf for leaf in states if leaf in states_beside()[state] and leaf not in unlinked
+                leaf for leaf in states if leaf in states_beside()[state] and leaf not in realtime
             ]
         )
     )
@@ -107,7 +108,6 @@ def random_pair(rng: random.Random, policy: TurnPolicy) -> tuple[tuple[str, ...]
         final_speech_id=an_active_id(),
         final_after_speech=an_active_id(),
         reprompts=rng.randint(0, policy.idle_max_reprompts if policy.idle_timeout else 0),
-        end_reason=maybe("hangup"),  # type: ignore[arg-type]
         # a fact of the session, the same in every state: the one the explorer is told
         min_words=INTERRUPTION_SETTINGS.min_words,
     )

@@ -50,6 +50,7 @@ from turnfsm.adapters.sim import (
 )
 from turnfsm.adapters.sim.job import ConsoleSession, run_entrypoint
 from turnfsm.adapters.sim.realtime import RealtimeScript, RealtimeTestServer
+from turnfsm.tools.metrics import call_metrics
 
 from support.readme import readme_embed_block
 from support.tone import ToneMicrophone
@@ -343,7 +344,8 @@ async def test_outbound_caller_reports_a_busy_line_and_shuts_the_job_down(
                 adapter = adapter_for(call.session)
                 assert adapter is not None
                 assert adapter.controller.state == "ended"
-                assert adapter.controller.context.end_reason == "dial_failed"
+                assert adapter.controller.trace is not None
+                assert call_metrics(adapter.controller.trace).end_reason == "dial_failed"
             finally:
                 await call.aclose()
                 await ctx.api.aclose()

@@ -24,6 +24,7 @@ from turnfsm.adapters.sim.realtime import (
     UNEVEN_SPEECH,
     RealtimeTestServer,
 )
+from turnfsm.tools.metrics import call_metrics
 
 from support.realtime_calls import (
     SHORT_GREETING,
@@ -55,7 +56,7 @@ async def test_a_greeting_refused_twice_ends_the_call_greeting_failed() -> None:
         ]
         assert asked == [("start_greeting", "refused"), ("say", "refused")]
         assert controller.is_ended
-        assert controller.context.end_reason == "greeting_failed"
+        assert call_metrics(controller.trace).end_reason == "greeting_failed"
         assert not [s for s in call.speaker.segments if s.played > 0]  # nothing played
         assert call.server.script.refuse_creates == 0
 

@@ -35,6 +35,7 @@ from livekit.agents import llm
 from turnfsm import TurnPolicy
 from turnfsm import events as ev
 from turnfsm.adapters.sim.realtime import REAL_PROTOCOL, Fidelity
+from turnfsm.tools.metrics import call_metrics
 
 from .realtime_calls import Call, scripted_model, served_call, wait_finished, words_heard
 from .tone import ToneMicrophone
@@ -180,7 +181,8 @@ async def _run_cell(cell: Cell) -> None:
         if cell.fault == "refused twice":
             await asyncio.sleep(8.0)
             assert controller.is_ended
-            assert controller.context.end_reason == "greeting_failed"
+            assert controller.trace is not None
+            assert call_metrics(controller.trace).end_reason == "greeting_failed"
             assert not [s for s in call.speaker.segments if s.played > 0]
             return
 
