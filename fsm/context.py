@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import operator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
 from .fields import Text
-
-if TYPE_CHECKING:
-    from .effects import TimerName
 
 
 @attrs.define
@@ -19,6 +16,8 @@ class TurnContext:
 
     Every field holds an immutable value (the sets are frozensets): the rules replace a
     field, never change it in place, so a shallow :meth:`copy` shares nothing mutable.
+    What the configuration says is no field: the running timers, for one
+    (:attr:`TurnController.running_timers <turnfsm.TurnController.running_timers>`).
     """
 
     first_words_item: str | None = None
@@ -84,9 +83,6 @@ class TurnContext:
     final_after_speech: str | None = None
     """The capped tool step's speech, while the cap's ``final_awaits_tool_speech`` waits
     for its end (the final reply is asked for then)."""
-
-    timers: frozenset[TimerName] = frozenset()
-    """Timers started and neither cancelled nor fired."""
 
     def snapshot(self) -> tuple[Any, ...]:
         """A hashable copy of every field, for exploration and comparison."""

@@ -3,19 +3,20 @@
 A context is refused, naming the field, when no call under the policy can hold it:
 
 * a value of the wrong kind or out of range (:func:`turnfsm.fields.check_fields`, the
-  policy's limits: ``tool_rounds <= max_tool_steps``, timers the policy starts);
+  policy's limits: ``tool_rounds <= max_tool_steps``, re-prompts only with the idle timer);
 * ids that contradict each other (a dropped, greeting or final speech that is not active);
 * given the configuration: a state no call under the policy reaches, or a value the
   rules' actions never leave in that state. Each field of :data:`SCOPED` belongs to part
   of the call and is reset on leaving it (the greeting's ids and flags when the greeting
   ends, the tool loop's speech when its speech
   ends, the user turn's counts with the next turn); a caller the state mutes is
-  silent; timers run where they are started; the cap's region leaves ``tools_open``
+  silent; the cap's region leaves ``tools_open``
   only in the conversation, and is capped only once the tool rounds reached the cap,
   its phases holding the speeches they wait for; a step hands the call over (the
   handoff's region) only in the conversation; the realtime fields, and what the model
   answers on its own (``auto_turn_replies``, ``auto_tool_replies``), only once a realtime
-  model is linked.
+  model is linked. (The running timers are no field: where the call is says which run,
+  :func:`~turnfsm.rules.running_timers`.)
 
 :func:`turnfsm.testing.explore` checks every context it reaches against these rules, so a
 rule that refused a context some call reaches fails the exploration tests. The rules are
@@ -37,8 +38,6 @@ from .machine import (
     LIVE_STATES,
     MODEL_STATES,
     REGION_STATES,
-    TIMER_STATES,
-    TIMERS,
     VOICE_STATES,
     TurnChart,
     TurnMachine,
@@ -116,9 +115,6 @@ HOLDING_STATES = frozenset({"speaking", "tool_loop"})
 """The states a tool step's reply is held in: a step's speech plays (its end, or its
 interruption, ends the hold)."""
 
-REALTIME_TIMERS: frozenset[str] = frozenset({"model_reply", "response_done"})
-"""Timers of the waits for a realtime model."""
-
 REALTIME: tuple[str, ...] = (
     "pending_cancels",
     "final_after_speech",
@@ -160,9 +156,6 @@ def check_context(
                 f"TurnContext.{name} must be <= {limit} under this policy, "
                 f"got {getattr(context, name)}"
             )
-    timer_seconds = {name: getattr(policy, timer.seconds) for name, timer in TIMERS.items()}
-    if never := sorted(t for t in context.timers if timer_seconds.get(t) is None):
-        raise ValueError(f"TurnContext.timers has timers this policy never starts: {never}")
     if stray := sorted(context.dropped_speeches - context.active_speeches):
         raise ValueError(f"TurnContext.dropped_speeches must be active speeches: {stray}")
     for name in ("greeting_speech_id", "final_speech_id"):
@@ -214,10 +207,6 @@ def _check_linked(context: TurnContext, policy: TurnPolicy, realtime: bool | Non
                 raise ValueError(
                     f"TurnContext.{name} is set only with a realtime model (not {UNLINKED!r})"
                 )
-        if waits := sorted(context.timers & REALTIME_TIMERS):
-            raise ValueError(
-                f"TurnContext.timers {waits} run only with a realtime model (not {UNLINKED!r})"
-            )
     if context.held_tool_reply is not None and (realtime or policy.mute_input_during_tools):
         raise ValueError(
             "TurnContext.held_tool_reply is set only without a realtime model and with "
@@ -285,18 +274,6 @@ def _check_state(context: TurnContext, policy: TurnPolicy, configuration: tuple[
         _check_cap_phase(context, policy, state, configuration)
     _check_hold(context, configuration)
     _check_handoff(context, configuration)
-    for timer in context.timers:
-        if TIMER_STATES[timer].isdisjoint(configuration):
-            raise ValueError(
-                f"TurnContext.timers: {timer!r} does not run in {configuration!r} "
-                f"(only in {sorted(TIMER_STATES[timer])})"
-            )
-    if state in LIVE_STATES and policy.max_call_duration is not None:
-        if "max_duration" not in context.timers:
-            raise ValueError(
-                "TurnContext.timers must hold 'max_duration' while the call is live "
-                "(max_call_duration is set)"
-            )
 
 
 def _check_listening_phase(

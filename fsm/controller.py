@@ -8,6 +8,8 @@
 ['start_timer']
 >>> controller.state
 'awaiting_user'
+>>> sorted(controller.running_timers)
+['await_user']
 >>> [e.name for e in controller.handle(events.UserTurnCommitted(at=2.1, text="Hello?"))]
 ['cancel_timer', 'hold_user_turns', 'start_greeting']
 >>> controller.state
@@ -16,13 +18,14 @@
 A controller belongs to one call and one thread. :meth:`TurnController.handle` is a
 step that either returns its effects or raises with nothing changed (state, context,
 trace, sink). The first thread that uses it owns the controller: a step, a restore or a
-read of what a step changes (``state``, ``configuration``, ``context``, ``snapshot()``,
-``handled_events``, ``is_ended``, ``trace``) from any other thread raises
-:class:`ConcurrentUseError` instead of interleaving with a step or seeing half of one
-(the LiveKit adapter drives it from the session's event loop; from another thread, hand
-events over with ``loop.call_soon_threadsafe(adapter.dispatch, event)``). So does any of
-them from within a step (a trace sink, a rule), whose outcome is not decided yet. The
-settings (``policy``, ``call``, ``keep_text``, ``strict``) are read from anywhere.
+read of what a step changes (``state``, ``configuration``, ``running_timers``,
+``context``, ``snapshot()``, ``handled_events``, ``is_ended``, ``trace``) from any other
+thread raises :class:`ConcurrentUseError` instead of interleaving with a step or seeing
+half of one (the LiveKit adapter drives it from the session's event loop; from another
+thread, hand events over with ``loop.call_soon_threadsafe(adapter.dispatch, event)``).
+So does any of them from within a step (a trace sink, a rule), whose outcome is not
+decided yet. The settings (``policy``, ``call``, ``keep_text``, ``strict``) are read
+from anywhere.
 
 A controller is not pickled (its machine holds the rules' callbacks): to carry a call
 elsewhere, take its :meth:`~TurnController.snapshot` and
@@ -58,7 +61,7 @@ from .machine import (
     walk_states,
 )
 from .policy import TurnPolicy
-from .rules import TurnRules
+from .rules import TurnRules, running_timers
 from .trace import CallInfo, Trace, TraceSink, TraceStep, redact, turnfsm_version
 
 DEFAULT_MAX_TRACE_STEPS = 1_000
@@ -183,6 +186,14 @@ class TurnController:
         "tool_replies_on_request")``."""
         self._claim()
         return self._configuration
+
+    @property
+    def running_timers(self) -> frozenset[fx.TimerName]:
+        """The timers running in the :attr:`configuration`
+        (:func:`~turnfsm.rules.running_timers`): those its effects started and neither
+        cancelled nor saw expire. Only their expiries are taken; any other is stale."""
+        self._claim()
+        return running_timers(self.policy, active_states(self._machine_class, self._configuration))
 
     @property
     def handled_events(self) -> frozenset[str]:
@@ -324,7 +335,10 @@ class TurnController:
         # state was left, its expiry already on its way) is ignored, as XState's ``after``
         # never delivers a cancelled one
         if event.name in self._handled and (
-            not isinstance(event, TimerExpired) or self._rules.take_expiry(event)
+            not isinstance(event, TimerExpired)
+            or self._rules.take_expiry(
+                event, active_states(self._machine_class, self._configuration)
+            )
         ):
             outbox = self._rules.outbox
             try:
@@ -479,6 +493,16 @@ def _path(machine_class: type[TurnChart], configuration: tuple[str, ...]) -> tup
             node = node.parent
         ids.update(dict.fromkeys(reversed(chain)))
     return tuple(ids)
+
+
+@functools.cache
+def active_states(
+    machine_class: type[TurnChart], configuration: tuple[str, ...]
+) -> tuple[State, ...]:
+    """The states active in a :attr:`~TurnController.configuration`, compound ones
+    included (the chart class's ``State`` objects)."""
+    by_id = {state.id: state for state in walk_states(machine_class.states)}
+    return tuple(by_id[state] for state in _path(machine_class, configuration))
 
 
 def _configuration_of(machine: TurnChart) -> tuple[str, ...]:

@@ -154,7 +154,7 @@ def _compile(cls: type) -> tuple[tuple[str, Check], ...]:
 
 def _namespace(cls: type) -> dict[str, Any]:
     """The module of ``cls`` plus the vocabulary modules, for names imported only when
-    type checking (``TimerName`` in the context)."""
+    type checking (``TimerName``, ``Effect``...)."""
     from . import effects, events
 
     return {**vars(effects), **vars(events), **vars(sys.modules[cls.__module__])}

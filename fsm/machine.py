@@ -125,9 +125,11 @@ def after(
 ) -> None:
     """Declare that ``timer`` runs in ``state``: the rules' ``start_timers`` starts it as
     the state is entered, their ``cancel_timers`` cancels it as the state is left, first
-    of its exit actions; its expiry is the event ``<timer>_timer_expired``
-    (:data:`~turnfsm.events.TIMER_EVENTS`). A state a call is in before its first event
-    cannot declare one (:func:`refuse_timers_started_before_any_event`)."""
+    of its exit actions (unless its own expiry leaves it: it fired); its expiry is the
+    event ``<timer>_timer_expired`` (:data:`~turnfsm.events.TIMER_EVENTS`), which must
+    leave the state or start the timer again: which timers run then follows from the
+    configuration (:func:`~turnfsm.rules.running_timers`). A state a call is in before
+    its first event cannot declare one (:func:`refuse_timers_started_before_any_event`)."""
     declared = (*timers_declared(state), After(timer, seconds, while_silent))
     state.timers = declared  # type: ignore[attr-defined]
     if len(declared) == 1:
@@ -483,8 +485,10 @@ def declare_chart() -> dict[str, Any]:
             ``auto_tool_reply_generation``): told by the link, or seen once answering it in
             the conversation. The capped final reply waits a while for that answer."""
 
-    ended = State(final=True, enter="clean_up_call")
-    """The call is over; only clean-up effects are emitted on the way in."""
+    ended = State(final=True)
+    """The call is over; only clean-up effects are emitted on the way in (the exit
+    actions of the states left: their timers cancelled, the input released; and the
+    ``EndCall`` of the transition in)."""
 
     # the compound classes become States when declared: name them as such for the checker
     in_call, connecting = cast(State, call), cast(State, call.line.connecting)
@@ -578,7 +582,8 @@ def declare_chart() -> dict[str, Any]:
     # Timers, declared per state (XState's ``after``): started as the state is entered
     # (one ``while_silent`` only while the caller is silent: stopped when they speak,
     # started again when they stop), cancelled as it is left; each expires as an event of
-    # its own, ``<timer>_timer_expired``, taken only while the timer runs.
+    # its own, ``<timer>_timer_expired``, taken only while the timer runs, that leaves
+    # the state or starts the timer again (so the configuration says which run).
     after(turn, "max_duration", seconds="max_call_duration")
     after(awaiting_user, "await_user", seconds="await_user_timeout", while_silent=True)
     after(listening, "idle", seconds="idle_timeout", while_silent=True)
@@ -1366,13 +1371,14 @@ def _timers_by_name() -> dict[str, After]:
     for declared in chart_timers().values():
         for timer in declared:
             first = by_name.setdefault(timer.timer, timer)
-            if first.seconds != timer.seconds:
-                raise ValueError(f"timer {timer.timer!r} has two policy fields")
+            if first != timer:  # its seconds, and whether it times the caller's silence
+                raise ValueError(f"timer {timer.timer!r} is declared two ways: {first}, {timer}")
     return by_name
 
 
 TIMERS: Mapping[str, After] = MappingProxyType(_timers_by_name())
-"""Each timer of the turn chart, by name, with the policy field of its seconds."""
+"""Each timer of the turn chart, by name, with the policy field of its seconds (one way
+for every state that declares it)."""
 
 TIMER_STATES: Mapping[str, frozenset[str]] = MappingProxyType(
     {

@@ -8,7 +8,7 @@ never perform I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Literal, TypeVar
 
 import attrs
@@ -380,28 +380,30 @@ class TurnRules:
     # -- timers -------------------------------------------------------------------------
 
     def _start_timer(self, timer: fx.TimerName) -> None:
+        """Start ``timer`` (one that does not run: see :func:`running_timers`), if the
+        policy gives it seconds."""
         seconds = getattr(self.policy, TIMERS[timer].seconds)
-        if seconds is None:
-            return
-        self._cancel_timer(timer)
-        self.context.timers = self.context.timers | {timer}
-        self.emit(fx.StartTimer(timer=timer, seconds=seconds))
+        if seconds is not None:
+            self.emit(fx.StartTimer(timer=timer, seconds=seconds))
 
-    def _cancel_timer(self, timer: fx.TimerName) -> None:
-        """Cancel a running timer; one started in this very step (a state entered and left
-        in one step, e.g. a wait that ends at once) is taken back instead, so the adapter
-        never starts it."""
-        if timer in self.context.timers:
-            self.context.timers = self.context.timers - {timer}
-            started = [
-                i
-                for i, effect in enumerate(self.outbox)
-                if isinstance(effect, fx.StartTimer) and effect.timer == timer
-            ]
-            if started:
-                del self.outbox[started[-1]]
-            else:
-                self.emit(fx.CancelTimer(timer=timer))
+    def _cancel_timer(
+        self, timer: fx.TimerName, machine: StateChart, ev: Event | None = None
+    ) -> None:
+        """Cancel ``timer`` if it runs where the machine is (the configuration being left,
+        in an exit or a transition's action) and the event ``ev`` is not its expiry (it
+        fired); one started in this very step (a state entered and left in one step, e.g.
+        a wait that ends at once) is taken back instead, so the adapter never starts it."""
+        started = [
+            i
+            for i, effect in enumerate(self.outbox)
+            if isinstance(effect, fx.StartTimer) and effect.timer == timer
+        ]
+        if started:
+            del self.outbox[started[-1]]
+        elif timer in running_timers(self.policy, machine.configuration) and not (
+            isinstance(ev, TimerExpired) and ev.timer == timer
+        ):
+            self.emit(fx.CancelTimer(timer=timer))
 
     def start_timers(self, state: State, machine: StateChart) -> None:
         """Entering ``state``: start the timers it declares (:func:`~turnfsm.machine.after`)
@@ -411,32 +413,31 @@ class TurnRules:
             if not (timer.while_silent and speaking):
                 self._start_timer(timer.timer)
 
-    def cancel_timers(self, state: State) -> None:
-        """Leaving ``state``: its timers stop."""
+    def cancel_timers(self, state: State, machine: StateChart, ev: Event | None = None) -> None:
+        """Leaving ``state``: its timers stop (but the one whose expiry leaves it)."""
         for timer in timers_declared(state):
-            self._cancel_timer(timer.timer)
+            self._cancel_timer(timer.timer, machine, ev)
 
-    def stop_silence_timers(self, state: State) -> None:
+    def stop_silence_timers(self, state: State, machine: StateChart) -> None:
         """The caller speaks: the timers running in ``state`` (declared by it or a state
         around it) that time their silence stop."""
         for timer in _timers_around(state):
             if timer.while_silent:
-                self._cancel_timer(timer.timer)
+                self._cancel_timer(timer.timer, machine)
 
-    def start_silence_timers(self, state: State) -> None:
+    def start_silence_timers(self, state: State, machine: StateChart) -> None:
         """The caller stopped: the timers running in ``state`` that time their silence
-        start."""
+        start (again, if they ran: an end of speech the caller's voice did not wait for)."""
         for timer in _timers_around(state):
             if timer.while_silent:
+                self._cancel_timer(timer.timer, machine)
                 self._start_timer(timer.timer)
 
-    def take_expiry(self, ev: TimerExpired) -> bool:
-        """Whether ``ev`` expires a running timer (which then no longer runs); else it is
-        stale (cancelled, its expiry already on its way), and the controller ignores it."""
-        if ev.timer not in self.context.timers:
-            return False
-        self.context.timers = self.context.timers - {ev.timer}
-        return True
+    def take_expiry(self, ev: TimerExpired, active: Iterable[State]) -> bool:
+        """Whether ``ev`` expires a timer running with these states active
+        (:func:`running_timers`); else it is stale (cancelled, its expiry already on its
+        way), and the controller ignores it."""
+        return ev.timer in running_timers(self.policy, active)
 
     # -- call lifecycle -----------------------------------------------------------------
 
@@ -467,10 +468,6 @@ class TurnRules:
 
     def _end_call(self, reason: str) -> None:
         self.emit(fx.EndCall(reason=reason))
-
-    def clean_up_call(self) -> None:
-        for timer in sorted(self.context.timers):
-            self._cancel_timer(timer)
 
     # -- the greeting -------------------------------------------------------------------
 
@@ -542,7 +539,7 @@ class TurnRules:
         ctx.first_words_heard = None
 
     # Leaving the greeting for the conversation: one action per lock and overlap policy
-    # (on a hang-up, clean_up_call releases everything without replaying or committing).
+    # (on a hang-up, it releases everything without replaying or committing).
 
     def resume_user_turns_on_hang_up(self, target: object, machine: StateChart) -> None:
         """The greeting that keeps listening hangs up: its held turns are released (each
@@ -911,6 +908,24 @@ class TurnRules:
             self._unmute(replay_held_audio=False)
 
 
+def running_timers(policy: TurnPolicy, active: Iterable[State]) -> frozenset[fx.TimerName]:
+    """The timers running with these states active (a configuration's states, compound
+    ones included, as the chart's ``State`` objects): those they declare
+    (:func:`~turnfsm.machine.after`) whose seconds the policy sets, but the ones that
+    time the caller's silence while the caller speaks. Each starts as its state is
+    entered (or the caller falls silent), stops as it is left (or the caller speaks), and
+    its expiry leaves the state or starts it again (``reprompt``): where the call is says
+    which run."""
+    states = tuple(active)
+    speaking = _speaks({state.id for state in states})
+    return frozenset(
+        timer.timer
+        for state in states
+        for timer in timers_declared(state)
+        if getattr(policy, timer.seconds) is not None and not (speaking and timer.while_silent)
+    )
+
+
 def input_muted(policy: TurnPolicy, active: Collection[object]) -> bool:
     """Whether the input is muted with these states active (a configuration's states,
     compound ones included): in the greeting that mutes it, in the tool loop that does."""
@@ -1009,7 +1024,13 @@ def _runs_realtime_model(machine: StateChart) -> bool:
 def _caller_speaks(machine: StateChart) -> bool:
     """The caller's voice region is in ``caller_speaking``. (No event that reads it moves
     that region, so this is its state both before and after the step.)"""
-    return "caller_speaking" in machine.configuration_values
+    return _speaks(machine.configuration_values)
+
+
+def _speaks(active: Collection[object]) -> bool:
+    """The caller speaks with these states active (their speech over a greeting that
+    answers it whole, ``caller_spoke_over_greeting``, is over)."""
+    return "caller_speaking" in active
 
 
 def _is_end(target: object) -> bool:

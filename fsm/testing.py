@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import importlib
 from collections import deque
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -36,7 +36,7 @@ from . import effects as fx
 from . import events as ev
 from .context import TurnContext
 from .context_rules import check_context, state_rules_apply
-from .controller import TurnController
+from .controller import TurnController, active_states
 from .effects import REALTIME_TIMERS
 from .engine import Decision, UnsupportedChart
 from .invariants import InvariantViolation, SafetyMonitor
@@ -45,14 +45,12 @@ from .machine import (
     LIVE_STATES,
     TurnChart,
     TurnMachine,
-    chart_timers,
     handled_events,
-    leaves_under,
     public_state,
     transition_key,
 )
 from .policy import Count, OneOf, Seconds, TurnPolicy, option_of
-from .rules import TurnRules
+from .rules import TurnRules, running_timers
 
 if TYPE_CHECKING:  # for type checkers only: at run time they come from __getattr__
     from statemachine.transition import Transition
@@ -425,25 +423,15 @@ def drawn_values(field: attrs.Attribute) -> tuple[Any, ...]:
 def fresh_context(state: str, policy: TurnPolicy) -> TurnContext:
     """The context a call under ``policy`` has just after entering ``state`` (an atomic
     state: a greeting's phase, not ``greeting``) the plainest way (one that
-    :meth:`~turnfsm.TurnController.restore` takes): the timers started on the way in, the
-    speech ``s1`` playing (and running a tool round in ``tool_loop``, locked as the greeting in
-    its playing phases). (The greeting's waits for a busy
-    realtime model have none: a fresh call's model is free.)"""
+    :meth:`~turnfsm.TurnController.restore` takes): the speech ``s1`` playing (and running
+    a tool round in ``tool_loop``, locked as the greeting in its playing phases). (The
+    greeting's waits for a busy realtime model have none: a fresh call's model is free.)"""
     playing = state in ("greeting_playing", "retry_playing")
-    # the timers its state and the states around it start on entry (the caller silent)
-    timers = {
-        timer.timer
-        for around, declared in chart_timers().items()
-        if state in leaves_under(around)
-        for timer in declared
-        if getattr(policy, timer.seconds) is not None
-    }
     return TurnContext(
         greeting_speech_id="s1" if playing else None,
         active_speeches=frozenset({"s1"} if state in ("speaking", "tool_loop") or playing else ()),
         tool_rounds=1 if state == "tool_loop" else 0,
         tool_speech_id="s1" if state == "tool_loop" else None,
-        timers=frozenset(timers),
     )
 
 
@@ -499,7 +487,9 @@ def explore(
     Every configuration first reached is also held to the context rules
     (:func:`~turnfsm.context_rules.check_context`, what ``restore()`` lets in): a
     context some call reaches but ``restore()`` refuses is a violation, ``C1``, with
-    the path to it.
+    the path to it; and its running timers (:func:`~turnfsm.rules.running_timers`) to
+    those its path's effects left running (the monitor's own count): one the configuration
+    runs but the effects never started (or cancelled), or the other way round, is ``I6``.
 
     Raises:
         RuntimeError: more than ``max_configurations`` configurations (unbounded state).
@@ -667,7 +657,18 @@ def explore(
                     raise RuntimeError(f"more than {max_configurations} configurations")
                 queue.append((step.configuration, after_context, after_monitor))
                 watched += _watched(policy, step.configuration)
-                problem = watchdog_problem(controller, step.configuration, after_context.copy())
+                # the configuration runs the timers the effects left running (I6)
+                running = running_timers(policy, active_states(machine_class, step.configuration))
+                if running != after_monitor.timers:
+                    violations.append(
+                        f"I6 timers_balanced: the effects left {sorted(after_monitor.timers)} "
+                        f"running, {_named(step.configuration)} runs {sorted(running)} "
+                        f"[reached on {event!r}]"
+                    )
+                    paths.append(_path_to(seen, key))
+                problem = watchdog_problem(
+                    controller, step.configuration, after_context.copy(), after_monitor.timers
+                )
                 if problem is not None:  # a path to the configuration, ending with the event
                     violations.append(f"{problem} [reached on {event!r}]")
                     paths.append(_path_to(seen, key))
@@ -714,14 +715,22 @@ def _engines_differ(
 
 
 def watchdog_problem(
-    controller: TurnController, configuration: tuple[str, ...], context: TurnContext
+    controller: TurnController,
+    configuration: tuple[str, ...],
+    context: TurnContext,
+    timers: Collection[str],
 ) -> str | None:
     """What keeps a watchdog (:data:`WATCHDOGS`) from firing in ``configuration``, if
-    anything; the controller is left in some configuration (the explorer resumes it)."""
+    anything; the controller is left in some configuration (the explorer resumes it).
+
+    ``timers`` are those the call's effects left running (:func:`timers_after`; the
+    explorer's monitor keeps them): what the adapter runs, whatever the machine's
+    configuration says runs (an action that forgot to start a timer, or cancelled one its
+    state runs, silences it for good)."""
     policy, state = controller.policy, configuration[0]
     where = " + ".join(configuration)
     if policy.max_call_duration is not None and state in LIVE_STATES:
-        if "max_duration" not in context.timers:
+        if "max_duration" not in timers:
             return f"W1 max_duration_fires: the timer is not running in {where}"
         controller._resume(configuration, context.copy())
         controller.handle(ev.MaxDurationTimerExpired(at=LATE))
@@ -730,7 +739,7 @@ def watchdog_problem(
     if policy.idle_timeout is None or state not in CONVERSATION_STATES:
         return None
     controller._resume(configuration, context.copy())
-    if "idle" in context.timers:
+    if "idle" in timers:
         effects = controller.handle(ev.IdleTimerExpired(at=LATE))
         reprompted = any(isinstance(e, fx.Say) and e.reason == "reprompt" for e in effects)
         if reprompted or controller.state == "ended":
@@ -738,16 +747,35 @@ def watchdog_problem(
         return f"W2 idle_timer_comes_back: its expiry does nothing in {where}"
     # what the machine waits for ends: every speech it tracks, then the caller's voice
     for speech_id in sorted(context.active_speeches):
-        controller.handle(ev.AgentSpeechEnded(at=LATE, speech_id=speech_id, played_seconds=1.0))
+        ended = ev.AgentSpeechEnded(at=LATE, speech_id=speech_id, played_seconds=1.0)
+        timers = timers_after(timers, ended, controller.handle(ended))
     if "caller_speaking" in controller.configuration:
-        controller.handle(ev.UserSpeechEnded(at=LATE))
-    back = controller.state == "listening" and "idle" in controller.context.timers
+        silent = ev.UserSpeechEnded(at=LATE)
+        timers = timers_after(timers, silent, controller.handle(silent))
+    back = controller.state == "listening" and "idle" in timers
     if back or controller.state == "ended":
         return None
     return (
         f"W2 idle_timer_comes_back: not running in {where}, nor once what it waits for "
         f"ended ({' + '.join(controller.configuration)})"
     )
+
+
+def timers_after(
+    timers: Collection[str], event: ev.Event, effects: Sequence[fx.Effect]
+) -> frozenset[str]:
+    """The timers running after a step, as its effects leave ``timers`` (the expiry of a
+    running one ends it; ``StartTimer`` and ``CancelTimer`` start and stop them): the
+    adapter's view, kept apart from the machine's."""
+    running = set(timers)
+    if isinstance(event, ev.TimerExpired):
+        running.discard(event.timer)
+    for effect in effects:
+        if isinstance(effect, fx.StartTimer):
+            running.add(effect.timer)
+        elif isinstance(effect, fx.CancelTimer):
+            running.discard(effect.timer)
+    return frozenset(running)
 
 
 def _watched(policy: TurnPolicy, configuration: tuple[str, ...]) -> int:

@@ -22,7 +22,13 @@ from turnfsm import effects as fx
 from turnfsm import events as ev
 from turnfsm.events import AnsweringMachineDetected, Event, ToolStepFinished, UserTurnCommitted
 from turnfsm.rules import RESPONDING, TurnRules, guard
-from turnfsm.testing import INTERRUPTION_SETTINGS, WATCHDOGS, explore, watchdog_problem
+from turnfsm.testing import (
+    INTERRUPTION_SETTINGS,
+    WATCHDOGS,
+    explore,
+    timers_after,
+    watchdog_problem,
+)
 
 from support.cores import cores_for_one_test
 
@@ -83,20 +89,17 @@ class InterruptedTextKept(TurnRules):
 class GoodbyeOnTheWayOut(TurnRules):
     """I5: ending the call says goodbye (a speech while hanging up)."""
 
-    def clean_up_call(self) -> None:
+    def end_call(self, ev: ev.CallEnded) -> None:
         self.emit(fx.Say(text="Goodbye!", reason="reprompt"))
-        super().clean_up_call()
+        super().end_call(ev)
 
 
 class TimersLeftRunning(TurnRules):
-    """I6: ending the call leaves its timers running (neither the states it leaves nor
-    its clean-up cancel them)."""
+    """I6: ending the call leaves its timers running (the states it leaves do not cancel
+    them)."""
 
-    def cancel_timers(self, state: State) -> None:
+    def cancel_timers(self, state: State, machine: StateChart, ev: Event | None = None) -> None:
         return
-
-    def clean_up_call(self) -> None:
-        self.context.timers = frozenset()
 
 
 class FirstWordsRejected(TurnRules):
@@ -175,7 +178,7 @@ class MaxDurationLostInTheGreeting(TurnRules):
 
     def begin_greeting(self, machine: StateChart) -> None:
         super().begin_greeting(machine)
-        self._cancel_timer("max_duration")
+        self.emit(fx.CancelTimer(timer="max_duration"))
 
 
 # -- the explorer --------------------------------------------------------------------------
@@ -382,18 +385,20 @@ WATCHDOG_SCENARIOS: list[tuple[type[TurnRules], list[Event], str]] = [
 def test_watchdog_check_catches_the_seeded_bug(
     bug: type[TurnRules], events: list[Event], watchdog: str
 ) -> None:
-    def reached(rules_class: type[TurnRules]) -> tuple[TurnController, tuple[str, ...]]:
-        controller = TurnController(TIMED, rules_class=rules_class)
+    def reached(
+        rules_class: type[TurnRules],
+    ) -> tuple[TurnController, tuple[str, ...], frozenset[str]]:
+        controller, timers = TurnController(TIMED, rules_class=rules_class), frozenset[str]()
         for event in events:
-            controller.handle(event)
-        return controller, controller.configuration
+            timers = timers_after(timers, event, controller.handle(event))
+        return controller, controller.configuration, timers
 
-    sound, where = reached(TurnRules)
+    sound, where, running = reached(TurnRules)
     # the same call with the real rules: the timer fires there
-    assert watchdog_problem(sound, where, sound.context.copy()) is None
-    broken, broken_where = reached(bug)
-    assert broken_where == where  # the bug is in what the configuration holds
-    problem = watchdog_problem(broken, where, broken.context.copy())
+    assert watchdog_problem(sound, where, sound.context.copy(), running) is None
+    broken, broken_where, left_running = reached(bug)
+    assert broken_where == where  # the bug is in what the effects left running
+    problem = watchdog_problem(broken, where, broken.context.copy(), left_running)
     assert problem is not None
     assert problem.split()[0] == watchdog, problem
 
@@ -413,7 +418,9 @@ def test_explorer_finds_the_untimed_reprompt() -> None:
         tool_reply_hold=None,
     )
     report = explore(policy, rules_class=RepromptNotTimed)
-    assert {violation.split()[0] for violation in report.violations} == {"W2"}
+    # stuck (W2), where the configuration runs the timer the effects did not start again
+    # (I6: so its next expiry is acted on too)
+    assert {violation.split()[0] for violation in report.violations} == {"W2", "I6"}
     assert report.paths[0] == (
         INTERRUPTION_SETTINGS,
         ev.SessionStarted(at=1.0),

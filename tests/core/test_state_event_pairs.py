@@ -180,7 +180,6 @@ def plausible_contexts(
     ):
         return []
     fresh = fresh_context(state, policy)
-    timers = set(fresh.timers)
     # the greeting's overlap follows it before any tool round
     conversation = public_state(state) in ("listening", "speaking", "tool_loop", "ended")
     conversation = conversation and state not in OVERLAP_PHASES
@@ -200,7 +199,6 @@ def plausible_contexts(
         tool_speech_id=fresh.tool_speech_id,
         final_speech_id="s2" if state in ("speaking", "tool_loop", "ended") else None,
         reprompts=policy.idle_max_reprompts if conversation and policy.idle_timeout else 0,
-        timers=frozenset(timers),
     )
     cap = "final_reply_playing" if busy.final_speech_id else "final_reply_asked"
     capped = (cap,) if conversation and state != "ended" else ()
@@ -278,8 +276,7 @@ def test_restore_refuses_an_unknown_configuration(configuration: object) -> None
 
 def test_restore_takes_a_state_alone_as_the_caller_silent() -> None:
     controller = TurnController(POLICIES[0])
-    live = TurnContext(timers=frozenset({"max_duration"}))
-    controller.restore("listening", live)  # a phased state: its first phase
+    controller.restore("listening", TurnContext())  # a phased state: its first phase
     assert controller.configuration == (
         "listening_open",
         "caller_silent",
@@ -290,9 +287,7 @@ def test_restore_takes_a_state_alone_as_the_caller_silent() -> None:
         "turn_replies_on_request",
         "tool_replies_on_request",
     )
-    controller.restore(
-        ("speaking",), TurnContext(timers=live.timers, active_speeches=frozenset({"s1"}))
-    )
+    controller.restore(("speaking",), TurnContext(active_speeches=frozenset({"s1"})))
     # the regions left out are in their initial states
     assert controller.configuration == (
         "speaking",
@@ -304,7 +299,7 @@ def test_restore_takes_a_state_alone_as_the_caller_silent() -> None:
         "turn_replies_on_request",
         "tool_replies_on_request",
     )
-    controller.restore(("greeting_requested", "caller_speaking"), live)
+    controller.restore(("greeting_requested", "caller_speaking"), TurnContext())
     assert controller.snapshot()[0] == (
         "greeting_requested",
         "caller_speaking",

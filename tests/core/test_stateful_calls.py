@@ -6,7 +6,7 @@ a timer's expiry. About 80 % of the events are drawn among those the current sta
 (the controller's pre-filter, built by introspection), the rest from the whole alphabet.
 
 Every controller is strict: the safety monitor raises on any breach of I1–I8. On top,
-after every step: the wheel matches the context's running timers, nothing is emitted
+after every step: the wheel matches the timers the configuration runs, nothing is emitted
 after ``ended`` and the input is released there; at teardown the recorded trace replays
 to equal steps (determinism) and survives a JSONL round trip. (Checks run in the step,
 not as ``@invariant`` methods, and rule arguments are drawn up front rather than through
@@ -243,8 +243,9 @@ class TurnCalls(RuleBasedStateMachine):
             elif isinstance(effect, fx.HoldUserTurns | fx.ResumeUserTurns):
                 assert self.held == isinstance(effect, fx.ResumeUserTurns), effect  # paired
                 self.held = isinstance(effect, fx.HoldUserTurns)
-        context = self.controller.context
-        assert set(self.wheel) == context.timers, "the effects and the context disagree"
+        assert set(self.wheel) == self.controller.running_timers, (
+            "the effects and the running timers disagree"
+        )
         if self.controller.is_ended:
             assert not self.muted
             assert not self.held

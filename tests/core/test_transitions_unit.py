@@ -423,7 +423,7 @@ def test_no_idle_reprompt_while_the_caller_speaks_the_spill_over() -> None:
     )
     controller.handle(ev.AgentSpeechEnded(at=5.0, speech_id="g1", played_seconds=3))
     controller.handle(ev.UserSpeechStarted(at=5.2))
-    assert "idle" not in controller.context.timers
+    assert "idle" not in controller.running_timers
     assert controller.handle(ev.IdleTimerExpired(at=11.0)) == ()
 
 
@@ -1430,7 +1430,7 @@ def test_hang_up_from_every_state_only_cleans_up(state: str, lock: str, overlap:
     controller = to_state(state, greeting_lock=lock, greeting_overlap=overlap)
     if state == "listening" and lock == "keep_listening" and overlap == "drop":
         assert controller.configuration[0] == "discarding_overlap"  # an overlap goes on
-    running = controller.context.timers
+    running = controller.running_timers
     released = input_muted(controller.policy, {controller.state}), held(controller)
     effects = controller.handle(ev.CallEnded(at=9.0, reason="hangup"))
     assert controller.state == "ended"
@@ -1438,7 +1438,7 @@ def test_hang_up_from_every_state_only_cleans_up(state: str, lock: str, overlap:
     assert effects[-1] == fx.EndCall(reason="hangup")
     assert {e.timer for e in effects if isinstance(e, fx.CancelTimer)} == running
     assert (fx.UnmuteInput() in effects, fx.ResumeUserTurns() in effects) == released
-    assert not controller.context.timers
+    assert not controller.running_timers
 
 
 def test_hang_up_inside_a_muted_greeting_releases_without_replay() -> None:

@@ -179,8 +179,8 @@ def test_a_failing_step_changes_nothing() -> None:
 
 def test_a_failing_step_into_the_end_leaves_the_machine_running() -> None:
     class FailingCleanUp(TurnRules):
-        def clean_up_call(self) -> None:
-            super().clean_up_call()
+        def end_call(self, ev: ev.CallEnded) -> None:
+            super().end_call(ev)
             raise RuntimeError("clean-up failed")
 
     controller = greeting_controller(rules_class=FailingCleanUp)
@@ -278,8 +278,6 @@ def test_a_negative_tool_round_count_cannot_lift_the_cap() -> None:
         (TurnContext(reprompts=1), ValueError, "reprompts must be <= 0"),  # no idle timer
         (TurnContext(active_speeches={"s1"}), TypeError, "active_speeches must be a frozenset"),  # type: ignore[arg-type]
         (TurnContext(active_speeches=frozenset({1})), TypeError, "items each must be a string"),  # type: ignore[arg-type]
-        (TurnContext(timers=frozenset({"lunch"})), TypeError, "timers must be a frozenset"),  # type: ignore[arg-type]
-        (TurnContext(timers=frozenset({"idle"})), ValueError, "never starts: ['idle']"),
         (TurnContext(dropped_speeches=frozenset({"s1"})), ValueError, "must be active"),
         (TurnContext(greeting_speech_id="g1"), ValueError, "'g1' is not an active speech"),
         (TurnContext(final_speech_id="s9"), ValueError, "'s9' is not an active speech"),

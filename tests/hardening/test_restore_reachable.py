@@ -30,7 +30,6 @@ from turnfsm.machine import (
     LEAF_STATES,
     MODEL_STATES,
     REGION_STATES,
-    TIMERS,
     public_state,
     states_beside,
 )
@@ -46,13 +45,13 @@ IDS = ("s1", "s2", "u1")
 
 
 def abstract(context: TurnContext) -> dict[str, Hashable]:
-    """Each field as the explorer tells it apart whatever the speech ids: flags, counts
-    and timers as they are, an id or a time by whether it is set, a set of speeches
-    by whether it is empty."""
+    """Each field as the explorer tells it apart whatever the speech ids: flags and
+    counts as they are, an id or a time by whether it is set, a set of speeches by
+    whether it is empty."""
     values: dict[str, Hashable] = {}
     for field in attrs.fields(TurnContext):
         value = getattr(context, field.name)
-        if isinstance(value, frozenset) and field.name != "timers":
+        if isinstance(value, frozenset):
             value = bool(value)
         elif isinstance(value, str | float):
             value = "set"
@@ -92,7 +91,6 @@ def random_pair(rng: random.Random, policy: TurnPolicy) -> tuple[tuple[str, ...]
         )
     )
     active = frozenset(rng.sample(IDS[:2], rng.randint(0, 2)))
-    started = [t for t, timer in TIMERS.items() if getattr(policy, timer.seconds) is not None]
 
     def an_active_id() -> str | None:
         return rng.choice(sorted(active)) if active and rng.random() < 0.3 else None
@@ -110,7 +108,6 @@ def random_pair(rng: random.Random, policy: TurnPolicy) -> tuple[tuple[str, ...]
         final_speech_id=an_active_id(),
         final_after_speech=an_active_id(),
         reprompts=rng.randint(0, policy.idle_max_reprompts if policy.idle_timeout else 0),
-        timers=frozenset(t for t in started if rng.random() < 0.3),
         # a fact of the session, the same in every state: the one the explorer is told
         min_words=INTERRUPTION_SETTINGS.min_words,
     )
@@ -154,7 +151,7 @@ def test_a_cap_without_a_round_is_refused() -> None:
     """The issue's pair: capped with no round run, in a reply's speech; the next user
     turn's first tool round was cancelled."""
     policy = TurnPolicy(direction="outbound", greeting="Hi", max_call_duration=60.0)
-    context = TurnContext(active_speeches=frozenset({"s1"}), timers=frozenset({"max_duration"}))
+    context = TurnContext(active_speeches=frozenset({"s1"}))
     controller = TurnController(policy)
     with pytest.raises(ValueError, match=r"^'final_reply_asked' follows the cap: tool_rounds"):
         controller.restore(("speaking", "final_reply_asked"), context)
