@@ -377,15 +377,17 @@ def _check_hold(context: TurnContext, configuration: tuple[str, ...]) -> None:
 
 
 def _check_handoff(context: TurnContext, configuration: tuple[str, ...]) -> None:
-    """A loop interrupted after a handoff ran a round of this user turn: the step that
-    handed over left the cap's region ``tools_open``, so another step started (a counted
-    round) and was interrupted, and the user turn that counts afresh leaves
-    ``handing_off``. (A step that started before the user turn may hand over after it:
-    ``handing_off`` alone allows no round.)"""
-    if {HANDING_OFF, INTERRUPTED} <= set(configuration) and not context.tool_rounds:
+    """A tool loop since the handoff ran a round of this user turn: the step that handed
+    over left ``tool_loop`` and the cap's region ``tools_open``, so a loop running since,
+    or interrupted since, started with a counted round, and the user turn that counts
+    afresh leaves ``handing_off``. (A step that started before the user turn may hand
+    over after it: ``handing_off`` alone allows no round.)"""
+    looped = configuration[0] == "tool_loop" or INTERRUPTED in configuration
+    if HANDING_OFF in configuration and looped and not context.tool_rounds:
+        where = configuration[0] if configuration[0] == "tool_loop" else INTERRUPTED
         raise ValueError(
-            f"TurnContext.tool_rounds is at least 1 in {INTERRUPTED!r} beside "
-            f"{HANDING_OFF!r} (a step started after the handoff was interrupted), got 0"
+            f"TurnContext.tool_rounds is at least 1 in {where!r} beside {HANDING_OFF!r} "
+            "(a step started since the handoff), got 0"
         )
 
 

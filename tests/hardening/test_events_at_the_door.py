@@ -300,8 +300,8 @@ def test_restore_refuses_a_context_no_call_can_be_in(
 
 def test_restore_refuses_a_handoff_outside_the_conversation() -> None:
     """A tool step hands the call over only where tool rounds are counted: the handoff's
-    region is ``handing_off`` in the conversation alone; a loop interrupted since ran a
-    round (the step that handed over opened the cap's region)."""
+    region is ``handing_off`` in the conversation alone; a tool loop running or
+    interrupted since ran a round (the step that handed over left both)."""
     controller = TurnController(CAPPED)
     with pytest.raises(ValueError, match="hands the call over only in the conversation"):
         controller.restore(("greeting_requested", "handing_off"), TurnContext())
@@ -311,7 +311,11 @@ def test_restore_refuses_a_handoff_outside_the_conversation() -> None:
     interrupted = ("tool_loop", "tool_loop_interrupted", "handing_off")
     step = TurnContext(active_speeches=frozenset({"s1"}), tool_speech_id="s1")
     with pytest.raises(ValueError, match="at least 1 in 'tool_loop_interrupted' beside"):
-        controller.restore(interrupted, step)
+        controller.restore(
+            ("speaking", *interrupted[1:]), TurnContext(active_speeches=frozenset({"s1"}))
+        )
+    with pytest.raises(ValueError, match="at least 1 in 'tool_loop' beside"):
+        controller.restore(("tool_loop", "handing_off"), step)
     controller.restore(interrupted, attrs.evolve(step, tool_rounds=1))
 
 
