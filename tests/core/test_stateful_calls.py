@@ -2,7 +2,7 @@
 
 The test keeps a timer wheel from the ``StartTimer``/``CancelTimer`` effects and a
 simulated clock; one rule advances the clock to the next due timer and delivers its
-a timer's expiry. About 80 % of the events are drawn among those the current state handles
+expiry. About 80 % of the events are drawn among those the current state handles
 (the controller's pre-filter, built by introspection), the rest from the whole alphabet.
 
 Every controller is strict: the safety monitor raises on any breach of I1–I8. On top,
@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import attrs
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, seed, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -41,12 +41,15 @@ from turnfsm.testing import drawn_values, region_moves
 
 settings.register_profile(
     "turnfsm-core",
-    max_examples=1_000,
+    # 2,000 calls: the draws of each of 14 seeds took every move the coverage assertion
+    # asks for (at 1,000, those of 3 seeds in 7), so a change to the machine, which draws
+    # other calls, does not fail it by chance
+    max_examples=2_000,
     stateful_step_count=20,
     deadline=None,
     database=None,
-    # `make test` draws the same 1,000 calls every run, so its coverage assertions are
-    # reproducible; `make test-deep` draws fresh calls
+    # `make test` draws the same calls every run (CORE_SEED), so its coverage assertions
+    # are reproducible; `make test-deep` draws fresh calls
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -330,12 +333,29 @@ class TurnCalls(RuleBasedStateMachine):
         assert Trace.parse(trace.to_jsonl().splitlines()) == trace
 
 
+CORE_SEED = 0
+"""The seed of the calls `make test` draws.
+
+Without it a derandomized search seeds itself from the source of the state machine class
+(comments aside), so rewording an assertion message in TurnCalls drew other calls and
+could fail the coverage assertion below. The seed fixes the draws against edits to this file;
+an edit to the machine still changes them, since the pools are drawn from its state.
+"""
+
+
+@seed(CORE_SEED)
+def core_calls() -> TurnCalls:
+    return TurnCalls()
+
+
 def run(profile: str, summary_line: Callable[[str], None]) -> None:
     Totals.examples = Totals.steps = Totals.timers_fired = Totals.stale_timers = 0
     Totals.ended = {}
     Totals.moves = Counter()
     Totals.picks = Counter()
-    run_state_machine_as_test(TurnCalls, settings=settings.get_profile(profile))
+    profile_settings = settings.get_profile(profile)
+    factory = core_calls if profile_settings.derandomize else TurnCalls
+    run_state_machine_as_test(factory, settings=profile_settings)
     taken = DECLARED & set(Totals.moves)
     summary_line(
         f"hypothesis [{profile}]: {Totals.examples} calls, {Totals.steps} events "
@@ -344,7 +364,7 @@ def run(profile: str, summary_line: Callable[[str], None]) -> None:
         f"calls ended by {dict(sorted(Totals.ended.items()))}; "
         f"{len(taken)} of {len(DECLARED)} declared moves taken"
     )
-    target = settings.get_profile(profile).max_examples
+    target = profile_settings.max_examples
     assert Totals.examples >= target, f"only {Totals.examples} examples of {target}"
     beside = {public_state(leaf) for leaves in REGION_STATES.values() for leaf in leaves}
     reached = {after for _, _, after in Totals.moves}
@@ -352,15 +372,13 @@ def run(profile: str, summary_line: Callable[[str], None]) -> None:
     # (no move enters the model's first state: a call starts there, and the link leaves it)
     assert {*STATES, *beside} - reached <= RARE_PHASES | {"model_unlinked"}
     # The guided strategy gets deep into calls: every state change short of the end is
-    # taken (the rarest twice in 1 040 calls). Each state's way to `ended` is
-    # rarer by design; the explorer covers those exhaustively. The calls drawn are the same
-    # in any process and after any test (tests/conftest.py keeps hypothesis from drawing
-    # the literals of the modules imported before), but hypothesis seeds them from the
-    # source of TurnCalls (comments aside), so an edit here, or to the machine, draws
-    # others. One move is left to the explorer (tests/core/test_explorer.py explores it):
-    # a declined turn's prepared reply as the last speech of a tool step whose own speech
-    # already ended (four guided draws in a row: 3 times with one source of this file,
-    # never with the next).
+    # taken. Each state's way to `ended` is rarer by design; the explorer covers those
+    # exhaustively. The calls drawn are the same in any process and after any test
+    # (CORE_SEED; tests/conftest.py keeps hypothesis from drawing the literals of the
+    # modules imported before); an edit to the machine draws others. One move is left to
+    # the explorer (tests/core/test_explorer.py explores it): a declined turn's prepared
+    # reply as the last speech of a tool step whose own speech already ended (four guided
+    # draws in a row).
     rare = {("tool_loop", "user_turn_declined", "listening")}
     changes = {
         (source, event, target)
