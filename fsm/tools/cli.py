@@ -435,11 +435,8 @@ def readme_diagram(machine_class: type[TurnChart] = TurnMachine) -> str:
         ]
         caption += f"`{final}` is also reached from {', '.join(ways)}. "
     for state, regions in parallel_regions(diagram):
-        (first, first_states), *others = regions
-        beside = "; ".join(f"`{region}` ({_listed(states)})" for region, states in others)
-        caption += (
-            f"In `{state}`, {beside} runs side by side with `{first}` ({_listed(first_states)}). "
-        )
+        listed = "; ".join(f"`{region}` ({_listed(states)})" for region, states in regions)
+        caption += f"In `{state}`, its regions run side by side: {listed}. "
     return f"```mermaid\n{to_overview(diagram)}```\n\n{caption.rstrip()}\n"
 
 

@@ -530,15 +530,20 @@ def ways_to_end(diagram: Diagram) -> list[tuple[str, str, list[str]]]:
 def parallel_regions(diagram: Diagram) -> list[tuple[str, list[tuple[str, list[str]]]]]:
     """Each drawn parallel state, with its regions and their leaf states, in declaration
     order: the overview draws the regions' states without boxes, a caption says which
-    run side by side."""
+    run side by side. A parallel state inside a region stands for its leaves there (the
+    call's course holds ``live``): they are listed with its own regions."""
     diagram = collapse_phases(diagram)
     leaves = _leaves(diagram)
 
-    def leaves_under(state: DiagramState) -> list[str]:
-        return [s.id for s in _walk_model([state]) if s.id in leaves]
+    def states_in(state: DiagramState) -> Iterator[str]:
+        for child in state.children:
+            if child.id in leaves or child.type is StateType.PARALLEL:
+                yield child.id
+            else:
+                yield from states_in(child)
 
     return [
-        (state.id, [(region.id, leaves_under(region)) for region in state.children])
+        (state.id, [(region.id, list(states_in(region))) for region in state.children])
         for state in _walk_model(diagram.graph.states)
         if state.type is StateType.PARALLEL and state.id in diagram.states
     ]
