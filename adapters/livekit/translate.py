@@ -7,7 +7,7 @@ speech ran a tool call, what a speech played) it keeps itself and hands in. A se
 event that needs nothing else is in :data:`TRANSLATIONS`, which the adapter subscribes
 to as it is: adding one is one function and one row here. The session events the adapter
 does not subscribe to are in :data:`IGNORED_SESSION_EVENTS`, each with why (a test holds
-LiveKit's list of events to the two).
+LiveKit's list of events to the two, and the table below to the machine's events).
 
 ==============================================  ============================================
 LiveKit                                          turnfsm event
@@ -53,6 +53,7 @@ timer expiry (``loop.call_later``)               the timer's ``*TimerExpired``
 ``error``                                        ``SessionError`` (``recoverable`` as given)
 ``close``                                        ``CallEnded``
 every lever (and the futures it started)         ``EffectOutcome``
+a failed outcome check (:mod:`.outcomes`)        ``OutcomeBreached`` (into the trace only)
 SIP ``sip.callStatus`` (:mod:`.sip`)             ``CallRinging`` / ``CallAnswered`` /
                                                  ``CallEnded``
 AMD ``amd_prediction`` (:meth:`watch_amd`)       ``AnsweringMachineDetected``

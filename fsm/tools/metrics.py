@@ -63,9 +63,10 @@ class CallMetrics:
     """From the first step to the last."""
 
     end_reason: str | None
-    """The ``EndCall`` reason (``hangup``, ``idle``, ``max_duration``, ``no_answer``,
-    ``answering_machine``, ``error``, or LiveKit's close reason); ``None`` while the call
-    has not ended."""
+    """The reason of the ``EndCall`` the transition into ``ended`` emitted: its action's
+    own when turnfsm ended the call (``idle``, ``max_duration``..., the ``end_call_*``
+    actions of :class:`~turnfsm.rules.TurnRules`), else the ``CallEnded`` event's (the
+    caller's ``hangup``, LiveKit's close reason); ``None`` while the call has not ended."""
 
     states_visited: tuple[str, ...]
     """States in the order first visited, from the start state."""

@@ -22,8 +22,9 @@ import attrs
 import pytest
 from livekit.agents.tokenize.basic import split_words
 
-from turnfsm import TurnPolicy
+from turnfsm import TurnController, TurnPolicy
 from turnfsm import effects as fx
+from turnfsm import events as ev
 from turnfsm.adapters.livekit.levers import committed_message
 from turnfsm.adapters.livekit.port import LeverPort, Site
 from turnfsm.adapters.sim.fuzz import draw_call, judge_call, run_call
@@ -262,6 +263,30 @@ def test_a_tool_round_begun_as_a_turn_commits_counts_for_that_turn(
     record.tool_rounds = [(6.6, 9.1), (9.3, 9.6), (9.8, 10.1), (fourth_round_at, 13.0)]
     capped = [f for f in judge_tool_rounds(record) if "tool rounds in one user turn" in f]
     assert capped == (["4 tool rounds in one user turn (cap 3)"] if over_the_cap else [])
+
+
+@pytest.mark.parametrize(
+    ("last_event", "end_reason", "of_its_own"),
+    [
+        (ev.CallEnded(at=20.0, reason="hangup"), "hangup", False),
+        (ev.CallEnded(at=20.0, reason="error"), "error", False),  # LiveKit closed it
+        (ev.MaxDurationTimerExpired(at=60.0), "max_duration", True),
+        (ev.SessionError(at=20.0, recoverable=False), "error", True),
+    ],
+    ids=["hang-up", "LiveKit's close", "max duration", "session error"],
+)
+def test_the_judges_tell_the_calls_turnfsm_ended_from_those_the_caller_ended(
+    last_event: ev.Event, end_reason: str, of_its_own: bool
+) -> None:
+    """A greeting that never played is excused when turnfsm ended the call itself: the
+    end reasons are read from the trace (an EndCall on any event but CallEnded), not from
+    a list of names to keep in step with the machine's."""
+    controller = TurnController(TurnPolicy(first_speaker="user", max_call_duration=60))
+    for event in (ev.SessionStarted(at=0.0), last_event):
+        controller.handle(event)
+    record = CallRecord(plan=draw_call(0), trace=controller.trace)
+    assert record.end_reasons() == [end_reason]
+    assert record.ends_of_its_own() == ([end_reason] if of_its_own else [])
 
 
 # -- seeded bugs ------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from livekit.agents.voice.agent_activity import _SpeechHandleContextVar
 
 from turnfsm import InvariantViolation, TurnController
 from turnfsm import effects as fx
-from turnfsm.events import CallAnswered, Event
+from turnfsm.events import CallAnswered, CallEnded, Event
 from turnfsm.rules import TurnRules
 from turnfsm.trace import Trace
 
@@ -303,6 +303,19 @@ class CallRecord:
         """The reasons of every ``EndCall`` turnfsm emitted."""
         steps = self.trace.steps if self.trace is not None else []
         return [e.reason for s in steps for e in s.effects if isinstance(e, fx.EndCall)]
+
+    def ends_of_its_own(self) -> list[str]:
+        """The reasons of the ``EndCall`` turnfsm emitted on its own decision (a timer, an
+        answering machine, a greeting that failed twice, a session error): on any event
+        but a ``CallEnded``, whose reason is the caller's hang-up or LiveKit's close."""
+        steps = self.trace.steps if self.trace is not None else []
+        return [
+            effect.reason
+            for step in steps
+            if not isinstance(step.event, CallEnded)
+            for effect in step.effects
+            if isinstance(effect, fx.EndCall)
+        ]
 
 
 class _RecordingController(TurnController):

@@ -57,11 +57,6 @@ CUT_BY_END = 0.25
 REPLY_WAIT = 6.0
 """Seconds after a tool round within which its spoken reply must start."""
 
-NAMED_END_REASONS = frozenset(
-    {"no_answer", "idle", "max_duration", "greeting_failed", "error", "answering_machine"}
-)
-"""End reasons turnfsm gives when it ends a call itself (a caller's hang-up is none)."""
-
 EXCUSED_BY_FAULT: dict[str, tuple[tuple[str, str], ...]] = {
     "drop_unspoken_text": (("committed_heard", ""), ("outcomes", "O4 ")),
     # realtime: LiveKit then asks for the tool reply, first cancelling whatever response is
@@ -185,7 +180,7 @@ def judge_greeting(record: CallRecord) -> list[str]:
         and (not record.speeches[speech_id].broken or _played_whole(record, index, text))
     ]
     if not greeting_plays:
-        reasons = set(record.end_reasons()) & NAMED_END_REASONS
+        reasons = record.ends_of_its_own()
         went_on = bool(record.probes) and record.closed_by == "caller"
         if went_on and not reasons:
             findings.append("the greeting never played, and the call went on")
