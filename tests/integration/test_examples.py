@@ -382,6 +382,8 @@ async def test_a_job_without_a_number_is_logged_and_shut_down(
 
 
 @pytest.mark.parametrize("name", NAMES)
+# the path runs LiveKit's deprecated rich CLI on purpose, and LiveKit says so each time
+@pytest.mark.filterwarnings("ignore:the built-in Python CLI is deprecated:DeprecationWarning")
 def test_each_example_runs_as_a_script(
     name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
