@@ -21,8 +21,9 @@ I2      no_leaked_mute          input is muted only in a muting state, user turn
                                 replies are paused only until the greeting has played;
                                 all are released when the call ends, whatever the path
 I3      tool_cap                per user turn at most ``max_tool_steps`` tool rounds are
-                                let through; reaching the cap cancels the tool reply and
-                                asks for exactly one final reply without tools (with a
+                                answered: a step that ends at or past the cap has its
+                                tool reply cancelled, and reaching the cap asks for
+                                exactly one final reply without tools (with a
                                 realtime model: forbids tools at once, and asks for the
                                 final reply at most once; none when the step, or an
                                 earlier one since the user turn, hands the call to
@@ -269,14 +270,11 @@ class SafetyMonitor:
             and event.outcome != "done"
         ):
             self.barge_in_stopped_tools = False  # the loop goes on: the cap applies again
+        if isinstance(event, ev.ToolStepStarted) and before in TOOL_STATES:
+            # a round past the cap is none of the turn's (held at the cap): LiveKit has
+            # started its tools already; its reply must be cancelled as it finishes
+            self.tool_rounds = min(self.tool_rounds + 1, self.policy.max_tool_steps)
         refused = _has(effects, fx.CancelToolReply)
-        if isinstance(event, ev.ToolStepStarted) and before in TOOL_STATES and not refused:
-            self.tool_rounds += 1
-            _require(
-                self.tool_rounds <= self.policy.max_tool_steps,
-                "I3",
-                f"tool round {self.tool_rounds} let through, cap {self.policy.max_tool_steps}",
-            )
         if _has(effects, fx.ForbidTools):  # realtime: the final reply is asked for later
             self.tools_forbidden_at_cap = True
         finals = sum(isinstance(e, fx.FinalReplyWithoutTools) for e in effects)

@@ -720,15 +720,16 @@ class TurnRules:
     # -- tools --------------------------------------------------------------------------
 
     def count_tool_round(self, ev: ToolStepStarted) -> None:
-        """Count one round, however many parallel calls; a round past the cap is refused."""
+        """Count one round, however many parallel calls. A round past the cap is not
+        counted, and nothing is emitted yet: LiveKit reports a step once its tools run,
+        and can cancel its reply only when they have (``tool_step_finished``, where
+        ``tool_loop_must_stop`` cancels it)."""
         ctx = self.context
         self._add_active_speech(ev.speech_id)
         ctx.tool_replies_due = ctx.tool_replies_due - {ev.speech_id}
-        if not self._counts_the_round():  # (always so once capped)
-            self.emit(fx.CancelToolReply(speech_id=ev.speech_id))
-            return
-        ctx.tool_rounds += 1
-        ctx.tool_speech_id = ev.speech_id
+        if self._counts_the_round():  # (never so once capped)
+            ctx.tool_rounds += 1
+            ctx.tool_speech_id = ev.speech_id
 
     def _counts_the_round(self) -> bool:
         """A step starting now is a round of the user turn's, under the cap."""

@@ -463,8 +463,7 @@ def reject_user_turn(port: LeverPort, effect: fx.RejectUserTurn, site: Site) -> 
 def cancel_tool_reply(port: LeverPort, effect: fx.CancelToolReply, site: Site) -> None:
     executed = site.call
     if not isinstance(executed, FunctionToolsExecutedEvent):
-        # a round refused as it starts: its reply can only be cancelled once its tools
-        # ran, and the machine asks again then (tool_step_finished)
+        # (the machine asks for it only as a step ends: an extension that asks elsewhere)
         raise EffectRefused("LiveKit cancels a tool reply only in function_tools_executed")
     executed.cancel_tool_reply()
 

@@ -127,7 +127,8 @@ class CallMetrics:
     """Tool rounds run (parallel calls in one step count once)."""
 
     tool_rounds_refused: int
-    """Tool rounds past the cap, cancelled."""
+    """Tool steps started past the cap: not counted, their replies cancelled as they
+    ended."""
 
     tool_caps: int
     """Times the cap was hit: a final reply without tools was asked for (a realtime
@@ -181,6 +182,8 @@ class CallMeter:
         self._measured_drops: dict[str, tuple[int, int]] = {}
         """Speech -> ``(text_chars, heard_chars)``, as its drop's lever measured them."""
         self._counts: Counter[str] = Counter()
+        self._turn_rounds = 0
+        """Tool rounds counted since the last user turn, as the machine counts them."""
         self._overlapped = False
         """The caller talked over the greeting being played."""
         self._outcomes: list[ev.EffectOutcome] = []
@@ -218,9 +221,16 @@ class CallMeter:
                 self._greeting_heard_at = step.at
         elif isinstance(event, ev.AssistantMessageCommitted):
             self._committed.add(event.speech_id)
+        elif isinstance(event, ev.UserTurnCommitted):
+            self._turn_rounds = 0
         elif isinstance(event, ev.ToolStepStarted) and step.after == "tool_loop":
-            refused = any(isinstance(effect, fx.CancelToolReply) for effect in step.effects)
-            self._counts["tool_rounds_refused" if refused else "tool_rounds"] += 1
+            # a step past the cap is none of the turn's rounds: its reply is cancelled as
+            # it ends (the machine decides that then, where LiveKit can cancel it)
+            if self._turn_rounds < self._policy.max_tool_steps:
+                self._turn_rounds += 1
+                self._counts["tool_rounds"] += 1
+            else:
+                self._counts["tool_rounds_refused"] += 1
         elif isinstance(event, ev.EffectOutcome):
             self._count_outcome(event)
         if isinstance(event, ev.AgentSpeechEnded) and event.played_seconds > 0:

@@ -6,8 +6,9 @@ expiry. About 80 % of the events are drawn among those the current state handles
 (the controller's pre-filter, built by introspection), the rest from the whole alphabet.
 
 Every controller is strict: the safety monitor raises on any breach of I1–I8. On top,
-after every step: the wheel matches the timers the configuration runs, nothing is emitted
-after ``ended`` and the input is released there; at teardown the recorded trace replays
+after every step: the wheel matches the timers the configuration runs, a tool reply is
+cancelled only as its step ends (where LiveKit can), nothing is emitted after ``ended``
+and the input is released there; at teardown the recorded trace replays
 to equal steps (determinism) and survives a JSONL round trip. (Checks run in the step,
 not as ``@invariant`` methods, and rule arguments are drawn up front rather than through
 ``st.data()``: together a quarter of the run time.)
@@ -246,6 +247,9 @@ class TurnCalls(RuleBasedStateMachine):
             elif isinstance(effect, fx.HoldUserTurns | fx.ResumeUserTurns):
                 assert self.held == isinstance(effect, fx.ResumeUserTurns), effect  # paired
                 self.held = isinstance(effect, fx.HoldUserTurns)
+            elif isinstance(effect, fx.CancelToolReply):
+                # where its lever can act: LiveKit cancels a reply as the step's tools end
+                assert isinstance(event, ev.ToolStepFinished), f"{effect} on {event.name}"
         assert set(self.wheel) == self.controller.running_timers, (
             "the effects and the running timers disagree"
         )

@@ -875,12 +875,14 @@ def test_tool_loop_runs_exactly_the_cap_then_one_final_reply(cap: int) -> None:
         fx.FinalReplyWithoutTools(fallback_text=FALLBACK),
     )
     assert controller.context.tool_rounds == cap
-    # the model calls tools again in the final reply: refused, no second final reply
+    # the model calls tools again in the final reply: not counted as it starts (LiveKit
+    # can cancel nothing then), its reply cancelled as it ends, no second final reply
     assert (
         controller.handle(ev.AgentSpeechCreated(at=4.0, speech_id="s2", source="tool_reply")) == ()
     )
-    assert tool_round(controller, "s2") == (
-        fx.CancelToolReply(speech_id="s2"),
+    assert controller.handle(ev.ToolStepStarted(at=4.1, speech_id="s2")) == ()
+    assert controller.context.tool_rounds == cap
+    assert controller.handle(ev.ToolStepFinished(at=4.2, speech_id="s2")) == (
         fx.CancelToolReply(speech_id="s2"),
     )
 

@@ -88,9 +88,20 @@ def call_figures(trace: Trace) -> dict[str, Any]:
     unmeasured = sum(1 for d in drops if d.speech_id not in cuts)
 
     tool_starts = [
-        s for s in steps if s.event.name == "tool_step_started" and s.after == "tool_loop"
+        i
+        for i, s in enumerate(steps)
+        if s.event.name == "tool_step_started" and s.after == "tool_loop"
     ]
-    refused = [s for s in tool_starts if any(isinstance(e, fx.CancelToolReply) for e in s.effects)]
+
+    def rounds_so_far(index: int) -> int:
+        """The tool steps of ``index``'s user turn up to it, itself included."""
+        begun = max(
+            (i for i in range(index) if steps[i].event.name == "user_turn_committed"), default=-1
+        )
+        return sum(1 for i in tool_starts if begun < i <= index)
+
+    # a turn's first max_tool_steps steps are its rounds; any later one is refused
+    refused = [i for i in tool_starts if rounds_so_far(i) > trace.policy.max_tool_steps]
     says = effects_of(fx.Say)
     cleared = 0
     for index, step in enumerate(steps):

@@ -334,23 +334,19 @@ def _reply(call: Driver, rng: random.Random) -> None:
     speech = call.new_speech()
     for _ in range(rng.choice([0, 0, 0, 1, 2, 4])):
         call.advance(rng.uniform(0.3, 1.0))
-        if any(
-            isinstance(e, fx.CancelToolReply)
-            for e in call.send(ev.ToolStepStarted(at=call.t, speech_id=speech))
-        ):
-            break
+        call.send(ev.ToolStepStarted(at=call.t, speech_id=speech))
         if rng.random() < 0.1:  # the caller talks while the tool runs; LiveKit interrupts
             call.send(ev.UserSpeechStarted(at=call.t))
             call.send(ev.AgentSpeechInterrupted(at=call.t, speech_id=speech))
             call.advance(0.5)
             call.send(ev.UserSpeechEnded(at=call.t))
         call.advance(rng.uniform(0.2, 1.5))
-        call.send(ev.ToolStepFinished(at=call.t, speech_id=speech))
+        finished = call.send(ev.ToolStepFinished(at=call.t, speech_id=speech))
         if call.requests and rng.random() < 0.3:  # LiveKit's own cap lets one more through
             call.send(ev.ToolStepStarted(at=call.t, speech_id=speech))
             call.send(ev.ToolStepFinished(at=call.t, speech_id=speech))
-        if call.requests:
-            break
+        if call.requests or any(isinstance(e, fx.CancelToolReply) for e in finished):
+            break  # capped, or its reply cancelled: LiveKit asks the model for no more
     call.advance(rng.uniform(0.3, 0.9))
     if call.requests or speech not in call.active:  # capped or stopped: it says nothing
         call.end(speech)
