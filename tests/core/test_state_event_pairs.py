@@ -4,6 +4,8 @@ raises, whatever the configuration and a plausible context."""
 
 from __future__ import annotations
 
+import functools
+
 import attrs
 import pytest
 
@@ -56,7 +58,8 @@ def test_states_are_the_documented_ones() -> None:
     assert [state.id for state in leaf_states(TurnMachine) if state.final] == ["ended"]
 
 
-def declared_in(state: str) -> set[str]:
+@functools.cache  # (each call walks every configuration of the chart)
+def declared_in(state: str) -> frozenset[str]:
     """Events a transition takes in some configuration of ``state``: its own, and those of
     the regions beside it (the caller's voice and the tool cap while the call is live, the
     realtime model's activity until the end) in a configuration a call can be in (the
@@ -68,7 +71,7 @@ def declared_in(state: str) -> set[str]:
     leaves = [leaf for leaf in LEAF_STATES if public_state(leaf) == state]
     sources = {state}.union(*(beside.get(leaf, set()) for leaf in leaves))
     sources |= {public_state(source) for source in sources}  # (the cap's phases: capped)
-    return {event for source, event, _ in declared_moves() if source in sources}
+    return frozenset(event for source, event, _ in declared_moves() if source in sources)
 
 
 def test_states_are_the_documented_ones_with_the_voice_beside_the_live_ones() -> None:
