@@ -382,13 +382,14 @@ def run(profile: str, summary_line: Callable[[str], None]) -> None:
     # (CORE_SEED; tests/conftest.py keeps hypothesis from drawing the literals of the
     # modules imported before); an edit to the machine draws others. Four moves are left
     # to the explorer (tests/core/test_explorer.py takes every declared state change),
-    # each a chain of draws that 2,000 calls take only 1 to 16 times across seeds 0-7,
-    # and no time once one more event was handled in `awaiting_user` (a walk of issue 21):
+    # each a chain of draws that 2,000 calls take only a few times (1 to 16 across seeds
+    # 0-7 for the last three):
     # - a declined turn's prepared reply as the last speech of a tool step whose own
     #   speech already ended (four guided draws in a row);
     # - the callee's final words greeted on their transcript (an outbound or user-first
     #   policy greeting on `final_transcript` on a pipeline, and a final transcript with
-    #   words before the turn commits);
+    #   words before the turn commits): not once in seed 0's calls after a walk of issue
+    #   21 added one more event handled in `awaiting_user`;
     # - the greeting's end while a speech made during it is in flight;
     # - the caller speaking again after speaking over the greeting, once it ended.
     rare = {
