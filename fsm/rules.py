@@ -386,24 +386,26 @@ class TurnRules:
         if seconds is not None:
             self.emit(fx.StartTimer(timer=timer, seconds=seconds))
 
-    def _cancel_timer(
-        self, timer: fx.TimerName, machine: StateChart, ev: Event | None = None
-    ) -> None:
-        """Cancel ``timer`` if it runs where the machine is (the configuration being left,
-        in an exit or a transition's action) and the event ``ev`` is not its expiry (it
-        fired); one started in this very step (a state entered and left in one step, e.g.
-        a wait that ends at once) is taken back instead, so the adapter never starts it."""
+    def _cancel_timer(self, timer: After, machine: StateChart, ev: Event | None = None) -> None:
+        """Cancel ``timer``, declared by a state of the configuration being left (in an exit
+        or a transition's action), if it runs there (as :func:`running_timers` says of
+        that configuration: the policy sets it, and the caller's voice lets it run) and
+        the event ``ev`` is not its expiry (it fired); one started in this very step (a
+        state entered and left in one step, e.g. a wait that ends at once) is taken back
+        instead, so the adapter never starts it."""
         started = [
             i
             for i, effect in enumerate(self.outbox)
-            if isinstance(effect, fx.StartTimer) and effect.timer == timer
+            if isinstance(effect, fx.StartTimer) and effect.timer == timer.timer
         ]
         if started:
             del self.outbox[started[-1]]
-        elif timer in running_timers(self.policy, machine.configuration) and not (
-            isinstance(ev, TimerExpired) and ev.timer == timer
+        elif (
+            getattr(self.policy, timer.seconds) is not None
+            and not (timer.while_silent and _caller_speaks(machine))
+            and not (isinstance(ev, TimerExpired) and ev.timer == timer.timer)
         ):
-            self.emit(fx.CancelTimer(timer=timer))
+            self.emit(fx.CancelTimer(timer=timer.timer))
 
     def start_timers(self, state: State, machine: StateChart) -> None:
         """Entering ``state``: start the timers it declares (:func:`~turnfsm.machine.after`)
@@ -416,21 +418,21 @@ class TurnRules:
     def cancel_timers(self, state: State, machine: StateChart, ev: Event | None = None) -> None:
         """Leaving ``state``: its timers stop (but the one whose expiry leaves it)."""
         for timer in timers_declared(state):
-            self._cancel_timer(timer.timer, machine, ev)
+            self._cancel_timer(timer, machine, ev)
 
     def stop_silence_timers(self, state: State, machine: StateChart) -> None:
         """The caller speaks: the timers running in ``state`` (declared by it or a state
         around it) that time their silence stop."""
         for timer in _timers_around(state):
             if timer.while_silent:
-                self._cancel_timer(timer.timer, machine)
+                self._cancel_timer(timer, machine)
 
     def start_silence_timers(self, state: State, machine: StateChart) -> None:
         """The caller stopped: the timers running in ``state`` that time their silence
         start (again, if they ran: an end of speech the caller's voice did not wait for)."""
         for timer in _timers_around(state):
             if timer.while_silent:
-                self._cancel_timer(timer.timer, machine)
+                self._cancel_timer(timer, machine)
                 self._start_timer(timer.timer)
 
     def take_expiry(self, ev: TimerExpired, active: Iterable[State]) -> bool:
