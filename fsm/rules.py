@@ -400,11 +400,11 @@ class TurnRules:
         ]
         if started:
             del self.outbox[started[-1]]
-        elif (
-            getattr(self.policy, timer.seconds) is not None
-            and not (timer.while_silent and _caller_speaks(machine))
-            and not (isinstance(ev, TimerExpired) and ev.timer == timer.timer)
-        ):
+            return
+        # (the voice region is read only for a timer of the caller's silence)
+        speaking = timer.while_silent and _caller_speaks(machine)
+        fired = isinstance(ev, TimerExpired) and ev.timer == timer.timer
+        if _timer_runs(self.policy, timer, speaking) and not fired:
             self.emit(fx.CancelTimer(timer=timer.timer))
 
     def start_timers(self, state: State, machine: StateChart) -> None:
@@ -925,8 +925,14 @@ def running_timers(policy: TurnPolicy, active: Iterable[State]) -> frozenset[fx.
         timer.timer
         for state in states
         for timer in timers_declared(state)
-        if getattr(policy, timer.seconds) is not None and not (speaking and timer.while_silent)
+        if _timer_runs(policy, timer, speaking)
     )
+
+
+def _timer_runs(policy: TurnPolicy, timer: After, speaking: bool) -> bool:
+    """Whether ``timer``, declared by an active state, runs: the policy sets its seconds,
+    and it does not time a silence the caller breaks."""
+    return getattr(policy, timer.seconds) is not None and not (speaking and timer.while_silent)
 
 
 def input_muted(policy: TurnPolicy, active: Collection[object]) -> bool:

@@ -299,23 +299,20 @@ class CallRecord:
         ends = [step.at + self.trace_offset for step in steps if step.after == "ended"]
         return ends[0] if ends else self.closed_at
 
+    def _end_calls(self) -> list[tuple[Event, fx.EndCall]]:
+        """Every ``EndCall`` turnfsm emitted, with the event of its step."""
+        steps = self.trace.steps if self.trace is not None else []
+        return [(s.event, e) for s in steps for e in s.effects if isinstance(e, fx.EndCall)]
+
     def end_reasons(self) -> list[str]:
         """The reasons of every ``EndCall`` turnfsm emitted."""
-        steps = self.trace.steps if self.trace is not None else []
-        return [e.reason for s in steps for e in s.effects if isinstance(e, fx.EndCall)]
+        return [end.reason for _, end in self._end_calls()]
 
     def ends_of_its_own(self) -> list[str]:
         """The reasons of the ``EndCall`` turnfsm emitted on its own decision (a timer, an
         answering machine, a greeting that failed twice, a session error): on any event
         but a ``CallEnded``, whose reason is the caller's hang-up or LiveKit's close."""
-        steps = self.trace.steps if self.trace is not None else []
-        return [
-            effect.reason
-            for step in steps
-            if not isinstance(step.event, CallEnded)
-            for effect in step.effects
-            if isinstance(effect, fx.EndCall)
-        ]
+        return [end.reason for event, end in self._end_calls() if not isinstance(event, CallEnded)]
 
 
 class _RecordingController(TurnController):
